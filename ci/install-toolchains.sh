@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Install the GPU kernel compilers that build.rs uses, into $REPO/.tools (git-ignored).
+#
+#   .tools/cuda/nvidia/cu13/bin/nvcc   nvcc 13.0.x from PyPI  -> sm_90 cubin + compute_90 PTX
+#   clang++-19, lld-19, llvm-19        Debian apt             -> gfx942 (MI300) code object
+#   .tools/zig/ziglang/zig             ziglang 0.17.1 (clang 22) from PyPI -> gfx950 (MI350)
+#   .tools/zigbin/lld                  wrapper so clang's AMDGPU link step finds zig's lld
+#
+# Idempotent: a step whose result already exists is skipped. Needs pip, and root (or sudo)
+# for apt-get. No GPU needed. See shared/reference/toolchain.md for why these exact pins:
+# nvcc 13.0 writes PTX 9.0, which every CUDA-13 driver can JIT (13.5 writes 9.5);
+# Debian's clang-19 does not know gfx950, zig's clang 22 does.
+#
+# Usage: bash ci/install-toolchains.sh      (env SKIP_APT=1 skips the apt step)
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+TOOLS="$REPO/.tools"
+mkdir -p "$TOOLS"
+
+PIP=(python3 -m pip)
+if ! "${PIP[@]}" --version >/dev/null 2>&1; then PIP=(pip); fi
+
+installed=()
+skipped=()
+
+# --- 1. nvcc 13.0.x (pinned: see header) -----------------------------------------------------
+NVCC="$TOOLS/cuda/nvidia/cu13/bin/nvcc"
+if [ -x "$NVCC" ] && "$NVCC" --version 2>/dev/null | grep -q 'release 13\.0'; then
+  skipped+=("nvcc ($NVCC)")
+else
+  rm -rf "$TOOLS/cuda"
+  "${PIP[@]}" install --disable-pip-version-check --no-cache-dir --target "$TOOLS/cuda" \
+    nvidia-cuda-nvcc==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-cuda-runtime==13.0.96 \
+    nvidia-cuda-cccl==13.0.85 nvidia-nvvm==13.0.88
+  installed+=("nvcc 13.0.88 -> $NVCC")
+fi
+
+# --- 2. clang-19 + lld-19 + llvm-19 (gfx942; llvm-readelf-19 for checks) ---------------------
+if [ "${SKIP_APT:-0}" = 1 ]; then
+  skipped+=("apt clang-19/lld-19/llvm-19 (SKIP_APT=1)")
+elif command -v clang++-19 >/dev/null && command -v ld.lld-19 >/dev/null \
+     && command -v llvm-readelf-19 >/dev/null; then
+  skipped+=("clang-19/lld-19/llvm-19 ($(command -v clang++-19))")
+else
+  SUDO=()
+  if [ "$(id -u)" != 0 ]; then SUDO=(sudo); fi
+  "${SUDO[@]}" apt-get update
+  "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y --no-install-recommends clang-19 lld-19 llvm-19
+  installed+=("apt: clang-19 lld-19 llvm-19 -> $(command -v clang++-19)")
+fi
+
+# --- 3. zig 0.17.1 (bundles clang 22.1.x: the only gfx950-capable clang available here) -------
+ZIG="$TOOLS/zig/ziglang/zig"
+if [ -x "$ZIG" ] && [ "$("$ZIG" version 2>/dev/null)" = "0.17.1" ]; then
+  skipped+=("zig ($ZIG)")
+else
+  rm -rf "$TOOLS/zig"
+  "${PIP[@]}" install --disable-pip-version-check --no-cache-dir --target "$TOOLS/zig" ziglang==0.17.1
+  installed+=("zig 0.17.1 -> $ZIG")
+fi
+
+# clang's AMDGPU link step runs `lld -flavor gnu ...`; zig embeds lld as `zig ld.lld`.
+# Written every time (cheap) so a moved checkout gets the right absolute path.
+mkdir -p "$TOOLS/zigbin"
+cat > "$TOOLS/zigbin/lld.tmp" <<EOF
+#!/bin/sh
+[ "\$1" = "-flavor" ] && shift 2
+exec "$ZIG" ld.lld "\$@"
+EOF
+chmod +x "$TOOLS/zigbin/lld.tmp"
+mv -f "$TOOLS/zigbin/lld.tmp" "$TOOLS/zigbin/lld"
+
+# --- report ----------------------------------------------------------------------------------
+echo "install-toolchains: done (tools in $TOOLS)"
+for s in "${installed[@]+"${installed[@]}"}"; do echo "  installed: $s"; done
+for s in "${skipped[@]+"${skipped[@]}"}"; do echo "  already present: $s"; done
+echo "  nvcc:  $("$NVCC" --version | tail -n 2 | head -n 1)"
+if command -v clang++-19 >/dev/null; then echo "  clang: $(clang++-19 --version | head -n 1)"; fi
+echo "  zig:   $("$ZIG" version) ($("$ZIG" cc --version 2>/dev/null | head -n 1))"

@@ -1,0 +1,391 @@
+// rcclx_port.h - the ONLY file in hip_kernels/ that knows HIP (AMD) from CUDA (NVIDIA).
+//
+// Kernels include this header first and then use only what it provides (plus the CUDA
+// keywords __global__ / __device__ / __shared__ / __launch_bounds__ / __restrict__ and
+// threadIdx / blockIdx / blockDim / gridDim / __syncthreads(), which work on both).
+//
+// Compilers (see build.rs and shared/reference/toolchain.md):
+//   NVIDIA  nvcc 13.0 (__CUDACC__)                       -> sm_90 cubin + compute_90 PTX
+//   AMD     clang -x hip --cuda-device-only -nogpuinc    -> gfx942 (clang >= 19), gfx950 (clang >= 20)
+//           (__HIP__). No ROCm headers or device libraries: everything below is a clang builtin.
+//
+// Conventions:
+//   * Flags and counters are uint32_t "epochs": monotonic, never reset during a comm's life,
+//     compared with rcclx_epoch_geq (wrap-around safe).
+//   * Every "sys" helper is system scope: correct for memory of this GPU, of a peer GPU
+//     (P2P / IPC mapping) and for host-mapped pinned memory. Pointers must be global memory
+//     (device, peer or host-mapped), never __shared__ or local.
+//   * Each helper's comment states its memory-ordering contract in one line ("order:").
+//   * 16-byte vector helpers need 16-byte aligned pointers.
+//
+// Caveats:
+//   * AMD gridDim.x is read from the code-object-v5 hidden kernel argument block_count_x, and
+//     blockDim from the hidden group_size_x (clang does that itself). The code object MUST be
+//     built with -mcode-object-version=5 (build.rs pins it) and launched by the HIP runtime
+//     (hipModuleLaunchKernel / hipExtModuleLaunchKernel fill the hidden arguments).
+//   * FP8: NVIDIA and gfx950 use OCP E4M3FN (max 448, NaN 0x7F/0xFF); gfx942 hardware uses
+//     E4M3FNUZ (max 240, bias 8, NaN 0x80, no -0). Bytes are NOT interchangeable between
+//     the two: RCCLX_FP8_FNUZ tells which one this compilation produces.
+//   * AMD s_sleep takes an immediate only, so the spin-wait back-off has two fixed steps.
+#ifndef RCCLX_PORT_H
+#define RCCLX_PORT_H 1
+
+// =====================================================================================
+// AMD: clang HIP mode, builtins only (embedded form of toolchain.md's mini_hip.h)
+// =====================================================================================
+#if defined(__HIP__)
+
+#include <stdint.h>
+#include <stddef.h>
+
+// why: -nogpuinc drops the ROCm headers that normally define these keywords.
+#define __global__ __attribute__((global))
+#define __device__ __attribute__((device))
+#define __host__ __attribute__((host))
+#define __shared__ __attribute__((shared))
+#define __constant__ __attribute__((constant))
+#define __forceinline__ inline __attribute__((always_inline))
+#define __noinline__ __attribute__((noinline))
+// why: CUDA's __launch_bounds__(maxThreads[, minBlocks]); AMD only takes the thread bound.
+#define RCCLX_FIRST_ARG_(a, ...) a
+#define __launch_bounds__(...) \
+  __attribute__((amdgpu_flat_work_group_size(1, RCCLX_FIRST_ARG_(__VA_ARGS__, 0))))
+
+#define RCCLX_DEV __device__ __forceinline__
+
+// why: CUDA-style threadIdx.x etc. Same trick as clang's own HIP headers: a property whose
+// getter is a builtin, on a weak extern object that is never really read.
+#define RCCLX_DIM3_(name, ex, ey, ez)                                                  \
+  struct rcclx_dim3_##name##_t {                                                      \
+    RCCLX_DEV uint32_t get_x() const { return (ex); }                                 \
+    RCCLX_DEV uint32_t get_y() const { return (ey); }                                 \
+    RCCLX_DEV uint32_t get_z() const { return (ez); }                                 \
+    __declspec(property(get = get_x)) uint32_t x;                                     \
+    __declspec(property(get = get_y)) uint32_t y;                                     \
+    __declspec(property(get = get_z)) uint32_t z;                                     \
+  };                                                                                   \
+  extern const __device__ __attribute__((weak)) rcclx_dim3_##name##_t name;
+RCCLX_DIM3_(threadIdx, __builtin_amdgcn_workitem_id_x(), __builtin_amdgcn_workitem_id_y(),
+            __builtin_amdgcn_workitem_id_z())
+RCCLX_DIM3_(blockIdx, __builtin_amdgcn_workgroup_id_x(), __builtin_amdgcn_workgroup_id_y(),
+            __builtin_amdgcn_workgroup_id_z())
+RCCLX_DIM3_(blockDim, __builtin_amdgcn_workgroup_size_x(), __builtin_amdgcn_workgroup_size_y(),
+            __builtin_amdgcn_workgroup_size_z())
+// why: COv5 hidden args start with block_count_x/y/z (uint32 at +0/+4/+8 of implicitarg).
+RCCLX_DIM3_(gridDim, ((const uint32_t*)__builtin_amdgcn_implicitarg_ptr())[0],
+            ((const uint32_t*)__builtin_amdgcn_implicitarg_ptr())[1],
+            ((const uint32_t*)__builtin_amdgcn_implicitarg_ptr())[2])
+#undef RCCLX_DIM3_
+
+// order: block barrier; every thread's earlier memory ops (any address) are visible to the
+// block after it (workgroup-scope release + acquire around s_barrier, as HIP does).
+__device__ __forceinline__ void __syncthreads() {
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
+  __builtin_amdgcn_s_barrier();
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
+}
+
+#if defined(__HIP_DEVICE_COMPILE__) && !defined(__GFX9__)
+#error "rcclx_port.h: only gfx9 (gfx942, gfx950) AMD targets are supported (wave64, s_memrealtime)"
+#endif
+#define RCCLX_WARP_SIZE 64
+
+// 16-byte vectors. may_alias: kernels reinterpret float/bf16/fp8 buffers as 16-byte chunks.
+struct __attribute__((aligned(16), may_alias)) rcclx_u32x4 { uint32_t x, y, z, w; };
+struct __attribute__((aligned(16), may_alias)) rcclx_f32x4 { float x, y, z, w; };
+struct __attribute__((aligned(8), may_alias)) rcclx_f32x2 { float x, y; };
+
+RCCLX_DEV uint32_t rcclx_f32_as_u32(float f) { return __builtin_bit_cast(uint32_t, f); }
+RCCLX_DEV float rcclx_u32_as_f32(uint32_t u) { return __builtin_bit_cast(float, u); }
+
+// ---- memory ordering, system scope -------------------------------------------------
+// order: acquire, sys: later loads/stores of this thread happen after it (pairs with release).
+RCCLX_DEV uint32_t rcclx_ld_acquire_sys(const uint32_t* p) {
+  return __hip_atomic_load(p, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_SYSTEM);
+}
+RCCLX_DEV uint64_t rcclx_ld_acquire_sys(const uint64_t* p) {
+  return __hip_atomic_load(p, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_SYSTEM);
+}
+// order: release, sys: this thread's earlier loads/stores are visible before the value is.
+RCCLX_DEV void rcclx_st_release_sys(uint32_t* p, uint32_t v) {
+  __hip_atomic_store(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
+}
+RCCLX_DEV void rcclx_st_release_sys(uint64_t* p, uint64_t v) {
+  __hip_atomic_store(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
+}
+// order: relaxed, sys: atomic (never torn, never cached stale), orders nothing else.
+RCCLX_DEV uint32_t rcclx_ld_relaxed_sys(const uint32_t* p) {
+  return __hip_atomic_load(p, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+}
+// order: relaxed, sys: returns the old value; orders nothing else (add a fence or use
+// acquire/release loads/stores around it). Host-mapped targets need PCIe atomics on AMD.
+RCCLX_DEV uint32_t rcclx_atomic_add_sys_u32(uint32_t* p, uint32_t v) {
+  return __hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+}
+// order: relaxed, sys: returns the old value.
+RCCLX_DEV uint32_t rcclx_atomic_exch_sys_u32(uint32_t* p, uint32_t v) {
+  return __hip_atomic_exchange(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+}
+// order: relaxed, sys: returns the old value (== expected on success), like CUDA atomicCAS.
+RCCLX_DEV uint32_t rcclx_atomic_cas_sys_u32(uint32_t* p, uint32_t expected, uint32_t desired) {
+  __hip_atomic_compare_exchange_strong(p, &expected, desired, __ATOMIC_RELAXED,
+                                       __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+  return expected;
+}
+// order: relaxed, device (agent) scope only: for counters shared by blocks of ONE GPU.
+RCCLX_DEV uint32_t rcclx_atomic_add_gpu_u32(uint32_t* p, uint32_t v) {
+  return __hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
+}
+// order: seq_cst fence, sys: all earlier loads/stores of this thread are ordered before all
+// later ones, as seen by any agent (peer GPUs, CPU). (__threadfence_system)
+RCCLX_DEV void rcclx_fence_sys() { __builtin_amdgcn_fence(__ATOMIC_SEQ_CST, ""); }
+// order: seq_cst fence, device scope (this GPU only). (__threadfence)
+RCCLX_DEV void rcclx_fence_gpu() { __builtin_amdgcn_fence(__ATOMIC_SEQ_CST, "agent"); }
+
+// ---- time ---------------------------------------------------------------------------
+// order: none. Nanoseconds from s_memrealtime, the gfx9 constant 100 MHz "real time"
+// counter (10 ns resolution, independent of shader clock; NOT __builtin_readcyclecounter,
+// which is s_memtime = shader cycles). Only differences on the same GPU are meaningful.
+RCCLX_DEV uint64_t rcclx_now_ns() { return __builtin_amdgcn_s_memrealtime() * 10ull; }
+// order: none. Polite pause inside a spin loop: ~64 cycles first, ~512 cycles later
+// (s_sleep N = 64*N clocks; the operand must be an immediate).
+RCCLX_DEV void rcclx_backoff(uint32_t round) {
+  if (round < 32) __builtin_amdgcn_s_sleep(1);
+  else __builtin_amdgcn_s_sleep(8);
+}
+
+// ---- float formats --------------------------------------------------------------------
+// order: n/a (pure). IEEE fp16 <-> f32 through clang's _Float16 (v_cvt_f16_f32: RNE).
+RCCLX_DEV float rcclx_f16_to_f32(uint16_t h) { return (float)__builtin_bit_cast(_Float16, h); }
+RCCLX_DEV uint16_t rcclx_f32_to_f16_rne(float f) {
+  return __builtin_bit_cast(uint16_t, (_Float16)f);
+}
+
+#if defined(__HIP_DEVICE_COMPILE__)
+#if defined(__gfx942__) || defined(__gfx940__) || defined(__gfx941__)
+#define RCCLX_FP8_FNUZ 1       // gfx94x hardware fp8 = E4M3FNUZ
+#define RCCLX_FP8_MAX 240.0f   // largest finite E4M3FNUZ (0x7F)
+#define RCCLX_FP8_NAN 0x80u    // the only NaN of E4M3FNUZ
+#elif defined(__gfx950__)
+#define RCCLX_FP8_FNUZ 0       // gfx950 hardware fp8 = OCP E4M3FN
+#define RCCLX_FP8_MAX 448.0f   // largest finite E4M3FN (0x7E)
+#define RCCLX_FP8_NAN 0x7Fu    // canonical E4M3FN NaN (0xFF is -NaN)
+#else
+#error "rcclx_port.h: no fp8 conversion for this AMD target (needs gfx942 or gfx950)"
+#endif
+#else  // host pass of a non-device-only compile: not used, keep the names defined
+#define RCCLX_FP8_FNUZ 0
+#define RCCLX_FP8_MAX 448.0f
+#define RCCLX_FP8_NAN 0x7Fu
+#endif
+
+// why: v_cvt_pk_fp8_f32 as emitted by the builtin has its clamp bit clear, and then a value
+// whose magnitude rounds above the format's max becomes NaN (0x80 on gfx942, 0x7F/0xFF on
+// gfx950), not max. Clamping to +-RCCLX_FP8_MAX first makes every target saturating like
+// NVIDIA's __NV_SATFINITE: +-inf -> +-max, NaN stays NaN (the compares are false for NaN).
+RCCLX_DEV float rcclx_fp8_clamp(float x) {
+  return x > RCCLX_FP8_MAX ? RCCLX_FP8_MAX : (x < -RCCLX_FP8_MAX ? -RCCLX_FP8_MAX : x);
+}
+// order: n/a (pure). a -> low byte, b -> high byte; RNE, saturating (see rcclx_fp8_clamp).
+RCCLX_DEV uint16_t rcclx_f32x2_to_e4m3x2(float a, float b) {
+  return (uint16_t)__builtin_amdgcn_cvt_pk_fp8_f32(rcclx_fp8_clamp(a), rcclx_fp8_clamp(b), 0,
+                                                   false);
+}
+// order: n/a (pure). Exact (every fp8 value is an f32); NaN encodings -> NaN.
+RCCLX_DEV float rcclx_e4m3_to_f32(uint8_t v) { return __builtin_amdgcn_cvt_f32_fp8((int)v, 0); }
+// order: n/a (pure). Low byte -> .x, high byte -> .y.
+RCCLX_DEV rcclx_f32x2 rcclx_e4m3x2_to_f32x2(uint16_t v) {
+  typedef float rcclx_v2f_ __attribute__((ext_vector_type(2)));
+  rcclx_v2f_ r = __builtin_amdgcn_cvt_pk_f32_fp8((int)v, false);
+  return rcclx_f32x2{r.x, r.y};
+}
+
+// =====================================================================================
+// NVIDIA: nvcc
+// =====================================================================================
+#elif defined(__CUDACC__)
+
+#include <stdint.h>
+#include <stddef.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#define RCCLX_DEV __device__ __forceinline__
+#define RCCLX_WARP_SIZE 32
+
+// why: CUDA already has 16-byte vector types with the right alignment; alias them.
+typedef uint4 rcclx_u32x4;
+typedef float4 rcclx_f32x4;
+typedef float2 rcclx_f32x2;
+
+RCCLX_DEV uint32_t rcclx_f32_as_u32(float f) { return __float_as_uint(f); }
+RCCLX_DEV float rcclx_u32_as_f32(uint32_t u) { return __uint_as_float(u); }
+
+// ---- memory ordering, system scope (PTX memory model, sm_70+) ------------------------
+// order: acquire, sys: later loads/stores of this thread happen after it (pairs with release).
+RCCLX_DEV uint32_t rcclx_ld_acquire_sys(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+RCCLX_DEV uint64_t rcclx_ld_acquire_sys(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+// order: release, sys: this thread's earlier loads/stores are visible before the value is.
+RCCLX_DEV void rcclx_st_release_sys(uint32_t* p, uint32_t v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+RCCLX_DEV void rcclx_st_release_sys(uint64_t* p, uint64_t v) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+// order: relaxed, sys: atomic (never torn, never cached stale), orders nothing else.
+RCCLX_DEV uint32_t rcclx_ld_relaxed_sys(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+// order: relaxed, sys: returns the old value; orders nothing else (add a fence or use
+// acquire/release loads/stores around it).
+RCCLX_DEV uint32_t rcclx_atomic_add_sys_u32(uint32_t* p, uint32_t v) {
+  return atomicAdd_system(p, v);
+}
+// order: relaxed, sys: returns the old value.
+RCCLX_DEV uint32_t rcclx_atomic_exch_sys_u32(uint32_t* p, uint32_t v) {
+  return atomicExch_system(p, v);
+}
+// order: relaxed, sys: returns the old value (== expected on success).
+RCCLX_DEV uint32_t rcclx_atomic_cas_sys_u32(uint32_t* p, uint32_t expected, uint32_t desired) {
+  return atomicCAS_system(p, expected, desired);
+}
+// order: relaxed, device scope only: for counters shared by blocks of ONE GPU.
+RCCLX_DEV uint32_t rcclx_atomic_add_gpu_u32(uint32_t* p, uint32_t v) { return atomicAdd(p, v); }
+// order: seq_cst fence, sys (fence.sc.sys): all earlier loads/stores of this thread are
+// ordered before all later ones, as seen by any agent (peer GPUs, CPU).
+RCCLX_DEV void rcclx_fence_sys() { __threadfence_system(); }
+// order: seq_cst fence, device scope (this GPU only).
+RCCLX_DEV void rcclx_fence_gpu() { __threadfence(); }
+
+// ---- time ---------------------------------------------------------------------------
+// order: none. %globaltimer: nanoseconds (updates every ~0.03-1 us depending on the GPU).
+// Only differences on the same GPU are meaningful.
+RCCLX_DEV uint64_t rcclx_now_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+// order: none. Polite pause inside a spin loop: ~20 ns first, ~200 ns later.
+RCCLX_DEV void rcclx_backoff(uint32_t round) { __nanosleep(round < 32 ? 20u : 200u); }
+
+// ---- float formats --------------------------------------------------------------------
+// order: n/a (pure). IEEE fp16 <-> f32 (cvt.rn).
+RCCLX_DEV float rcclx_f16_to_f32(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+RCCLX_DEV uint16_t rcclx_f32_to_f16_rne(float f) { return __half_as_ushort(__float2half_rn(f)); }
+
+#define RCCLX_FP8_FNUZ 0       // NVIDIA fp8 = OCP E4M3FN
+#define RCCLX_FP8_MAX 448.0f   // largest finite E4M3FN (0x7E)
+#define RCCLX_FP8_NAN 0x7Fu    // canonical E4M3FN NaN
+
+// Provided for symmetry with AMD; the NVIDIA conversion already saturates in hardware.
+RCCLX_DEV float rcclx_fp8_clamp(float x) {
+  return x > RCCLX_FP8_MAX ? RCCLX_FP8_MAX : (x < -RCCLX_FP8_MAX ? -RCCLX_FP8_MAX : x);
+}
+// order: n/a (pure). a -> low byte, b -> high byte; RNE, saturating (cvt.rn.satfinite:
+// +-inf -> +-448, NaN -> NaN).
+RCCLX_DEV uint16_t rcclx_f32x2_to_e4m3x2(float a, float b) {
+  return (uint16_t)__nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
+}
+// order: n/a (pure). Exact; NaN encodings -> NaN.
+RCCLX_DEV float rcclx_e4m3_to_f32(uint8_t v) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)v, __NV_E4M3)));
+}
+// order: n/a (pure). Low byte -> .x, high byte -> .y.
+RCCLX_DEV rcclx_f32x2 rcclx_e4m3x2_to_f32x2(uint16_t v) {
+  return __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)v, __NV_E4M3)));
+}
+
+#else
+#error "rcclx_port.h: compile with nvcc (CUDA) or clang -x hip (AMD)"
+#endif
+
+// =====================================================================================
+// Common to both vendors (built only from the primitives above)
+// =====================================================================================
+
+// Size check for kernel argument structs; the Rust mirror has the same assert (STYLE 14).
+#define RCCLX_ASSERT_SIZE(T, N) \
+  static_assert(sizeof(T) == (N), "sizeof(" #T ") != " #N ": update the Rust #[repr(C)] mirror")
+#define RCCLX_ASSERT_ALIGN(T, N) \
+  static_assert(alignof(T) == (N), "alignof(" #T ") != " #N ": update the Rust #[repr(C)] mirror")
+
+RCCLX_ASSERT_SIZE(rcclx_u32x4, 16);
+RCCLX_ASSERT_ALIGN(rcclx_u32x4, 16);
+RCCLX_ASSERT_SIZE(rcclx_f32x4, 16);
+RCCLX_ASSERT_SIZE(rcclx_f32x2, 8);
+
+// order: n/a. Global linear thread index and grid-wide thread count (64-bit: no overflow in
+// grid-stride loops).
+RCCLX_DEV uint64_t rcclx_global_thread_id() {
+  return (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+}
+RCCLX_DEV uint64_t rcclx_grid_threads() { return (uint64_t)gridDim.x * blockDim.x; }
+
+// order: plain (weak) 16-byte load/store; use only on data published by a release/acquire
+// pair or a barrier. p must be 16-byte aligned.
+RCCLX_DEV rcclx_u32x4 rcclx_ld16(const rcclx_u32x4* p) { return *p; }
+RCCLX_DEV void rcclx_st16(rcclx_u32x4* p, rcclx_u32x4 v) { *p = v; }
+RCCLX_DEV rcclx_f32x4 rcclx_ld16_f32(const rcclx_f32x4* p) { return *p; }
+RCCLX_DEV void rcclx_st16_f32(rcclx_f32x4* p, rcclx_f32x4 v) { *p = v; }
+
+// order: n/a (pure). Wrap-around-safe epoch compare: true when a is at or after b, i.e.
+// (int32_t)(a - b) >= 0 (RFC 1982 serial numbers; valid while |a - b| < 2^31).
+RCCLX_DEV bool rcclx_epoch_geq(uint32_t a, uint32_t b) { return (int32_t)(a - b) >= 0; }
+
+// order: none. Absolute deadline for rcclx_wait_geq_u32: now + timeout_ns, saturating
+// (timeout_ns = UINT64_MAX means "never"; 0 means "check once").
+RCCLX_DEV uint64_t rcclx_deadline_after(uint64_t timeout_ns) {
+  const uint64_t now = rcclx_now_ns();
+  return timeout_ns > UINT64_MAX - now ? UINT64_MAX : now + timeout_ns;
+}
+
+// order: acquire, sys (each poll is rcclx_ld_acquire_sys). Spins with back-off until
+// rcclx_epoch_geq(*flag, target); returns true then, or false once rcclx_now_ns() passes
+// deadline_ns (from rcclx_deadline_after). Bounded: callers report false as a timeout.
+RCCLX_DEV bool rcclx_wait_geq_u32(const uint32_t* flag, uint32_t target, uint64_t deadline_ns) {
+  for (uint32_t round = 0;; ++round) {
+    if (rcclx_epoch_geq(rcclx_ld_acquire_sys(flag), target)) return true;
+    if (rcclx_now_ns() >= deadline_ns) return false;
+    rcclx_backoff(round);
+  }
+}
+
+// order: n/a (pure). bf16 <-> f32 by bit manipulation (identical on every target).
+RCCLX_DEV float rcclx_bf16_to_f32(uint16_t h) { return rcclx_u32_as_f32((uint32_t)h << 16); }
+// order: n/a (pure). Round to nearest even; overflow -> inf; NaN stays NaN (sign and top
+// payload bits kept, forced quiet).
+RCCLX_DEV uint16_t rcclx_f32_to_bf16_rne(float f) {
+  uint32_t u = rcclx_f32_as_u32(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+// order: n/a (pure). Four f32 -> four e4m3 bytes (x in the lowest byte), saturating RNE.
+RCCLX_DEV uint32_t rcclx_f32x4_to_e4m3x4(rcclx_f32x4 v) {
+  return (uint32_t)rcclx_f32x2_to_e4m3x2(v.x, v.y) |
+         ((uint32_t)rcclx_f32x2_to_e4m3x2(v.z, v.w) << 16);
+}
+// order: n/a (pure). Four e4m3 bytes (lowest byte -> .x) -> four f32.
+RCCLX_DEV rcclx_f32x4 rcclx_e4m3x4_to_f32x4(uint32_t v) {
+  const rcclx_f32x2 lo = rcclx_e4m3x2_to_f32x2((uint16_t)v);
+  const rcclx_f32x2 hi = rcclx_e4m3x2_to_f32x2((uint16_t)(v >> 16));
+  rcclx_f32x4 r;
+  r.x = lo.x;
+  r.y = lo.y;
+  r.z = hi.x;
+  r.w = hi.y;
+  return r;
+}
+
+#endif  // RCCLX_PORT_H

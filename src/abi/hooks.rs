@@ -1,0 +1,164 @@
+//! Bodies of the `hook` exports: translate C arguments, call the stock library, keep the
+//! side table in step (`comm::lifecycle`) or route the four accelerated collectives
+//! (`comm::collective`). No logic beyond that.
+#![allow(non_snake_case, clippy::missing_safety_doc)]
+
+use super::table::forward;
+use crate::comm::{self, lifecycle};
+use crate::dda::Buffers;
+use crate::intercept::{CallDesc, Coll};
+use crate::types::*;
+use std::ffi::{c_char, c_int, c_void};
+
+/// Reads the handle an upstream creation call wrote, if the out-pointer is valid.
+unsafe fn read_out(p: *const ncclComm_t) -> ncclComm_t {
+    if p.is_null() {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: non-null out-pointer the caller gave the upstream call, which wrote it.
+    unsafe { p.read() }
+}
+
+pub unsafe fn ncclGetErrorString(result: ncclResult_t) -> *const c_char {
+    match crate::upstream::get().ok().and_then(|u| u.fns.ncclGetErrorString) {
+        // SAFETY: resolved from the stock library with the header's signature.
+        Some(f) => crate::upstream::guarded(|| unsafe { f(result) }),
+        None => crate::upstream::own_error_string(result).as_ptr(),
+    }
+}
+
+pub unsafe fn ncclCommInitRank(comm: *mut ncclComm_t, nranks: c_int, commId: ncclUniqueId, rank: c_int) -> ncclResult_t {
+    let r = forward!(ncclCommInitRank(comm, nranks, commId, rank));
+    // SAFETY: `comm` is the caller's out-pointer, written by upstream on success.
+    lifecycle::created(&[unsafe { read_out(comm) }], r);
+    r
+}
+
+pub unsafe fn ncclCommInitRankConfig(comm: *mut ncclComm_t, nranks: c_int, commId: ncclUniqueId, rank: c_int, config: *mut ncclConfig_t) -> ncclResult_t {
+    let r = forward!(ncclCommInitRankConfig(comm, nranks, commId, rank, config));
+    // SAFETY: as above.
+    lifecycle::created(&[unsafe { read_out(comm) }], r);
+    r
+}
+
+pub unsafe fn ncclCommInitAll(comm: *mut ncclComm_t, ndev: c_int, devlist: *const c_int) -> ncclResult_t {
+    let r = forward!(ncclCommInitAll(comm, ndev, devlist));
+    if r.is_ok() && !comm.is_null() && ndev > 0 {
+        // SAFETY: on success upstream wrote `ndev` handles into the caller's array.
+        let comms = unsafe { std::slice::from_raw_parts(comm, ndev as usize) };
+        lifecycle::created(comms, r);
+    }
+    r
+}
+
+pub unsafe fn ncclCommInitRankScalable(newcomm: *mut ncclComm_t, nranks: c_int, myrank: c_int, nId: c_int, commIds: *mut ncclUniqueId, config: *mut ncclConfig_t) -> ncclResult_t {
+    let r = forward!(ncclCommInitRankScalable(newcomm, nranks, myrank, nId, commIds, config));
+    // SAFETY: as above.
+    lifecycle::created(&[unsafe { read_out(newcomm) }], r);
+    r
+}
+
+pub unsafe fn ncclCommSplit(comm: ncclComm_t, color: c_int, key: c_int, newcomm: *mut ncclComm_t, config: *mut ncclConfig_t) -> ncclResult_t {
+    let r = forward!(ncclCommSplit(comm, color, key, newcomm, config));
+    // SAFETY: as above; NCCL_SPLIT_NOCOLOR leaves NULL there, which `created` skips.
+    lifecycle::created(&[unsafe { read_out(newcomm) }], r);
+    r
+}
+
+pub unsafe fn ncclCommShrink(comm: ncclComm_t, excludeRanksList: *mut c_int, excludeRanksCount: c_int, newcomm: *mut ncclComm_t, config: *mut ncclConfig_t, shrinkFlags: c_int) -> ncclResult_t {
+    let r = forward!(ncclCommShrink(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags));
+    // SAFETY: as above.
+    lifecycle::created(&[unsafe { read_out(newcomm) }], r);
+    r
+}
+
+pub unsafe fn ncclCommGrow(comm: ncclComm_t, nRanks: c_int, uniqueId: *const ncclUniqueId, rank: c_int, newcomm: *mut ncclComm_t, config: *mut ncclConfig_t) -> ncclResult_t {
+    let r = forward!(ncclCommGrow(comm, nRanks, uniqueId, rank, newcomm, config));
+    // SAFETY: as above.
+    lifecycle::created(&[unsafe { read_out(newcomm) }], r);
+    r
+}
+
+pub unsafe fn ncclCommFinalize(comm: ncclComm_t) -> ncclResult_t {
+    forward!(ncclCommFinalize(comm))
+}
+
+pub unsafe fn ncclCommDestroy(comm: ncclComm_t) -> ncclResult_t {
+    lifecycle::destroyed(comm);
+    forward!(ncclCommDestroy(comm))
+}
+
+pub unsafe fn ncclCommAbort(comm: ncclComm_t) -> ncclResult_t {
+    lifecycle::destroyed(comm);
+    forward!(ncclCommAbort(comm))
+}
+
+/// Reports rcclx's own late errors (kernel timeouts) after the upstream's, and completes
+/// the setup of a non-blocking communicator the first time it is reported ready.
+pub unsafe fn ncclCommGetAsyncError(comm: ncclComm_t, asyncError: *mut ncclResult_t) -> ncclResult_t {
+    let r = forward!(ncclCommGetAsyncError(comm, asyncError));
+    if r.is_ok() && !asyncError.is_null() {
+        // SAFETY: non-null out-pointer, written by upstream on success.
+        let upstream_state = unsafe { asyncError.read() };
+        if upstream_state == ncclResult_t::Success {
+            lifecycle::complete(comm);
+            if let Some(s) = comm::lookup(comm) {
+                let own = s.async_error();
+                if !own.is_ok() {
+                    // SAFETY: as above.
+                    unsafe { asyncError.write(own) };
+                }
+            }
+        }
+    }
+    r
+}
+
+pub unsafe fn ncclGroupStart() -> ncclResult_t {
+    lifecycle::group_start();
+    forward!(ncclGroupStart())
+}
+
+pub unsafe fn ncclGroupEnd() -> ncclResult_t {
+    let r = forward!(ncclGroupEnd());
+    lifecycle::group_end(r);
+    r
+}
+
+fn bufs(send: *const c_void, recv: *mut c_void, stream: Stream) -> Buffers {
+    Buffers { send, recv, stream }
+}
+
+pub unsafe fn ncclAllReduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, op: ncclRedOp_t, comm: ncclComm_t, stream: Stream) -> ncclResult_t {
+    let call = CallDesc { coll: Coll::AllReduce, count, dtype: datatype, op };
+    comm::collective(comm, call, bufs(sendbuff, recvbuff, stream), || forward!(ncclAllReduce(sendbuff, recvbuff, count, datatype, op, comm, stream)))
+}
+
+pub unsafe fn ncclAllGather(sendbuff: *const c_void, recvbuff: *mut c_void, sendcount: usize, datatype: ncclDataType_t, comm: ncclComm_t, stream: Stream) -> ncclResult_t {
+    let call = CallDesc { coll: Coll::AllGather, count: sendcount, dtype: datatype, op: ncclRedOp_t::Sum };
+    comm::collective(comm, call, bufs(sendbuff, recvbuff, stream), || forward!(ncclAllGather(sendbuff, recvbuff, sendcount, datatype, comm, stream)))
+}
+
+pub unsafe fn ncclReduceScatter(sendbuff: *const c_void, recvbuff: *mut c_void, recvcount: usize, datatype: ncclDataType_t, op: ncclRedOp_t, comm: ncclComm_t, stream: Stream) -> ncclResult_t {
+    let call = CallDesc { coll: Coll::ReduceScatter, count: recvcount, dtype: datatype, op };
+    comm::collective(comm, call, bufs(sendbuff, recvbuff, stream), || forward!(ncclReduceScatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream)))
+}
+
+pub unsafe fn ncclAlltoAll(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, comm: ncclComm_t, stream: Stream) -> ncclResult_t {
+    let call = CallDesc { coll: Coll::AllToAll, count, dtype: datatype, op: ncclRedOp_t::Sum };
+    comm::collective(comm, call, bufs(sendbuff, recvbuff, stream), || forward!(ncclAlltoAll(sendbuff, recvbuff, count, datatype, comm, stream)))
+}
+
+/// RCCL's older name of `ncclAlltoAll`. Forwards to whichever of the two the stock library
+/// has (NCCL only has `ncclAlltoAll`, old RCCL only `ncclAllToAll`).
+pub unsafe fn ncclAllToAll(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, comm: ncclComm_t, stream: Stream) -> ncclResult_t {
+    let call = CallDesc { coll: Coll::AllToAll, count, dtype: datatype, op: ncclRedOp_t::Sum };
+    comm::collective(comm, call, bufs(sendbuff, recvbuff, stream), || {
+        let has_old = crate::upstream::get().map(|u| u.fns.ncclAllToAll.is_some()).unwrap_or(false);
+        if has_old {
+            forward!(ncclAllToAll(sendbuff, recvbuff, count, datatype, comm, stream))
+        } else {
+            forward!(ncclAlltoAll(sendbuff, recvbuff, count, datatype, comm, stream))
+        }
+    })
+}

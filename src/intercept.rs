@@ -1,0 +1,331 @@
+//! Layer `intercept`: the per-call decision, own kernel or stock library.
+//!
+//! [`decide`] is a pure function of the call (collective, count, type, op), the
+//! communicator's facts (agreed by every rank at setup) and the configuration (rank 0's,
+//! also agreed at setup). Nothing rank-local (pointers, streams, group depth, capture) enters
+//! it, so every rank of a communicator reaches the same route for the same call: a rank
+//! taking rcclx's kernel while a peer forwards would hang both.
+#![forbid(unsafe_code)]
+
+use crate::types::{ncclDataType_t, ncclRedOp_t};
+use std::ffi::CStr;
+
+/// The four collectives rcclx intercepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Coll {
+    AllReduce,
+    AllGather,
+    ReduceScatter,
+    AllToAll,
+}
+
+/// One intercepted call, as every rank sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct CallDesc {
+    pub coll: Coll,
+    /// The count argument of the call (per rank for AllGather/ReduceScatter/AllToAll).
+    pub count: usize,
+    pub dtype: ncclDataType_t,
+    /// `Sum` for collectives without an op.
+    pub op: ncclRedOp_t,
+}
+
+impl CallDesc {
+    /// Bytes of the buffer the thresholds refer to: the AllReduce message, the whole
+    /// AllGather output / ReduceScatter input / AllToAll buffer (as RCCLX counts them).
+    pub fn bytes(&self, nranks: usize) -> Option<u64> {
+        let elems = match self.coll {
+            Coll::AllReduce => self.count,
+            _ => self.count.checked_mul(nranks)?,
+        };
+        (elems as u64).checked_mul(self.dtype.size()? as u64)
+    }
+}
+
+/// Facts about a communicator, identical on every rank (computed from gathered records).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CommFacts {
+    pub nranks: usize,
+    /// DDA verdict: one host, peer access between all pairs, same arch, kernels loaded.
+    pub dda: bool,
+    /// FP8 buffers exist and this communicator's FP8 switches, per collective.
+    pub lowp: LowpSwitches,
+    /// Bytes of a rank's DDA staging buffer (messages above are processed in windows).
+    pub staging_bytes: u64,
+}
+
+/// FP8 switches of a communicator, fixed when it was created.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LowpSwitches {
+    pub all_reduce: bool,
+    pub all_gather: bool,
+    pub reduce_scatter: bool,
+    pub all_to_all: bool,
+}
+
+impl LowpSwitches {
+    pub fn from_config(c: &crate::config::Config) -> Self {
+        Self {
+            all_reduce: c.lp_enable || c.lp_all_reduce,
+            all_gather: c.lp_enable || c.lp_all_gather,
+            reduce_scatter: c.lp_enable || c.lp_reduce_scatter,
+            all_to_all: c.lp_enable || c.lp_all_to_all,
+        }
+    }
+    pub fn any(&self) -> bool {
+        self.all_reduce || self.all_gather || self.reduce_scatter || self.all_to_all
+    }
+    fn get(&self, coll: Coll) -> bool {
+        match coll {
+            Coll::AllReduce => self.all_reduce,
+            Coll::AllGather => self.all_gather,
+            Coll::ReduceScatter => self.reduce_scatter,
+            Coll::AllToAll => self.all_to_all,
+        }
+    }
+}
+
+/// The thresholds `decide` reads (a subset of `Config`, agreed across ranks at setup).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Thresholds {
+    pub dda_all_reduce: bool,
+    pub flat_max_bytes: u64,
+    pub tree_max_bytes: u64,
+    pub lp_min_bytes: u64,
+}
+
+impl Thresholds {
+    pub fn from_config(c: &crate::config::Config) -> Self {
+        Self {
+            dda_all_reduce: c.dda_all_reduce,
+            flat_max_bytes: c.dda_flat_max_bytes,
+            tree_max_bytes: c.dda_tree_max_bytes,
+            lp_min_bytes: c.lp_min_bytes,
+        }
+    }
+}
+
+/// Where a call goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    Upstream(Reason),
+    DdaFlat,
+    DdaTree,
+    Lowp,
+}
+
+macro_rules! reasons {
+    ( $( $name:ident = $text:literal, )* ) => {
+        /// Why a call was forwarded to the stock library (index = statistics slot).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[repr(u8)]
+        pub enum Reason { $( $name, )* }
+        impl Reason {
+            pub const ALL: &'static [Reason] = &[ $( Reason::$name, )* ];
+            /// Stable name for logs and `rcclxForwardReasonName`.
+            pub fn c_name(self) -> &'static CStr {
+                match self { $( Reason::$name => $text, )* }
+            }
+        }
+    };
+}
+
+reasons! {
+    NotSetUp = c"comm-not-eligible",
+    Disabled = c"disabled",
+    Dtype = c"datatype",
+    Op = c"op",
+    Size = c"size",
+    Empty = c"zero-count",
+    Collective = c"collective-not-accelerated",
+    Failed = c"launch-failed",
+}
+const _: () = assert!(Reason::ALL.len() <= 16, "rcclxCommStats has 16 reason slots");
+
+/// Types the DDA kernels reduce.
+pub fn dda_dtype(t: ncclDataType_t) -> bool {
+    matches!(t.0, 0..=9)
+}
+
+/// Ops the DDA kernels implement (no PreMulSum or other user ops).
+pub fn dda_op(op: ncclRedOp_t) -> bool {
+    (0..ncclRedOp_t::NumOps).contains(&op.0)
+}
+
+/// Input types of the FP8 path.
+pub fn lowp_dtype(t: ncclDataType_t) -> bool {
+    matches!(t, ncclDataType_t::Float32 | ncclDataType_t::Bfloat16 | ncclDataType_t::Float16)
+}
+
+/// The decision. Pure; see the module doc for why only rank-independent inputs enter.
+pub fn decide(call: &CallDesc, comm: &CommFacts, th: &Thresholds) -> Route {
+    use Route::Upstream as Up;
+    if call.count == 0 {
+        return Up(Reason::Empty);
+    }
+    let Some(bytes) = call.bytes(comm.nranks) else { return Up(Reason::Dtype) };
+    if !comm.dda || comm.nranks < 2 {
+        return Up(Reason::NotSetUp);
+    }
+    // FP8 first (as RCCLX): large messages of float types, op sum.
+    if comm.lowp.get(call.coll) && lowp_dtype(call.dtype) && call.op == ncclRedOp_t::Sum && bytes >= th.lp_min_bytes {
+        return Route::Lowp;
+    }
+    match call.coll {
+        Coll::AllReduce => {
+            if !th.dda_all_reduce {
+                Up(Reason::Disabled)
+            } else if !dda_dtype(call.dtype) {
+                Up(Reason::Dtype)
+            } else if !dda_op(call.op) {
+                Up(Reason::Op)
+            } else if bytes <= th.flat_max_bytes {
+                Route::DdaFlat
+            } else if bytes <= th.tree_max_bytes {
+                Route::DdaTree
+            } else {
+                Up(Reason::Size)
+            }
+        }
+        _ => Up(Reason::Collective),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const COLLS: [Coll; 4] = [Coll::AllReduce, Coll::AllGather, Coll::ReduceScatter, Coll::AllToAll];
+
+    fn th() -> Thresholds {
+        Thresholds::from_config(&crate::config::Config::default())
+    }
+
+    fn facts(nranks: usize, lowp: bool) -> CommFacts {
+        let s = LowpSwitches { all_reduce: lowp, all_gather: lowp, reduce_scatter: lowp, all_to_all: lowp };
+        CommFacts { nranks, dda: true, lowp: s, staging_bytes: 16 << 20 }
+    }
+
+    /// Sizes around every threshold, primes and extremes.
+    fn counts(th: &Thresholds) -> Vec<usize> {
+        let mut v = vec![0, 1, 2, 3, 7, 31, 127, 255, 1023, 4099, 65_537, 1 << 20, (1 << 20) + 5, usize::MAX / 16];
+        for t in [th.flat_max_bytes, th.tree_max_bytes, th.lp_min_bytes] {
+            for d in [-9i64, -1, 0, 1, 9] {
+                v.push((t as i64 + d).max(0) as usize);
+                v.push(((t as i64 + d).max(0) / 2) as usize);
+                v.push(((t as i64 + d).max(0) / 4) as usize);
+            }
+        }
+        v
+    }
+
+    fn all_calls(th: &Thresholds) -> impl Iterator<Item = CallDesc> {
+        let counts = counts(th);
+        COLLS.into_iter().flat_map(move |coll| {
+            let counts = counts.clone();
+            (-1..=13).flat_map(move |t| {
+                let counts = counts.clone();
+                (-1..=7).flat_map(move |op| {
+                    counts.clone().into_iter().map(move |count| CallDesc {
+                        coll,
+                        count,
+                        dtype: ncclDataType_t(t),
+                        op: ncclRedOp_t(op),
+                    })
+                })
+            })
+        })
+    }
+
+    #[test]
+    fn never_routes_unsupported_types_or_ops_to_rcclx() {
+        let th = th();
+        for nranks in 1..=8 {
+            for lowp in [false, true] {
+                for call in all_calls(&th) {
+                    let r = decide(&call, &facts(nranks, lowp), &th);
+                    match r {
+                        Route::DdaFlat | Route::DdaTree => {
+                            assert!(dda_dtype(call.dtype) && dda_op(call.op) && call.count > 0, "{call:?} -> {r:?}");
+                            assert_eq!(call.coll, Coll::AllReduce);
+                            assert!(nranks >= 2);
+                        }
+                        Route::Lowp => {
+                            assert!(lowp && lowp_dtype(call.dtype) && call.op == ncclRedOp_t::Sum, "{call:?}");
+                            assert!(call.bytes(nranks).unwrap() >= th.lp_min_bytes);
+                        }
+                        Route::Upstream(_) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn comm_without_dda_always_forwards() {
+        let th = th();
+        let f = CommFacts { dda: false, ..facts(2, true) };
+        for call in all_calls(&th) {
+            assert!(matches!(decide(&call, &f, &th), Route::Upstream(_)));
+        }
+    }
+
+    #[test]
+    fn deterministic_and_monotone_in_size() {
+        let th = th();
+        let rank = |r: Route| match r {
+            Route::DdaFlat => 0,
+            Route::DdaTree => 1,
+            Route::Lowp => 2,
+            Route::Upstream(_) => 3,
+        };
+        for nranks in 2..=8 {
+            let f = facts(nranks, false);
+            for t in [ncclDataType_t::Float32, ncclDataType_t::Bfloat16, ncclDataType_t::Int32] {
+                let mut last = 0;
+                let mut cs = counts(&th);
+                cs.retain(|&c| c > 0);
+                cs.sort();
+                for c in cs {
+                    let call = CallDesc { coll: Coll::AllReduce, count: c, dtype: t, op: ncclRedOp_t::Sum };
+                    let r = decide(&call, &f, &th);
+                    assert_eq!(r, decide(&call, &f, &th));
+                    assert!(rank(r) >= last, "route went back at count {c}: {r:?}");
+                    last = rank(r);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn thresholds_are_inclusive() {
+        let th = th();
+        let f = facts(2, true);
+        let ar = |bytes: u64| decide(&CallDesc { coll: Coll::AllReduce, count: (bytes / 4) as usize, dtype: ncclDataType_t::Int32, op: ncclRedOp_t::Sum }, &f, &th);
+        assert_eq!(ar(th.flat_max_bytes), Route::DdaFlat);
+        assert_eq!(ar(th.flat_max_bytes + 4), Route::DdaTree);
+        assert_eq!(ar(th.tree_max_bytes), Route::DdaTree);
+        assert_eq!(ar(th.tree_max_bytes + 4), Route::Upstream(Reason::Size));
+        let lp = |bytes: u64| decide(&CallDesc { coll: Coll::AllReduce, count: (bytes / 4) as usize, dtype: ncclDataType_t::Float32, op: ncclRedOp_t::Sum }, &f, &th);
+        assert_eq!(lp(th.lp_min_bytes), Route::Lowp);
+        assert_ne!(lp(th.lp_min_bytes - 4), Route::Lowp);
+    }
+
+    #[test]
+    fn zero_count_and_overflow_forward() {
+        let th = th();
+        let f = facts(8, true);
+        let c = CallDesc { coll: Coll::AllGather, count: usize::MAX, dtype: ncclDataType_t::Float32, op: ncclRedOp_t::Sum };
+        assert!(matches!(decide(&c, &f, &th), Route::Upstream(_)));
+        let z = CallDesc { count: 0, ..c };
+        assert_eq!(decide(&z, &f, &th), Route::Upstream(Reason::Empty));
+    }
+
+    #[test]
+    fn reason_names_are_unique() {
+        let mut n: Vec<_> = Reason::ALL.iter().map(|r| r.c_name()).collect();
+        n.sort();
+        n.dedup();
+        assert_eq!(n.len(), Reason::ALL.len());
+    }
+}

@@ -1,0 +1,214 @@
+//! The C types of `nccl.h` / `rccl.h`, with their exact layouts (see shared/reference/api.md §3).
+//!
+//! Layer: leaf. Only plain data; no logic beyond small conversions.
+#![allow(non_camel_case_types, non_upper_case_globals, non_snake_case)]
+
+use std::ffi::{c_char, c_int, c_uint, c_void};
+
+/// `ncclResult_t`: a C enum passed as a 32-bit integer. Transparent so that any value the
+/// upstream returns (even one newer than this table) passes through unchanged.
+#[repr(transparent)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct ncclResult_t(pub c_uint);
+
+impl ncclResult_t {
+    pub const Success: Self = Self(0);
+    pub const UnhandledCudaError: Self = Self(1);
+    pub const SystemError: Self = Self(2);
+    pub const InternalError: Self = Self(3);
+    pub const InvalidArgument: Self = Self(4);
+    pub const InvalidUsage: Self = Self(5);
+    pub const RemoteError: Self = Self(6);
+    pub const InProgress: Self = Self(7);
+    pub const Timeout: Self = Self(8);
+
+    pub fn is_ok(self) -> bool {
+        self == Self::Success
+    }
+    /// `ncclInProgress` is a status of a non-blocking communicator, not an error.
+    pub fn is_ok_or_in_progress(self) -> bool {
+        self == Self::Success || self == Self::InProgress
+    }
+}
+
+/// `ncclDataType_t`.
+#[repr(transparent)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct ncclDataType_t(pub c_int);
+
+impl ncclDataType_t {
+    pub const Int8: Self = Self(0);
+    pub const Uint8: Self = Self(1);
+    pub const Int32: Self = Self(2);
+    pub const Uint32: Self = Self(3);
+    pub const Int64: Self = Self(4);
+    pub const Uint64: Self = Self(5);
+    pub const Float16: Self = Self(6);
+    pub const Float32: Self = Self(7);
+    pub const Float64: Self = Self(8);
+    pub const Bfloat16: Self = Self(9);
+    pub const Float8e4m3: Self = Self(10);
+    pub const Float8e5m2: Self = Self(11);
+    pub const NumTypes: c_int = 12;
+
+    /// Element size in bytes, `None` for a value outside the enum.
+    pub fn size(self) -> Option<usize> {
+        Some(match self.0 {
+            0 | 1 | 10 | 11 => 1,
+            6 | 9 => 2,
+            2 | 3 | 7 => 4,
+            4 | 5 | 8 => 8,
+            _ => return None,
+        })
+    }
+}
+
+/// `ncclRedOp_t`. Values >= `NumOps` are user ops (PreMulSum) created per communicator.
+#[repr(transparent)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct ncclRedOp_t(pub c_int);
+
+impl ncclRedOp_t {
+    pub const Sum: Self = Self(0);
+    pub const Prod: Self = Self(1);
+    pub const Max: Self = Self(2);
+    pub const Min: Self = Self(3);
+    pub const Avg: Self = Self(4);
+    pub const NumOps: c_int = 5;
+}
+
+/// `ncclScalarResidence_t`.
+#[repr(transparent)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct ncclScalarResidence_t(pub c_int);
+
+/// `ncclCommMemStat_t`.
+#[repr(transparent)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct ncclCommMemStat_t(pub c_int);
+
+/// Opaque handles. rcclx never dereferences them: they belong to the upstream library.
+#[repr(C)]
+pub struct ncclComm {
+    _private: [u8; 0],
+}
+pub type ncclComm_t = *mut ncclComm;
+
+#[repr(C)]
+pub struct ncclWindow_vidmem {
+    _private: [u8; 0],
+}
+pub type ncclWindow_t = *mut ncclWindow_vidmem;
+
+#[repr(C)]
+pub struct ncclParamHandle {
+    _private: [u8; 0],
+}
+pub type ncclParamHandle_t = *mut ncclParamHandle;
+
+#[repr(C)]
+pub struct ncclDevComm {
+    _private: [u8; 0],
+}
+
+/// `cudaStream_t` / `hipStream_t`: both are pointers to an opaque struct.
+pub type Stream = *mut c_void;
+
+pub const NCCL_UNIQUE_ID_BYTES: usize = 128;
+
+/// `ncclUniqueId`, passed by value to `ncclCommInitRank(Config)`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ncclUniqueId {
+    pub internal: [c_char; NCCL_UNIQUE_ID_BYTES],
+}
+
+/// `mscclAlgoHandle_t` (RCCL): a plain int.
+pub type mscclAlgoHandle_t = c_int;
+
+/// `ncclWaitSignalDesc_t`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ncclWaitSignalDesc_t {
+    pub opCnt: c_int,
+    pub peer: c_int,
+    pub sigIdx: c_int,
+    pub ctx: c_int,
+}
+
+/// `ncclSimInfo_t` (v22200).
+#[repr(C)]
+pub struct ncclSimInfo_t {
+    pub size: usize,
+    pub magic: c_uint,
+    pub version: c_uint,
+    pub estimatedTime: f32,
+}
+
+/// `ncclConfig_t` as of NCCL 2.31 (v23100, 120 bytes). Callers built against older headers pass
+/// a shorter struct: read a field only if `size` covers it (see [`ncclConfig_t::has`]).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ncclConfig_t {
+    pub size: usize,
+    pub magic: c_uint,
+    pub version: c_uint,
+    pub blocking: c_int,
+    pub cgaClusterSize: c_int,
+    pub minCTAs: c_int,
+    pub maxCTAs: c_int,
+    pub netName: *const c_char,
+    pub splitShare: c_int,
+    pub trafficClass: c_int,
+    pub commName: *const c_char,
+    pub collnetEnable: c_int,
+    pub CTAPolicy: c_int,
+    pub shrinkShare: c_int,
+    pub nvlsCTAs: c_int,
+    pub nChannelsPerNetPeer: c_int,
+    pub nvlinkCentricSched: c_int,
+    pub graphUsageMode: c_int,
+    pub numRmaCtx: c_int,
+    pub maxP2pPeers: c_int,
+    pub graphStreamOrdering: c_int,
+    pub launchOrderImplicit: c_int,
+    pub numRmaSig: c_int,
+    pub rmaEagerInit: c_int,
+    pub hostCftMode: c_int,
+    pub nvlsHostMode: c_int,
+}
+const _: () = assert!(std::mem::size_of::<ncclConfig_t>() == 120);
+
+pub const NCCL_API_MAGIC: c_uint = 0xcafe_beef;
+pub const NCCL_CONFIG_UNDEF_INT: c_int = c_int::MIN;
+pub const NCCL_SPLIT_NOCOLOR: c_int = -1;
+
+impl ncclConfig_t {
+    /// Whether the caller's struct (of `self.size` bytes) covers the field at `offset` of `len` bytes.
+    pub fn has(&self, offset: usize, len: usize) -> bool {
+        self.magic == NCCL_API_MAGIC && self.size >= offset + len
+    }
+    /// The `blocking` field as the caller set it; `None` when unset (then NCCL blocks).
+    pub fn blocking(&self) -> Option<bool> {
+        let off = std::mem::offset_of!(ncclConfig_t, blocking);
+        (self.has(off, 4) && self.blocking != NCCL_CONFIG_UNDEF_INT).then_some(self.blocking != 0)
+    }
+}
+
+/// `ncclCollConfig_t` (NCCL 2.31): only passed through, never read.
+#[repr(C)]
+pub struct ncclCollConfig_t {
+    _private: [u8; 0],
+}
+
+/// `ncclTeam_t` of the device API (`nccl_device/core.h`): returned by value.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug)]
+pub struct ncclTeam_t {
+    pub nRanks: c_int,
+    pub rank: c_int,
+    pub stride: c_int,
+}
+
+/// Opaque pointer-sized argument used for device-API structs rcclx only passes through.
+pub type Opaque = *mut c_void;

@@ -1,0 +1,256 @@
+//! The stock library (RCCL or NCCL), loaded at run time.
+//!
+//! Search order (ARCHITECTURE.md "Loading the upstream library"): `RCCLX_UPSTREAM_LIB`; a
+//! stock library already mapped in the process; `librccl.so.1`, `librccl.so`, `libnccl.so.2`,
+//! `libnccl.so` on the search path; `/opt/rocm/lib`; the `nvidia/nccl/lib` folder of the
+//! active Python environment. rcclx itself is never accepted (it may be installed under the
+//! stock file name): a candidate exporting rcclx's marker symbol, or resolving to rcclx's own
+//! file, is skipped. The library is opened `RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND` so its
+//! internal calls to its own exports bind inside it. When the stock library was already mapped
+//! by the dynamic linker (LD_PRELOAD use), DEEPBIND cannot apply; the thread-local re-entrancy
+//! guard ([`guarded`], [`pass_through`]) then sends such nested calls straight back to it.
+
+use crate::abi::table::UpstreamFns;
+use crate::types::ncclResult_t;
+use parking_lot::Mutex;
+use std::cell::Cell;
+use std::collections::HashSet;
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// The loaded stock library.
+pub struct Upstream {
+    pub path: PathBuf,
+    pub fns: UpstreamFns,
+    _lib: libloading::Library,
+}
+
+static UPSTREAM: OnceLock<Result<Upstream, String>> = OnceLock::new();
+
+/// The stock library, loading it on first use. Without one, logs once (naming
+/// `RCCLX_UPSTREAM_LIB`) and returns `ncclSystemError`; never aborts.
+pub fn get() -> Result<&'static Upstream, ncclResult_t> {
+    match UPSTREAM.get_or_init(|| {
+        crate::log::init();
+        let r = load();
+        match &r {
+            Ok(u) => tracing::info!("upstream library: {}", u.path.display()),
+            Err(why) => tracing::warn!(
+                "no stock NCCL/RCCL library could be loaded ({why}); every call returns ncclSystemError. \
+                 Set RCCLX_UPSTREAM_LIB=/path/to/libnccl.so.2 (or librccl.so.1)"
+            ),
+        }
+        r
+    }) {
+        Ok(u) => Ok(u),
+        Err(_) => Err(ncclResult_t::SystemError),
+    }
+}
+
+/// Resolves one symbol; `None` if the library lacks it (older NCCL/RCCL).
+pub fn symbol<F: Copy>(lib: &libloading::Library, name: &str) -> Option<F> {
+    // SAFETY: the caller (the export table) gives `F` the C signature of `name` from the
+    // stock header; the pointer stays valid while `lib` lives, which is the whole process.
+    unsafe { lib.get::<F>(name.as_bytes()).ok().map(|s| *s) }
+}
+
+/// Logs once per name that the stock library lacks `name`; returns `ncclInvalidUsage`.
+pub fn missing_symbol(name: &'static str) -> ncclResult_t {
+    static SEEN: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
+    if SEEN.lock().get_or_insert_with(HashSet::new).insert(name) {
+        let path = UPSTREAM.get().and_then(|r| r.as_ref().ok()).map(|u| u.path.display().to_string());
+        tracing::warn!(
+            "{name}: not provided by the stock library {}; returning ncclInvalidUsage",
+            path.unwrap_or_default()
+        );
+    }
+    ncclResult_t::InvalidUsage
+}
+
+thread_local! {
+    /// How deep this thread is inside a call to the stock library.
+    static DEPTH: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Runs a call into the stock library with the re-entrancy guard raised.
+pub fn guarded<R>(call: impl FnOnce() -> R) -> R {
+    struct Lower;
+    impl Drop for Lower {
+        fn drop(&mut self) {
+            DEPTH.with(|d| d.set(d.get() - 1));
+        }
+    }
+    DEPTH.with(|d| d.set(d.get() + 1));
+    let _lower = Lower;
+    call()
+}
+
+/// One TRACE line per exported call; calls coming back from inside the stock library (it
+/// called one of its own exports, bound to rcclx by the dynamic linker) say so.
+pub fn trace_entry(name: &'static str) {
+    if DEPTH.with(|d| d.get() > 0) {
+        tracing::trace!("{name}: re-entered from the stock library, passed straight back");
+    } else {
+        tracing::trace!("{name}");
+    }
+}
+
+/// True when a hook must behave as a plain forward: the call comes from inside the stock
+/// library (it called one of its own exports and the dynamic linker bound it to rcclx), or
+/// `RCCLX_DISABLE=1`.
+pub fn pass_through() -> bool {
+    DEPTH.with(|d| d.get() > 0) || crate::config::get().disable
+}
+
+/// Error strings rcclx can give without the stock library (same wording as NCCL's).
+pub fn own_error_string(code: ncclResult_t) -> &'static CStr {
+    match code.0 {
+        0 => c"no error",
+        1 => c"unhandled cuda error (run with NCCL_DEBUG=INFO for details)",
+        2 => c"unhandled system error (run with NCCL_DEBUG=INFO for details)",
+        3 => c"internal error - please report this issue to the NCCL developers",
+        4 => c"invalid argument (run with NCCL_DEBUG=WARN for details)",
+        5 => c"invalid usage (run with NCCL_DEBUG=WARN for details)",
+        6 => c"remote process exited or there was a network error",
+        7 => c"NCCL operation in progress",
+        8 => c"timeout",
+        _ => c"unknown result code",
+    }
+}
+
+// ---- loading ----------------------------------------------------------------------------
+
+const STOCK_NAMES: &[&str] = &["librccl.so.1", "librccl.so", "libnccl.so.2", "libnccl.so"];
+
+fn load() -> Result<Upstream, String> {
+    let cfg = crate::config::get();
+    if let Some(path) = &cfg.upstream_lib {
+        return open_checked(Path::new(path)).map_err(|e| format!("RCCLX_UPSTREAM_LIB={path}: {e}"));
+    }
+    let mut tried = Vec::new();
+    for cand in candidates() {
+        match open_checked(&cand) {
+            Ok(u) => return Ok(u),
+            Err(e) => {
+                tracing::debug!("upstream candidate {}: {e}", cand.display());
+                tried.push(cand.display().to_string());
+            }
+        }
+    }
+    Err(format!("tried {}", tried.join(", ")))
+}
+
+/// Candidate paths, in search order (names without a slash go through the loader's search).
+fn candidates() -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = mapped_stock_libraries();
+    out.extend(STOCK_NAMES.iter().map(PathBuf::from));
+    for dir in ["/opt/rocm/lib"] {
+        out.extend(["librccl.so.1", "librccl.so"].iter().map(|n| Path::new(dir).join(n)));
+    }
+    out.extend(python_nccl_dirs().into_iter().map(|d| d.join("libnccl.so.2")));
+    out
+}
+
+/// Stock libraries the dynamic linker already mapped (e.g. PyTorch's `DT_NEEDED libnccl.so.2`).
+fn mapped_stock_libraries() -> Vec<PathBuf> {
+    unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
+        // SAFETY: dl_iterate_phdr passes a valid info for the duration of the callback, and
+        // `data` is the Vec we passed in below.
+        let (info, out) = unsafe { (&*info, &mut *(data as *mut Vec<PathBuf>)) };
+        if !info.dlpi_name.is_null() {
+            // SAFETY: dlpi_name is a NUL-terminated string owned by the loader.
+            let name = unsafe { CStr::from_ptr(info.dlpi_name) }.to_string_lossy();
+            let base = name.rsplit('/').next().unwrap_or("");
+            if base.starts_with("libnccl.so") || base.starts_with("librccl.so") {
+                out.push(PathBuf::from(name.as_ref()));
+            }
+        }
+        0
+    }
+    let mut out: Vec<PathBuf> = Vec::new();
+    // SAFETY: the callback only reads the loader's data and writes into `out`.
+    unsafe { libc::dl_iterate_phdr(Some(visit), &mut out as *mut Vec<PathBuf> as *mut c_void) };
+    out
+}
+
+/// `site-packages/nvidia/nccl/lib` of the active virtualenv / conda env / PYTHONPATH.
+fn python_nccl_dirs() -> Vec<PathBuf> {
+    let mut roots: Vec<PathBuf> = Vec::new();
+    for var in ["VIRTUAL_ENV", "CONDA_PREFIX"] {
+        if let Some(prefix) = std::env::var_os(var) {
+            let lib = Path::new(&prefix).join("lib");
+            if let Ok(rd) = std::fs::read_dir(&lib) {
+                for e in rd.flatten() {
+                    if e.file_name().to_string_lossy().starts_with("python") {
+                        roots.push(e.path().join("site-packages"));
+                    }
+                }
+            }
+        }
+    }
+    if let Some(pp) = std::env::var_os("PYTHONPATH") {
+        roots.extend(std::env::split_paths(&pp));
+    }
+    roots.into_iter().map(|r| r.join("nvidia/nccl/lib")).collect()
+}
+
+/// Opens `path` with DEEPBIND and rejects it if it is rcclx itself.
+fn open_checked(path: &Path) -> Result<Upstream, String> {
+    if let (Some(own), Ok(real)) = (own_path(), std::fs::canonicalize(path)) {
+        if real == own {
+            return Err("is rcclx itself".into());
+        }
+    }
+    let flags = libc::RTLD_NOW | libc::RTLD_LOCAL | libc::RTLD_DEEPBIND;
+    // SAFETY: loading a shared library runs its initialisers; the stock NCCL/RCCL libraries
+    // are designed to be dlopen'ed.
+    let lib = unsafe { libloading::os::unix::Library::open(Some(path), flags) }.map_err(|e| e.to_string())?;
+    let lib: libloading::Library = lib.into();
+    // SAFETY: only the address is looked at, never called.
+    if unsafe { lib.get::<*const c_void>(crate::abi::own::MARKER_SYMBOL) }.is_ok() {
+        return Err("is rcclx itself (exports the rcclx marker)".into());
+    }
+    let fns = UpstreamFns::resolve(&lib);
+    if fns.ncclGetVersion.is_none() {
+        return Err("does not export ncclGetVersion: not an NCCL/RCCL library".into());
+    }
+    let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    Ok(Upstream { path, fns, _lib: lib })
+}
+
+/// The file rcclx was loaded from (canonical), found through one of its own functions.
+pub fn own_path() -> Option<PathBuf> {
+    let mut info: libc::Dl_info = unsafe_zeroed_dl_info();
+    let addr = own_path as *const c_void;
+    // SAFETY: dladdr only writes into `info`; `addr` is a function of this object.
+    if unsafe { libc::dladdr(addr, &mut info) } == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dli_fname is a NUL-terminated string owned by the loader.
+    let name = unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned();
+    std::fs::canonicalize(name).ok()
+}
+
+fn unsafe_zeroed_dl_info() -> libc::Dl_info {
+    libc::Dl_info { dli_fname: std::ptr::null(), dli_fbase: std::ptr::null_mut(), dli_sname: std::ptr::null(), dli_saddr: std::ptr::null_mut() }
+}
+
+/// The upstream's `ncclGetVersion`, if available.
+pub fn version() -> Option<c_int> {
+    let f = get().ok()?.fns.ncclGetVersion?;
+    let mut v: c_int = 0;
+    // SAFETY: ncclGetVersion writes one int through a valid pointer.
+    let r = guarded(|| unsafe { f(&mut v) });
+    r.is_ok().then_some(v)
+}
+
+/// For log lines: a C string or "(null)".
+pub fn cstr_or_null(p: *const c_char) -> String {
+    if p.is_null() {
+        return "(null)".into();
+    }
+    // SAFETY: callers pass NUL-terminated strings from the C API.
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
