@@ -72,6 +72,12 @@ EOF
 chmod +x "$TOOLS/zigbin/lld.tmp"
 mv -f "$TOOLS/zigbin/lld.tmp" "$TOOLS/zigbin/lld"
 
+# Cargo only re-runs build.rs when a watched file changes; a new compiler is not one of them.
+# Bump the kernel TU's mtime (content unchanged) so the next cargo build picks the tools up.
+if [ "${#installed[@]}" -gt 0 ] && [ -f "$REPO/hip_kernels/rcclx_kernels.cu" ]; then
+  touch "$REPO/hip_kernels/rcclx_kernels.cu"
+fi
+
 # --- report ----------------------------------------------------------------------------------
 echo "install-toolchains: done (tools in $TOOLS)"
 for s in "${installed[@]+"${installed[@]}"}"; do echo "  installed: $s"; done

@@ -6,7 +6,5 @@
 #include "rcclx_port.h"
 
 #include "selftest.cuh"
-
-// Algorithm kernels are added here by their owners, one include line each:
-//   #include "dda.cuh"    (DDA flat/tree all-reduce etc.)
-//   #include "lowp.cuh"   (FP8 low-precision collectives)
+#include "dda.cuh"   // DDA flat/tree AllReduce
+// #include "lowp.cuh" (FP8 low-precision collectives) joins here.

@@ -13,6 +13,7 @@ pub mod config;
 pub mod dda;
 pub mod gpu;
 pub mod intercept;
+pub mod kernels;
 pub mod log;
 pub mod types;
 pub mod upstream;

@@ -84,12 +84,12 @@ pub unsafe fn ncclCommFinalize(comm: ncclComm_t) -> ncclResult_t {
 }
 
 pub unsafe fn ncclCommDestroy(comm: ncclComm_t) -> ncclResult_t {
-    lifecycle::destroyed(comm);
+    lifecycle::destroyed(comm, false);
     forward!(ncclCommDestroy(comm))
 }
 
 pub unsafe fn ncclCommAbort(comm: ncclComm_t) -> ncclResult_t {
-    lifecycle::destroyed(comm);
+    lifecycle::destroyed(comm, true);
     forward!(ncclCommAbort(comm))
 }
 

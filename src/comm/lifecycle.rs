@@ -44,9 +44,12 @@ pub fn group_end(result: ncclResult_t) {
     });
     if outermost {
         let pending = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
-        if !pending.is_empty() && result == ncclResult_t::Success {
-            let comms: Vec<ncclComm_t> = pending.into_iter().map(|c| c as ncclComm_t).collect();
-            setup(&comms);
+        let comms: Vec<ncclComm_t> = pending.into_iter().map(|c| c as ncclComm_t).collect();
+        match result {
+            ncclResult_t::Success if !comms.is_empty() => setup(&comms),
+            // Non-blocking communicators created in the group: set up once reported ready.
+            ncclResult_t::InProgress => comms.iter().filter_map(|&c| super::lookup(c)).for_each(|s| s.set_in_progress()),
+            _ => {}
         }
     }
 }
@@ -80,9 +83,15 @@ pub fn complete(comm: ncclComm_t) {
     }
 }
 
-/// Before the upstream destroy/abort: drop rcclx's state (and with it its GPU resources).
-pub fn destroyed(comm: ncclComm_t) {
-    super::remove(comm);
+/// Before the upstream destroy/abort: drop rcclx's state (and with it its GPU resources;
+/// freeing waits for kernels in flight). On abort, kernels still waiting for a peer are told
+/// to stop first, so the abort returns promptly.
+pub fn destroyed(comm: ncclComm_t, abort: bool) {
+    if let Some(s) = super::remove(comm) {
+        if let (true, Some(setup)) = (abort, s.setup()) {
+            setup.request_abort();
+        }
+    }
 }
 
 /// Collective setup of `comms` (all owned by this thread). Failures leave a communicator

@@ -44,8 +44,17 @@ impl State {
         let _ = self.async_error.compare_exchange(0, code.0, Relaxed, Relaxed);
     }
 
+    /// The first late error: one recorded on the host, else one a kernel wrote (timeout).
     pub fn async_error(&self) -> ncclResult_t {
-        ncclResult_t(self.async_error.load(Relaxed))
+        let own = ncclResult_t(self.async_error.load(Relaxed));
+        if !own.is_ok() {
+            return own;
+        }
+        self.setup().map_or(ncclResult_t::Success, |s| s.kernel_error())
+    }
+
+    pub fn set_in_progress(&self) {
+        self.in_progress.store(true, Relaxed);
     }
 
     /// True once: the first time a non-blocking communicator is seen complete.

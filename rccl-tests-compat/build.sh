@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Build the rccl-tests-compat binaries into rccl-tests-compat/build/ (no GPU needed):
+#   all_reduce_perf all_gather_perf reduce_scatter_perf alltoall_perf  (one program, 4 names)
+#   rcclx_check
+# CUDA runtime linked statically, sm_90 code, NCCL loaded at run time with dlopen (not linked).
+#
+# Environment:
+#   NVCC          nvcc to use (else .tools/cuda/nvidia/cu13/bin/nvcc, else
+#                 /tmp/tools/cuda/nvidia/cu13/bin/nvcc, else nvcc on PATH)
+#   NCCL_INCLUDE  folder holding nccl.h (else the nvidia-nccl-cu13==2.28.9 wheel is downloaded
+#                 with pip and extracted into build/nccl-2.28.9/)
+#   GENCODE       nvcc -gencode flags (default: arch=compute_90,code=sm_90)
+#   EXTRA_FLAGS   more nvcc flags (e.g. -g -lineinfo)
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$HERE/.." && pwd)"
+BUILD="$HERE/build"
+mkdir -p "$BUILD"
+
+if [ -z "${NVCC:-}" ]; then
+  for c in "$REPO/.tools/cuda/nvidia/cu13/bin/nvcc" /tmp/tools/cuda/nvidia/cu13/bin/nvcc; do
+    if [ -x "$c" ]; then NVCC="$c"; break; fi
+  done
+fi
+NVCC="${NVCC:-$(command -v nvcc || true)}"
+if [ -z "$NVCC" ] || [ ! -x "$NVCC" ]; then
+  echo "build.sh: nvcc not found: set NVCC or run ci/install-toolchains.sh" >&2
+  exit 1
+fi
+CUDA_ROOT="$(cd "$(dirname "$NVCC")/.." && pwd)"
+CUDART_DIR=""
+for d in "$CUDA_ROOT/lib" "$CUDA_ROOT/lib64" "$CUDA_ROOT/targets/x86_64-linux/lib"; do
+  if [ -f "$d/libcudart_static.a" ]; then CUDART_DIR="$d"; break; fi
+done
+if [ -z "$CUDART_DIR" ]; then
+  echo "build.sh: libcudart_static.a not found under $CUDA_ROOT" >&2
+  exit 1
+fi
+
+if [ -z "${NCCL_INCLUDE:-}" ]; then
+  NCCL_INCLUDE="$BUILD/nccl-2.28.9/nvidia/nccl/include"
+  if [ ! -f "$NCCL_INCLUDE/nccl.h" ]; then
+    echo "build.sh: fetching nccl.h from the nvidia-nccl-cu13==2.28.9 wheel"
+    rm -rf "$BUILD/whl"
+    python3 -m pip download --disable-pip-version-check --no-deps --only-binary=:all: \
+      --dest "$BUILD/whl" nvidia-nccl-cu13==2.28.9
+    python3 - "$BUILD/whl" "$BUILD/nccl-2.28.9" <<'EOF'
+import glob, sys, zipfile
+whl = glob.glob(sys.argv[1] + "/nvidia_nccl_cu13-2.28.9-*.whl")[0]
+with zipfile.ZipFile(whl) as z:
+    z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("nvidia/nccl/")])
+EOF
+    rm -rf "$BUILD/whl"
+  fi
+fi
+if [ ! -f "$NCCL_INCLUDE/nccl.h" ]; then
+  echo "build.sh: $NCCL_INCLUDE/nccl.h not found" >&2
+  exit 1
+fi
+
+GENCODE="${GENCODE:--gencode arch=compute_90,code=sm_90}"
+# shellcheck disable=SC2206
+FLAGS=(-std=c++17 -O2 $GENCODE -I"$NCCL_INCLUDE" -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings
+       ${EXTRA_FLAGS:-})
+echo "build.sh: $NVCC ($("$NVCC" --version | tail -n 2 | head -n 1)), nccl.h from $NCCL_INCLUDE"
+
+SRC="$HERE/src"
+OBJ="$BUILD/obj"
+mkdir -p "$OBJ"
+pids=()
+for f in common perf check; do
+  "$NVCC" "${FLAGS[@]}" -c "$SRC/$f.cu" -o "$OBJ/$f.o" &
+  pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p"; done
+
+LINK=(-cudart static -L"$CUDART_DIR" -lpthread -ldl -lrt)
+"$NVCC" $GENCODE "$OBJ/perf.o" "$OBJ/common.o" -o "$BUILD/all_reduce_perf" "${LINK[@]}"
+for n in all_gather_perf reduce_scatter_perf alltoall_perf; do
+  cp -f "$BUILD/all_reduce_perf" "$BUILD/$n"
+done
+"$NVCC" $GENCODE "$OBJ/check.o" "$OBJ/common.o" -o "$BUILD/rcclx_check" "${LINK[@]}"
+echo "build.sh: built $(cd "$BUILD" && ls all_reduce_perf all_gather_perf reduce_scatter_perf alltoall_perf rcclx_check | tr '\n' ' ')in $BUILD"

@@ -1,0 +1,636 @@
+//! The HIP backend: `libamdhip64.so` (ROCm 5, 6 and 7), see the module doc of [`crate::gpu`].
+//!
+//! Device properties come from `hipGetDevicePropertiesR0600` (ROCm 6+) or, on ROCm 5, from
+//! `hipGetDevicePropertiesR0000` / `hipGetDeviceProperties`, read at fixed byte offsets (see
+//! [`R0600`] and [`R0000`]) rather than through a transcription of the whole struct.
+
+use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
+
+use super::{Backend, CaptureStatus, DeviceInfo, Error, IpcHandle, MemKind, c_buf_to_string};
+
+type HipError = c_int;
+/// `hipModule_t`, `hipFunction_t`, `hipStream_t`, `hipEvent_t`: opaque pointers.
+type Handle = *mut c_void;
+
+const HIP_SUCCESS: HipError = 0;
+const HIP_ERROR_NO_DEVICE: HipError = 100;
+const HIP_ERROR_INVALID_DEVICE: HipError = 101;
+const HIP_ERROR_NOT_READY: HipError = 600;
+const HIP_ERROR_PEER_ACCESS_ALREADY_ENABLED: HipError = 704;
+
+const HIP_HOST_MALLOC_PORTABLE: c_uint = 0x1;
+const HIP_HOST_MALLOC_MAPPED: c_uint = 0x2;
+/// Fine-grained (coherent) host memory: the host sees kernel writes while the kernel runs.
+const HIP_HOST_MALLOC_COHERENT: c_uint = 0x4000_0000;
+const HIP_DEVICE_MALLOC_UNCACHED: c_uint = 0x3;
+const HIP_IPC_MEM_LAZY_ENABLE_PEER_ACCESS: c_uint = 0x1;
+const HIP_STREAM_NON_BLOCKING: c_uint = 0x1;
+const HIP_EVENT_DISABLE_TIMING: c_uint = 0x2;
+const HIP_MEMCPY_HOST_TO_DEVICE: c_int = 1;
+const HIP_MEMCPY_DEVICE_TO_HOST: c_int = 2;
+const HIP_MEMCPY_DEFAULT: c_int = 4;
+const HIP_STREAM_CAPTURE_STATUS_NONE: c_int = 0;
+const HIP_STREAM_CAPTURE_STATUS_ACTIVE: c_int = 1;
+
+entry_points! {
+    /// The HIP entry points rcclx uses (signatures from `hip/hip_runtime_api.h`).
+    struct Api;
+    required {
+        hipInit = "hipInit": fn(c_uint) -> HipError;
+        hipDriverGetVersion = "hipDriverGetVersion": fn(*mut c_int) -> HipError;
+        hipGetErrorName = "hipGetErrorName": fn(HipError) -> *const c_char;
+        hipGetErrorString = "hipGetErrorString": fn(HipError) -> *const c_char;
+        hipGetLastError = "hipGetLastError": fn() -> HipError;
+        hipGetDeviceCount = "hipGetDeviceCount": fn(*mut c_int) -> HipError;
+        hipSetDevice = "hipSetDevice": fn(c_int) -> HipError;
+        hipGetDevice = "hipGetDevice": fn(*mut c_int) -> HipError;
+        hipDeviceGetPCIBusId = "hipDeviceGetPCIBusId": fn(*mut c_char, c_int, c_int) -> HipError;
+        hipDeviceCanAccessPeer = "hipDeviceCanAccessPeer": fn(*mut c_int, c_int, c_int) -> HipError;
+        hipDeviceEnablePeerAccess = "hipDeviceEnablePeerAccess": fn(c_int, c_uint) -> HipError;
+        hipMalloc = "hipMalloc": fn(*mut *mut c_void, usize) -> HipError;
+        hipFree = "hipFree": fn(*mut c_void) -> HipError;
+        hipHostMalloc = "hipHostMalloc": fn(*mut *mut c_void, usize, c_uint) -> HipError;
+        hipHostGetDevicePointer = "hipHostGetDevicePointer":
+            fn(*mut *mut c_void, *mut c_void, c_uint) -> HipError;
+        hipHostFree = "hipHostFree": fn(*mut c_void) -> HipError;
+        hipMemsetAsync = "hipMemsetAsync": fn(*mut c_void, c_int, usize, Handle) -> HipError;
+        hipMemcpyAsync = "hipMemcpyAsync":
+            fn(*mut c_void, *const c_void, usize, c_int, Handle) -> HipError;
+        hipMemcpy = "hipMemcpy": fn(*mut c_void, *const c_void, usize, c_int) -> HipError;
+        hipIpcGetMemHandle = "hipIpcGetMemHandle": fn(*mut IpcHandle, *mut c_void) -> HipError;
+        hipIpcOpenMemHandle = "hipIpcOpenMemHandle":
+            fn(*mut *mut c_void, IpcHandle, c_uint) -> HipError;
+        hipIpcCloseMemHandle = "hipIpcCloseMemHandle": fn(*mut c_void) -> HipError;
+        hipModuleLoadData = "hipModuleLoadData": fn(*mut Handle, *const c_void) -> HipError;
+        hipModuleGetFunction = "hipModuleGetFunction":
+            fn(*mut Handle, Handle, *const c_char) -> HipError;
+        hipModuleLaunchKernel = "hipModuleLaunchKernel": fn(
+            Handle, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, Handle,
+            *mut *mut c_void, *mut *mut c_void,
+        ) -> HipError;
+        hipStreamCreateWithFlags = "hipStreamCreateWithFlags": fn(*mut Handle, c_uint) -> HipError;
+        hipStreamDestroy = "hipStreamDestroy": fn(Handle) -> HipError;
+        hipStreamSynchronize = "hipStreamSynchronize": fn(Handle) -> HipError;
+        hipStreamQuery = "hipStreamQuery": fn(Handle) -> HipError;
+        hipStreamIsCapturing = "hipStreamIsCapturing": fn(Handle, *mut c_int) -> HipError;
+        hipStreamWaitEvent = "hipStreamWaitEvent": fn(Handle, Handle, c_uint) -> HipError;
+        hipEventCreateWithFlags = "hipEventCreateWithFlags": fn(*mut Handle, c_uint) -> HipError;
+        hipEventRecord = "hipEventRecord": fn(Handle, Handle) -> HipError;
+        hipEventSynchronize = "hipEventSynchronize": fn(Handle) -> HipError;
+        hipEventDestroy = "hipEventDestroy": fn(Handle) -> HipError;
+    }
+    optional {
+        hipExtMallocWithFlags = "hipExtMallocWithFlags":
+            fn(*mut *mut c_void, usize, c_uint) -> HipError;
+        // The property struct is written through an untyped pointer: see `PropsLayout`.
+        hipGetDevicePropertiesR0600 = "hipGetDevicePropertiesR0600":
+            fn(*mut c_void, c_int) -> HipError;
+        hipGetDevicePropertiesR0000 = "hipGetDevicePropertiesR0000":
+            fn(*mut c_void, c_int) -> HipError;
+        hipGetDeviceProperties = "hipGetDeviceProperties": fn(*mut c_void, c_int) -> HipError;
+    }
+}
+
+/// Byte offsets of the fields rcclx reads in a `hipDeviceProp_t` (x86-64, LP64).
+struct PropsLayout {
+    call: &'static str,
+    major: usize,
+    minor: usize,
+    multiprocessor_count: usize,
+    gcn_arch_name: usize,
+}
+
+/// `hipDeviceProp_tR0600` (ROCm 6.0 and later; `sizeof` = 1472). Source: the struct
+/// `hipDeviceProp_t` (`#define hipDeviceProp_t hipDeviceProp_tR0600`) in `include/hip/
+/// hip_runtime_api.h` of ROCm/rocm-systems (the HIP headers formerly in ROCm/HIP and ROCm/clr):
+/// `char name[256]` at 0, then uuid (16), luid (8), ..., `int major` at 360, `int minor` at 364,
+/// `int multiProcessorCount` at 388, ..., `int reserved[63]`, `int hipReserved[32]`, then the
+/// HIP-only members starting with `char gcnArchName[256]` at **1160**. Offsets computed with
+/// `offsetof` on a transcription of that struct (gcc, x86-64), and they agree with LLVM's
+/// `clang/tools/amdgpu-arch/AMDGPUArchByHIP.cpp`, which declares the R0600 layout as
+/// `char padding[1160]; char gcnArchName[256];`.
+const R0600: PropsLayout = PropsLayout {
+    call: "hipGetDevicePropertiesR0600",
+    major: 360,
+    minor: 364,
+    multiprocessor_count: 388,
+    gcn_arch_name: 1160,
+};
+
+/// The pre-6.0 `hipDeviceProp_t` (ROCm 5's `hipGetDeviceProperties`, ROCm 6's
+/// `hipGetDevicePropertiesR0000`): `char name[256]`, `size_t totalGlobalMem` at 256, ...,
+/// `int major` at 328, `int minor` at 332, `int multiProcessorCount` at 336, ..., `int gcnArch`,
+/// `char gcnArchName[256]` at **396**. Source: the same header before ROCm 6 (ROCm/HIP), offsets
+/// computed the same way; LLVM's amdgpu-arch declares `char padding[396]` for it.
+const R0000: PropsLayout = PropsLayout {
+    call: "hipGetDevicePropertiesR0000",
+    major: 328,
+    minor: 332,
+    multiprocessor_count: 336,
+    gcn_arch_name: 396,
+};
+
+/// Room for any version of the property struct (R0600 is 1472 bytes, R0000 about 1.3 KiB),
+/// with headroom for growth.
+#[repr(C, align(16))]
+struct PropsBuffer([u8; 4096]);
+
+const LIBRARY_NAMES: [&str; 4] = [
+    "libamdhip64.so",
+    "libamdhip64.so.7",
+    "libamdhip64.so.6",
+    "libamdhip64.so.5",
+];
+
+pub(crate) struct Hip {
+    api: Api,
+    library: String,
+    version: i32,
+    /// Keeps the library's handle; it is opened with RTLD_NODELETE and never unmapped.
+    _lib: libloading::Library,
+}
+
+impl Hip {
+    /// Opens `libamdhip64` (plain names, then `$ROCM_PATH/lib`, then `/opt/rocm/lib`), resolves
+    /// the entry points and runs `hipInit`.
+    pub(crate) fn load() -> Result<Hip, Error> {
+        let mut dirs = vec![String::new()];
+        if let Ok(root) = std::env::var("ROCM_PATH")
+            && !root.is_empty()
+        {
+            dirs.push(format!("{}/lib/", root.trim_end_matches('/')));
+        }
+        dirs.push("/opt/rocm/lib/".to_string());
+        let candidates: Vec<String> = dirs
+            .iter()
+            .flat_map(|dir| LIBRARY_NAMES.iter().map(move |name| format!("{dir}{name}")))
+            .collect();
+        let (lib, library) = super::open_library(&candidates).map_err(Error::NoRuntime)?;
+        // SAFETY: `lib` is libamdhip64 and the list transcribes its header; never unmapped.
+        let api =
+            unsafe { Api::load(&lib) }.map_err(|e| Error::NoRuntime(format!("{library} ({e})")))?;
+        let mut hip = Hip {
+            api,
+            library,
+            version: 0,
+            _lib: lib,
+        };
+        // SAFETY: hipInit has no preconditions; flags must be 0.
+        match unsafe { (hip.api.hipInit)(0) } {
+            HIP_SUCCESS => {}
+            // Without /dev/kfd the runtime reports either code.
+            HIP_ERROR_NO_DEVICE | HIP_ERROR_INVALID_DEVICE => return Err(Error::NoDevice),
+            code => {
+                let err = hip.error("hipInit", code);
+                return Err(Error::NoRuntime(format!("{} ({err})", hip.library)));
+            }
+        }
+        let mut version = 0;
+        // SAFETY: out-pointer to a local.
+        hip.check("hipDriverGetVersion", unsafe {
+            (hip.api.hipDriverGetVersion)(&mut version)
+        })?;
+        hip.version = version;
+        Ok(hip)
+    }
+
+    fn check(&self, call: &'static str, code: HipError) -> Result<(), Error> {
+        if code == HIP_SUCCESS {
+            Ok(())
+        } else {
+            Err(self.error(call, code))
+        }
+    }
+
+    /// Fills `buf` with the device's property struct; returns the layout it has.
+    fn properties(
+        &self,
+        device: i32,
+        buf: &mut PropsBuffer,
+    ) -> Result<&'static PropsLayout, Error> {
+        let attempts = [
+            (self.api.hipGetDevicePropertiesR0600, &R0600),
+            (self.api.hipGetDevicePropertiesR0000, &R0000),
+            (self.api.hipGetDeviceProperties, &R0000),
+        ];
+        for (func, layout) in attempts {
+            let Some(func) = func else { continue };
+            // SAFETY: `buf` is larger than any version of the struct and suitably aligned.
+            self.check(layout.call, unsafe {
+                func(buf.0.as_mut_ptr().cast(), device)
+            })?;
+            return Ok(layout);
+        }
+        Err(Error::Unsupported {
+            call: "hipGetDeviceProperties",
+            runtime: "hip",
+        })
+    }
+}
+
+fn read_i32(buf: &[u8], offset: usize) -> i32 {
+    let mut bytes = [0u8; 4];
+    bytes.copy_from_slice(&buf[offset..offset + 4]);
+    i32::from_ne_bytes(bytes)
+}
+
+impl Backend for Hip {
+    fn library(&self) -> &str {
+        &self.library
+    }
+    fn driver_version(&self) -> i32 {
+        self.version
+    }
+
+    fn error(&self, call: &'static str, code: i32) -> Error {
+        let text = |f: unsafe extern "C" fn(HipError) -> *const c_char| {
+            // SAFETY: both functions accept any code and return a static string (or null).
+            let p = unsafe { f(code) };
+            if p.is_null() {
+                "unknown".to_string()
+            } else {
+                // SAFETY: a non-null result is a static NUL-terminated string owned by HIP.
+                unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+            }
+        };
+        let message = format!(
+            "{}: {}",
+            text(self.api.hipGetErrorName),
+            text(self.api.hipGetErrorString)
+        );
+        Error::Runtime {
+            call,
+            detail: String::new(),
+            runtime: "hip",
+            code,
+            message,
+        }
+    }
+
+    fn device_count(&self) -> Result<i32, Error> {
+        let mut n = 0;
+        // SAFETY: out-pointer to a local.
+        match unsafe { (self.api.hipGetDeviceCount)(&mut n) } {
+            HIP_SUCCESS => Ok(n),
+            HIP_ERROR_NO_DEVICE => Ok(0),
+            code => Err(self.error("hipGetDeviceCount", code)),
+        }
+    }
+
+    fn set_device(&self, device: i32) -> Result<(), Error> {
+        // SAFETY: plain value argument.
+        self.check("hipSetDevice", unsafe { (self.api.hipSetDevice)(device) })
+    }
+
+    fn current_device(&self) -> Result<i32, Error> {
+        let mut dev = 0;
+        // SAFETY: out-pointer to a local.
+        self.check("hipGetDevice", unsafe { (self.api.hipGetDevice)(&mut dev) })?;
+        Ok(dev)
+    }
+
+    fn save_current(&self) -> Result<usize, Error> {
+        Ok(usize::try_from(self.current_device()?).unwrap_or(0))
+    }
+
+    fn restore_current(&self, saved: usize) -> Result<(), Error> {
+        self.set_device(i32::try_from(saved).unwrap_or(0))
+    }
+
+    fn device_info(&self, device: i32) -> Result<DeviceInfo, Error> {
+        let mut props = Box::new(PropsBuffer([0; 4096]));
+        let layout = self.properties(device, &mut props)?;
+        let p = &props.0;
+        let mut bus = [0u8; 64];
+        // SAFETY: the buffer holds 64 bytes, as passed.
+        let rc = unsafe { (self.api.hipDeviceGetPCIBusId)(bus.as_mut_ptr().cast(), 64, device) };
+        self.check("hipDeviceGetPCIBusId", rc)?;
+        let (major, minor) = (read_i32(p, layout.major), read_i32(p, layout.minor));
+        let arch = c_buf_to_string(&p[layout.gcn_arch_name..layout.gcn_arch_name + 256]);
+        Ok(DeviceInfo {
+            ordinal: device,
+            name: c_buf_to_string(&p[..256]),
+            arch,
+            compute_capability: (major, minor),
+            multiprocessors: u32::try_from(read_i32(p, layout.multiprocessor_count)).unwrap_or(0),
+            pci_bus_id: c_buf_to_string(&bus).to_ascii_lowercase(),
+        })
+    }
+
+    fn can_access_peer(&self, device: i32, peer: i32) -> Result<bool, Error> {
+        let mut can = 0;
+        // SAFETY: out-pointer to a local.
+        self.check("hipDeviceCanAccessPeer", unsafe {
+            (self.api.hipDeviceCanAccessPeer)(&mut can, device, peer)
+        })?;
+        Ok(can != 0)
+    }
+
+    fn enable_peer_access(&self, peer: i32) -> Result<(), Error> {
+        // SAFETY: plain value arguments; flags must be 0.
+        match unsafe { (self.api.hipDeviceEnablePeerAccess)(peer, 0) } {
+            HIP_SUCCESS => Ok(()),
+            HIP_ERROR_PEER_ACCESS_ALREADY_ENABLED => {
+                // HIP keeps the code as the thread's last error: clear it so the application's
+                // next hipGetLastError does not report it.
+                // SAFETY: no arguments.
+                let _ = unsafe { (self.api.hipGetLastError)() };
+                Ok(())
+            }
+            code => Err(self.error("hipDeviceEnablePeerAccess", code)),
+        }
+    }
+
+    fn mem_alloc(&self, bytes: usize, kind: MemKind) -> Result<u64, Error> {
+        let mut ptr: *mut c_void = std::ptr::null_mut();
+        match kind {
+            MemKind::Normal => {
+                // SAFETY: out-pointer to a local.
+                self.check("hipMalloc", unsafe {
+                    (self.api.hipMalloc)(&mut ptr, bytes)
+                })?;
+            }
+            MemKind::Uncached => {
+                let alloc = self.api.hipExtMallocWithFlags.ok_or(Error::Unsupported {
+                    call: "hipExtMallocWithFlags",
+                    runtime: "hip",
+                })?;
+                // SAFETY: out-pointer to a local; the flag is a documented allocation flag.
+                self.check("hipExtMallocWithFlags", unsafe {
+                    alloc(&mut ptr, bytes, HIP_DEVICE_MALLOC_UNCACHED)
+                })?;
+            }
+        }
+        Ok(ptr as u64)
+    }
+
+    unsafe fn mem_free(&self, ptr: u64) -> Result<(), Error> {
+        // SAFETY: the caller passes a pointer from hipMalloc/hipExtMallocWithFlags, no longer used.
+        self.check("hipFree", unsafe { (self.api.hipFree)(ptr as *mut c_void) })
+    }
+
+    fn host_alloc_mapped(&self, bytes: usize) -> Result<(*mut u8, u64), Error> {
+        let mut host: *mut c_void = std::ptr::null_mut();
+        let flags = HIP_HOST_MALLOC_MAPPED | HIP_HOST_MALLOC_PORTABLE | HIP_HOST_MALLOC_COHERENT;
+        // SAFETY: out-pointer to a local.
+        self.check("hipHostMalloc", unsafe {
+            (self.api.hipHostMalloc)(&mut host, bytes, flags)
+        })?;
+        let mut dev: *mut c_void = std::ptr::null_mut();
+        // SAFETY: `host` was allocated mapped just above; flags must be 0.
+        let rc = unsafe { (self.api.hipHostGetDevicePointer)(&mut dev, host, 0) };
+        if let Err(e) = self.check("hipHostGetDevicePointer", rc) {
+            // SAFETY: `host` came from hipHostMalloc and is not used elsewhere.
+            let _ = unsafe { (self.api.hipHostFree)(host) };
+            return Err(e);
+        }
+        Ok((host.cast(), dev as u64))
+    }
+
+    unsafe fn host_free(&self, ptr: *mut u8) -> Result<(), Error> {
+        // SAFETY: the caller passes a pointer from hipHostMalloc that is no longer used.
+        self.check("hipHostFree", unsafe { (self.api.hipHostFree)(ptr.cast()) })
+    }
+
+    unsafe fn memset_async(
+        &self,
+        dst: u64,
+        value: u8,
+        bytes: usize,
+        stream: *mut c_void,
+    ) -> Result<(), Error> {
+        // SAFETY: the caller guarantees the range and the stream.
+        let rc = unsafe {
+            (self.api.hipMemsetAsync)(dst as *mut c_void, c_int::from(value), bytes, stream)
+        };
+        self.check("hipMemsetAsync", rc)
+    }
+
+    unsafe fn memcpy_async(
+        &self,
+        dst: u64,
+        src: u64,
+        bytes: usize,
+        stream: *mut c_void,
+    ) -> Result<(), Error> {
+        // SAFETY: the caller guarantees both ranges and the stream; hipMemcpyDefault infers the
+        // direction from the (unified) addresses.
+        let rc = unsafe {
+            (self.api.hipMemcpyAsync)(
+                dst as *mut c_void,
+                src as *const c_void,
+                bytes,
+                HIP_MEMCPY_DEFAULT,
+                stream,
+            )
+        };
+        self.check("hipMemcpyAsync", rc)
+    }
+
+    unsafe fn memcpy_htod(&self, dst: u64, src: *const u8, bytes: usize) -> Result<(), Error> {
+        // SAFETY: the caller guarantees both ranges.
+        let rc = unsafe {
+            (self.api.hipMemcpy)(
+                dst as *mut c_void,
+                src.cast(),
+                bytes,
+                HIP_MEMCPY_HOST_TO_DEVICE,
+            )
+        };
+        self.check("hipMemcpy", rc)
+    }
+
+    unsafe fn memcpy_dtoh(&self, dst: *mut u8, src: u64, bytes: usize) -> Result<(), Error> {
+        // SAFETY: the caller guarantees both ranges.
+        let rc = unsafe {
+            (self.api.hipMemcpy)(
+                dst.cast(),
+                src as *const c_void,
+                bytes,
+                HIP_MEMCPY_DEVICE_TO_HOST,
+            )
+        };
+        self.check("hipMemcpy", rc)
+    }
+
+    fn ipc_get_handle(&self, ptr: u64) -> Result<IpcHandle, Error> {
+        let mut handle = IpcHandle([0; 64]);
+        // SAFETY: out-pointer to a local of the handle's 64-byte C layout; HIP validates `ptr`.
+        self.check("hipIpcGetMemHandle", unsafe {
+            (self.api.hipIpcGetMemHandle)(&mut handle, ptr as *mut c_void)
+        })?;
+        Ok(handle)
+    }
+
+    fn ipc_open(&self, handle: &IpcHandle) -> Result<u64, Error> {
+        let mut ptr: *mut c_void = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; the handle is passed by value with its C layout.
+        let rc = unsafe {
+            (self.api.hipIpcOpenMemHandle)(&mut ptr, *handle, HIP_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
+        };
+        self.check("hipIpcOpenMemHandle", rc)?;
+        Ok(ptr as u64)
+    }
+
+    unsafe fn ipc_close(&self, ptr: u64) -> Result<(), Error> {
+        // SAFETY: the caller passes a pointer from hipIpcOpenMemHandle that is no longer used.
+        self.check("hipIpcCloseMemHandle", unsafe {
+            (self.api.hipIpcCloseMemHandle)(ptr as *mut c_void)
+        })
+    }
+
+    unsafe fn module_load(&self, image: *const u8) -> Result<*mut c_void, Error> {
+        let mut module: Handle = std::ptr::null_mut();
+        // SAFETY: the caller guarantees a complete code object at `image`.
+        self.check("hipModuleLoadData", unsafe {
+            (self.api.hipModuleLoadData)(&mut module, image.cast())
+        })?;
+        Ok(module)
+    }
+
+    fn module_function(&self, module: *mut c_void, name: &CStr) -> Result<*mut c_void, Error> {
+        let mut func: Handle = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; `module` is a loaded module; `name` is NUL-terminated.
+        let rc = unsafe { (self.api.hipModuleGetFunction)(&mut func, module, name.as_ptr()) };
+        self.check("hipModuleGetFunction", rc)?;
+        Ok(func)
+    }
+
+    unsafe fn launch(
+        &self,
+        func: *mut c_void,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        shared_bytes: u32,
+        stream: *mut c_void,
+        args: *mut *mut c_void,
+    ) -> Result<(), Error> {
+        // SAFETY: the caller guarantees that `args` matches the kernel's parameters. The grid is
+        // given in blocks, as for cuLaunchKernel.
+        let rc = unsafe {
+            (self.api.hipModuleLaunchKernel)(
+                func,
+                grid.0,
+                grid.1,
+                grid.2,
+                block.0,
+                block.1,
+                block.2,
+                shared_bytes,
+                stream,
+                args,
+                std::ptr::null_mut(),
+            )
+        };
+        self.check("hipModuleLaunchKernel", rc)
+    }
+
+    fn stream_create(&self) -> Result<*mut c_void, Error> {
+        let mut stream: Handle = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local.
+        let rc =
+            unsafe { (self.api.hipStreamCreateWithFlags)(&mut stream, HIP_STREAM_NON_BLOCKING) };
+        self.check("hipStreamCreateWithFlags", rc)?;
+        Ok(stream)
+    }
+
+    unsafe fn stream_destroy(&self, stream: *mut c_void) -> Result<(), Error> {
+        // SAFETY: the caller passes a stream it created and no longer uses.
+        self.check("hipStreamDestroy", unsafe {
+            (self.api.hipStreamDestroy)(stream)
+        })
+    }
+
+    fn stream_synchronize(&self, stream: *mut c_void) -> Result<(), Error> {
+        // SAFETY: `stream` is a valid stream (see `Stream::from_raw`).
+        self.check("hipStreamSynchronize", unsafe {
+            (self.api.hipStreamSynchronize)(stream)
+        })
+    }
+
+    fn stream_query(&self, stream: *mut c_void) -> Result<bool, Error> {
+        // SAFETY: `stream` is a valid stream.
+        match unsafe { (self.api.hipStreamQuery)(stream) } {
+            HIP_SUCCESS => Ok(true),
+            HIP_ERROR_NOT_READY => Ok(false),
+            code => Err(self.error("hipStreamQuery", code)),
+        }
+    }
+
+    fn stream_capture_status(&self, stream: *mut c_void) -> Result<CaptureStatus, Error> {
+        let mut status = 0;
+        // SAFETY: out-pointer to a local; `stream` is a valid stream.
+        self.check("hipStreamIsCapturing", unsafe {
+            (self.api.hipStreamIsCapturing)(stream, &mut status)
+        })?;
+        Ok(match status {
+            HIP_STREAM_CAPTURE_STATUS_NONE => CaptureStatus::None,
+            HIP_STREAM_CAPTURE_STATUS_ACTIVE => CaptureStatus::Active,
+            _ => CaptureStatus::Invalidated,
+        })
+    }
+
+    fn stream_wait_event(&self, stream: *mut c_void, event: *mut c_void) -> Result<(), Error> {
+        // SAFETY: both handles are valid; flags must be 0.
+        self.check("hipStreamWaitEvent", unsafe {
+            (self.api.hipStreamWaitEvent)(stream, event, 0)
+        })
+    }
+
+    fn event_create(&self) -> Result<*mut c_void, Error> {
+        let mut event: Handle = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local.
+        let rc =
+            unsafe { (self.api.hipEventCreateWithFlags)(&mut event, HIP_EVENT_DISABLE_TIMING) };
+        self.check("hipEventCreateWithFlags", rc)?;
+        Ok(event)
+    }
+
+    fn event_record(&self, event: *mut c_void, stream: *mut c_void) -> Result<(), Error> {
+        // SAFETY: both handles are valid.
+        self.check("hipEventRecord", unsafe {
+            (self.api.hipEventRecord)(event, stream)
+        })
+    }
+
+    fn event_synchronize(&self, event: *mut c_void) -> Result<(), Error> {
+        // SAFETY: `event` is valid.
+        self.check("hipEventSynchronize", unsafe {
+            (self.api.hipEventSynchronize)(event)
+        })
+    }
+
+    unsafe fn event_destroy(&self, event: *mut c_void) -> Result<(), Error> {
+        // SAFETY: the caller passes an event it created and no longer uses.
+        self.check("hipEventDestroy", unsafe {
+            (self.api.hipEventDestroy)(event)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn property_offsets_fit_the_buffer() {
+        for layout in [&R0600, &R0000] {
+            assert!(layout.gcn_arch_name + 256 <= std::mem::size_of::<PropsBuffer>());
+            assert!(layout.major < layout.minor && layout.minor < layout.multiprocessor_count);
+        }
+        // R0600: 1472-byte struct, the arch name right after 95 reserved ints.
+        assert_eq!(R0600.gcn_arch_name, 1160);
+        assert_eq!(R0000.gcn_arch_name, 396);
+    }
+
+    #[test]
+    fn reads_fields_at_offsets() {
+        let mut buf = [0u8; 2048];
+        buf[R0600.multiprocessor_count..R0600.multiprocessor_count + 4]
+            .copy_from_slice(&304i32.to_ne_bytes());
+        buf[R0600.gcn_arch_name..R0600.gcn_arch_name + 22]
+            .copy_from_slice(b"gfx942:sramecc+:xnack-");
+        assert_eq!(read_i32(&buf, R0600.multiprocessor_count), 304);
+        assert_eq!(c_buf_to_string(&buf[1160..1416]), "gfx942:sramecc+:xnack-");
+    }
+}
