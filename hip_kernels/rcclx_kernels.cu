@@ -7,4 +7,4 @@
 
 #include "selftest.cuh"
 #include "dda.cuh"   // DDA flat/tree AllReduce
-// #include "lowp.cuh" (FP8 low-precision collectives) joins here.
+#include "lowp.cuh"  // FP8 low-precision collectives

@@ -154,6 +154,16 @@ RCCLX_DEV void rcclx_backoff(uint32_t round) {
   else __builtin_amdgcn_s_sleep(8);
 }
 
+// ---- lanes --------------------------------------------------------------------------------
+// order: n/a. Exchange a float with lane (lane ^ mask) of the same wavefront (ds_bpermute).
+// Every lane of the wavefront must execute it.
+RCCLX_DEV float rcclx_fmaxf(float a, float b) { return __builtin_fmaxf(a, b); }
+RCCLX_DEV float rcclx_fabsf(float a) { return __builtin_fabsf(a); }
+RCCLX_DEV float rcclx_shfl_xor_f32(float v, int mask) {
+  const int lane = __builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u));
+  return __builtin_bit_cast(float, __builtin_amdgcn_ds_bpermute((lane ^ mask) << 2, __builtin_bit_cast(int, v)));
+}
+
 // ---- float formats --------------------------------------------------------------------
 // order: n/a (pure). IEEE fp16 <-> f32 through clang's _Float16 (v_cvt_f16_f32: RNE).
 RCCLX_DEV float rcclx_f16_to_f32(uint16_t h) { return (float)__builtin_bit_cast(_Float16, h); }
@@ -277,6 +287,13 @@ RCCLX_DEV uint64_t rcclx_now_ns() {
 }
 // order: none. Polite pause inside a spin loop: ~20 ns first, ~200 ns later.
 RCCLX_DEV void rcclx_backoff(uint32_t round) { __nanosleep(round < 32 ? 20u : 200u); }
+
+// ---- lanes --------------------------------------------------------------------------------
+// order: n/a. Exchange a float with lane (lane ^ mask) of the same warp. Every lane of the
+// warp must execute it.
+RCCLX_DEV float rcclx_shfl_xor_f32(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
+RCCLX_DEV float rcclx_fmaxf(float a, float b) { return fmaxf(a, b); }
+RCCLX_DEV float rcclx_fabsf(float a) { return fabsf(a); }
 
 // ---- float formats --------------------------------------------------------------------
 // order: n/a (pure). IEEE fp16 <-> f32 (cvt.rn).

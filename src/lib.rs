@@ -15,5 +15,6 @@ pub mod gpu;
 pub mod intercept;
 pub mod kernels;
 pub mod log;
+pub mod lowp;
 pub mod types;
 pub mod upstream;

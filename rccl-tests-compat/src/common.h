@@ -233,22 +233,23 @@ template <class T> HD double exactVal(int op, int r, int n, size_t j, uint64_t s
 template <class T> HD T genVal(const GenParams& p, uint64_t seed, int r, size_t j) {
   if (p.mode == GEN_EXACT) return Tr<T>::fromD(exactVal<T>(p.op, r, p.nranks, j, seed));
   const uint64_t h = hash3(seed, (uint64_t)r + 1, j);
-  if (Tr<T>::isFloat) {
+  if constexpr (Tr<T>::isFloat) {
     // Irwin-Hall(4) - 2: exact in double, same bits on host and device.
     const double u = 1.0 / 16777216.0;
     double s = (double)(h >> 40) * u + (double)((h >> 16) & 0xFFFFFF) * u +
                (double)(mix64(h) >> 40) * u + (double)(mix64(h + 1) >> 40) * u - 2.0;
     if (p.op == OP_PROD) return Tr<T>::fromD((1.0 + 0.0625 * s) * ((h & 15) == 0 ? -1.0 : 1.0));
     return Tr<T>::fromD(2.0 * s);
+  } else {
+    if (p.op == OP_AVG) {  // |sum over ranks| fits in T
+      const int nb = 8 * (int)sizeof(T) - (Tr<T>::isSigned ? 1 : 0);
+      const uint64_t lim = (nb >= 64 ? ~0ull : (1ull << nb) - 1) / (uint64_t)p.nranks;
+      const uint64_t m = h % (lim + (lim < ~0ull ? 1 : 0));
+      if (Tr<T>::isSigned) return (T)((h >> 63) ? -(int64_t)(m / 2) : (int64_t)(m / 2));
+      return (T)m;
+    }
+    return (T)h;  // full-range integer (sums and products wrap like NCCL)
   }
-  if (p.op == OP_AVG) {  // |sum over ranks| fits in T
-    const int nb = 8 * (int)sizeof(T) - (Tr<T>::isSigned ? 1 : 0);
-    const uint64_t lim = (nb >= 64 ? ~0ull : (1ull << nb) - 1) / (uint64_t)p.nranks;
-    const uint64_t m = h % (lim + (lim < ~0ull ? 1 : 0));
-    if (Tr<T>::isSigned) return (T)((h >> 63) ? -(int64_t)(m / 2) : (int64_t)(m / 2));
-    return (T)m;
-  }
-  T v; memcpy(&v, &h, sizeof(T)); return v;  // full-range integer (wraps like NCCL)
 }
 
 // Device-side helpers (common.cu). All run on 'stream' of the current device.
@@ -268,7 +269,7 @@ void launchBump(uint64_t* epoch, cudaStream_t s);  // (*epoch)++ on the device
 // ------------------------------------------------------------------------------------------
 // Processes, threads, rendezvous.
 // ------------------------------------------------------------------------------------------
-struct RankInfo { int pid, dev; char bus[32]; char name[96]; char host[64]; };
+struct RankInfo { int pid, dev; char bus[32]; char name[256]; char host[64]; };
 struct Shared {
   pthread_barrier_t barrier;  // process-shared; count = nprocs * nthreads
   ncclUniqueId ids[kMaxLibs];

@@ -369,6 +369,7 @@ static void perfThread(Thr& t) {
     CUDACHECK(cudaMalloc(&B.bad[i], sizeof(unsigned long long)));
     CUDACHECK(cudaMemset(B.send[i], 0, std::max<size_t>(O.maxBytes, 1)));
     CUDACHECK(cudaMemset(B.recv[i], 0, std::max<size_t>(O.maxBytes, 1)));
+    CUDACHECK(cudaDeviceSynchronize());
   }
   CUDACHECK(cudaSetDevice(t.gpu[0]));
   t.barrier();

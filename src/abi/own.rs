@@ -85,6 +85,23 @@ pub unsafe extern "C" fn rcclxCommGetStats(comm: ncclComm_t, stats: *mut rcclxCo
     })
 }
 
+/// Copies the statistics summed over every communicator of the process (live and destroyed)
+/// into `*stats`. Returns `ncclInvalidArgument` for a NULL pointer.
+///
+/// # Safety
+/// `stats` must be NULL or point to writable memory for one `rcclxCommStats`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rcclxGetProcessStats(stats: *mut rcclxCommStats) -> ncclResult_t {
+    boundary("rcclxGetProcessStats", || {
+        if stats.is_null() {
+            return ncclResult_t::InvalidArgument;
+        }
+        // SAFETY: checked non-null; the caller guarantees it is writable.
+        unsafe { stats.write(crate::comm::process_stats()) };
+        ncclResult_t::Success
+    })
+}
+
 /// Name of forward reason `index` of `rcclxCommStats::forwardedByReason` (a static string),
 /// or NULL past the last one.
 #[unsafe(no_mangle)]

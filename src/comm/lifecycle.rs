@@ -74,10 +74,15 @@ pub fn created(comms: &[ncclComm_t], result: ncclResult_t) {
     }
 }
 
-/// `ncclCommGetAsyncError` reported `comm` complete.
+/// `comm` is usable: `ncclCommGetAsyncError` reported it complete, or the first intercepted
+/// collective arrived (an application that never polled). A non-blocking communicator is set
+/// up here, outside any group (inside one the exchange could not complete before its end).
 pub fn complete(comm: ncclComm_t) {
+    if in_group() {
+        return;
+    }
     if let Some(s) = super::lookup(comm) {
-        if s.take_in_progress() && !in_group() {
+        if s.take_in_progress() {
             setup(&[comm]);
         }
     }

@@ -98,13 +98,28 @@ pub fn insert(comm: ncclComm_t, state: State) -> Arc<State> {
     s
 }
 
-/// Removes `comm`'s state; it is released when the last user lets go of it.
+/// Removes `comm`'s state; it is released when the last user lets go of it. Its counters
+/// are added to the process totals ([`process_stats`]).
 pub fn remove(comm: ncclComm_t) -> Option<Arc<State>> {
     let s = table().write().remove(&(comm as usize));
     if let Some(s) = &s {
         tracing::info!("comm {comm:p}: {}", s.stats.summary());
+        RETIRED.add(&s.stats.snapshot());
     }
     s
+}
+
+/// Counters of destroyed communicators.
+static RETIRED: stats::Totals = stats::Totals::new();
+
+/// Statistics summed over every communicator of the process, live and destroyed.
+pub fn process_stats() -> crate::abi::own::rcclxCommStats {
+    let t = stats::Totals::new();
+    t.add(&RETIRED.snapshot());
+    for s in table().read().values() {
+        t.add(&s.stats.snapshot());
+    }
+    t.snapshot()
 }
 
 /// Number of communicators rcclx tracks (tests).
@@ -116,6 +131,9 @@ pub fn len() -> usize {
 /// `forward` (the upstream function with the caller's arguments).
 pub fn collective(comm: ncclComm_t, call: CallDesc, bufs: Buffers, forward: impl FnOnce() -> ncclResult_t) -> ncclResult_t {
     let Some(state) = lookup(comm) else { return forward() };
+    if state.setup().is_none() {
+        lifecycle::complete(comm);
+    }
     let Some(setup) = state.setup() else {
         state.count(Route::Upstream(Reason::NotSetUp), 0);
         return forward();

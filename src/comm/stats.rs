@@ -60,6 +60,44 @@ impl Stats {
     }
 }
 
+/// A running sum of snapshots (process totals).
+pub struct Totals(parking_lot::Mutex<rcclxCommStats>);
+
+impl Totals {
+    pub const fn new() -> Self {
+        Self(parking_lot::Mutex::new(rcclxCommStats {
+            ddaFlatCalls: 0,
+            ddaFlatBytes: 0,
+            ddaTreeCalls: 0,
+            ddaTreeBytes: 0,
+            lowpCalls: 0,
+            lowpBytes: 0,
+            forwardedCalls: 0,
+            forwardedBytes: 0,
+            forwardedByReason: [0; 16],
+        }))
+    }
+
+    pub fn add(&self, s: &rcclxCommStats) {
+        let mut t = self.0.lock();
+        t.ddaFlatCalls += s.ddaFlatCalls;
+        t.ddaFlatBytes += s.ddaFlatBytes;
+        t.ddaTreeCalls += s.ddaTreeCalls;
+        t.ddaTreeBytes += s.ddaTreeBytes;
+        t.lowpCalls += s.lowpCalls;
+        t.lowpBytes += s.lowpBytes;
+        t.forwardedCalls += s.forwardedCalls;
+        t.forwardedBytes += s.forwardedBytes;
+        for (a, b) in t.forwardedByReason.iter_mut().zip(s.forwardedByReason) {
+            *a += b;
+        }
+    }
+
+    pub fn snapshot(&self) -> rcclxCommStats {
+        *self.0.lock()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -69,7 +69,8 @@ pub fn run(setup: &setup::Setup, route: Route, call: &CallDesc, bufs: &Buffers) 
     let algo = match route {
         Route::DdaFlat => Algo::Flat,
         Route::DdaTree => Algo::Tree,
-        Route::Lowp | Route::Upstream(_) => {
+        Route::Lowp => return crate::lowp::launch::run(setup, call, bufs),
+        Route::Upstream(_) => {
             return Err(Error { code: ncclResult_t::InternalError, what: format!("route {route:?} is not a DDA route") });
         }
     };

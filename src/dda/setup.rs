@@ -57,6 +57,8 @@ pub struct Setup {
     /// Arguments with every per-communicator field filled; per call only buffers and counts change.
     pub args: KernelArgs,
     kernels: Vec<Function>,
+    /// FP8 kernels, indexed by `lowp::launch::kernel_index`.
+    pub lowp_kernels: Vec<Function>,
     // Drop order matters: peer mappings and buffers first (freeing waits for kernels in
     // flight), the status words last (kernels write them until they end).
     _peers: Vec<IpcMapping>,
@@ -161,6 +163,7 @@ struct Local {
 
 struct Resources {
     kernels: Vec<Function>,
+    lowp_kernels: Vec<Function>,
     staging: DeviceBuffer,
     flags: DeviceBuffer,
     seq: DeviceBuffer,
@@ -261,6 +264,7 @@ pub fn run(comms: &[ncclComm_t]) {
             max_blocks: r0.max_blocks as u32,
             args,
             kernels: res.kernels,
+            lowp_kernels: res.lowp_kernels,
             _peers: peers,
             _staging: res.staging,
             _flags: res.flags,
@@ -359,13 +363,14 @@ fn allocate(device: i32, staging_bytes: usize, max_blocks: usize) -> Result<(Res
             }
         }
     }
+    let lowp_kernels = crate::lowp::launch::kernel_names().map(|n| rt.function(module, &n)).collect::<Result<Vec<_>, _>>()?;
     let staging = rt.alloc(device, staging_bytes, MemKind::Normal)?;
     let flags = rt.alloc(device, max_blocks * MAX_RANKS * 4, MemKind::Uncached)?;
     let seq = rt.alloc(device, max_blocks * 4, MemKind::Normal)?;
     flags.zero()?;
     seq.zero()?;
     let status = rt.alloc_host_mapped(device, 64)?;
-    Ok((Resources { kernels, staging, flags, seq, status }, arch))
+    Ok((Resources { kernels, lowp_kernels, staging, flags, seq, status }, arch))
 }
 
 /// The first verdict, from the gathered records only (so identical on every rank).

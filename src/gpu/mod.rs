@@ -829,9 +829,11 @@ impl Runtime {
 
     // --- IPC ------------------------------------------------------------------------------------
 
-    /// The IPC handle of the allocation that starts at `ptr` (64 bytes, to send to another
-    /// process on this host).
-    pub fn ipc_handle(&self, ptr: DevicePtr) -> Result<IpcHandle, Error> {
+    /// The IPC handle of the allocation on `device` that starts at `ptr` (64 bytes, to send to
+    /// another process on this host).
+    pub fn ipc_handle(&self, device: i32, ptr: DevicePtr) -> Result<IpcHandle, Error> {
+        // CUDA needs a current context for this call.
+        let _guard = self.device_guard(device)?;
         self.backend.ipc_get_handle(ptr.0)
     }
 
@@ -1110,7 +1112,7 @@ impl DeviceBuffer {
 
     /// The buffer's IPC handle, for another process to open.
     pub fn ipc_handle(&self) -> Result<IpcHandle, Error> {
-        self.rt.ipc_handle(self.ptr)
+        self.rt.ipc_handle(self.device, self.ptr)
     }
 
     fn check_len(&self, bytes: usize) -> Result<(), Error> {

@@ -1,0 +1,618 @@
+// rcclx_check: differential correctness checker. Runs every case with library A (the reference,
+// e.g. stock NCCL) and library B (e.g. rcclx) on identical seeded random inputs and compares the
+// outputs element by element; also checks that B wrote nothing outside its output (guard bytes,
+// untouched send buffer) and, for all_reduce, that every rank got bit-identical output from B.
+// Stress modes: --random-sizes K (back-to-back calls of random sizes and alignments) and --graph
+// (mixed sizes captured in one CUDA graph, replayed with inputs that change on every replay).
+#include "common.h"
+
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <algorithm>
+
+struct COpts {
+  Topo topo;
+  std::string libs, typeArg = "all", opArg = "all", capture;
+  std::vector<const CollDesc*> colls;
+  std::vector<size_t> counts = {1, 7, 255, 1023, 4099, 1048581};
+  int inplace = 2;  // 0 out-of-place, 1 in-place, 2 both
+  uint64_t seed = 1;
+  long long ulpTol = -1;  // -1: auto (2 for floating-point avg, else 0)
+  double relTol = -1;     // -1: auto (0 with <= 2 ranks, else nranks * epsilon of the type)
+  long long randomSizes = 0;
+  bool graph = false;
+  int graphReplays = 10, bitwise = -1, show = 3, timeout = 600;
+  size_t maxCount() const { return *std::max_element(counts.begin(), counts.end()); }
+};
+static COpts O;
+static Shared* g_shared = nullptr;
+static std::vector<const TypeDesc*> g_types;
+static std::vector<const OpDesc*> g_ops;
+static long long g_pass = 0, g_fail = 0;  // counted by global thread 0
+
+enum { kGuard = 4096, kMaxOff = 32, kSlots = 4 };
+static const unsigned char kPoison[2] = {0xFF, 0xFE};  // library A, library B
+
+struct CBufs {
+  char *send[kMaxGpusPerThread], *recv[kMaxGpusPerThread];   // recv: guard | data | guard
+  char *slots[kMaxGpusPerThread], *scratch[kMaxGpusPerThread];  // stress modes
+  unsigned long long* bad[kMaxGpusPerThread];
+  uint64_t* epoch[kMaxGpusPerThread];
+  std::vector<unsigned char> host[2][kMaxGpusPerThread];  // outputs of A and B
+};
+static std::vector<CBufs> g_bufs;  // per thread of this process
+static size_t g_dataBytes = 0, g_slotBytes = 0;
+static int g_nslots = 0;
+
+// ------------------------------------------------------------------------------------------
+// Comparison
+// ------------------------------------------------------------------------------------------
+struct Case {  // one collective call as seen by one rank
+  CollId coll;
+  const TypeDesc* type;
+  OpId op;
+  size_t count, j0;  // NCCL count; input element offset (random-size mode)
+  int rank;
+  GenParams gp;
+  uint64_t seed;  // effective seed of the inputs
+};
+
+struct Stats {
+  double nbad = 0, maxulp = 0, xrank = 0, oobB = 0, oobA = 0;
+};
+
+static double epsOf(ncclDataType_t t) {
+  switch (t) {
+    case ncclFloat16: return ldexp(1.0, -10);
+    case ncclBfloat16: return ldexp(1.0, -7);
+    case ncclFloat32: return ldexp(1.0, -23);
+    case ncclFloat64: return ldexp(1.0, -52);
+    case ncclFloat8e4m3: return ldexp(1.0, -3);
+    case ncclFloat8e5m2: return ldexp(1.0, -2);
+    default: return 0;
+  }
+}
+static uint64_t ulpTolFor(const Case& c) {
+  if (O.ulpTol >= 0) return (uint64_t)O.ulpTol;
+  return c.op == OP_AVG && c.type->isFloat ? 2 : 0;
+}
+static double relTolFor(const Case& c) {
+  if (!c.type->isFloat || c.op == OP_MIN || c.op == OP_MAX || c.op == OP_NONE) return 0;
+  if (O.relTol >= 0) return O.relTol;
+  return c.gp.nranks <= 2 ? 0 : c.gp.nranks * epsOf(c.type->type);
+}
+
+// Exact-ish reference (double) of output element k and the magnitude used by --rel-tol.
+template <class T> static void refAt(const Case& c, size_t k, double* ref, double* scale) {
+  const int n = c.gp.nranks;
+  if (c.coll == COLL_AG || c.coll == COLL_A2A) {
+    size_t j = c.j0 + (c.coll == COLL_A2A ? (size_t)c.rank * c.count : 0) + k % c.count;
+    *ref = Tr<T>::toD(genVal<T>(c.gp, c.seed, (int)(k / c.count), j));
+    *scale = 0;
+    return;
+  }
+  const size_t j = c.j0 + (c.coll == COLL_RS ? (size_t)c.rank * c.count : 0) + k;
+  double acc = 0, mag = c.op == OP_PROD ? 1 : 0;
+  for (int r = 0; r < n; r++) {
+    double x = Tr<T>::toD(genVal<T>(c.gp, c.seed, r, j)), w = c.op == OP_MULSUM && r % 2 ? 2 : 1;
+    if (r == 0) acc = c.op == OP_MULSUM ? w * x : x;
+    else switch (c.op) {
+      case OP_PROD: acc *= x; break;
+      case OP_MIN: acc = std::min(acc, x); break;
+      case OP_MAX: acc = std::max(acc, x); break;
+      default: acc += w * x; break;
+    }
+    if (c.op == OP_PROD) mag *= fabs(x); else mag += w * fabs(x);
+  }
+  if (c.op == OP_AVG) { acc /= n; mag /= n; }
+  *ref = acc;
+  *scale = mag;
+}
+
+// Compare A's and B's output (n elements) of one rank; print up to O.show mismatches.
+static void compare(const Case& c, const unsigned char* a, const unsigned char* b, size_t n, Stats& st) {
+  const uint64_t ulpTol = ulpTolFor(c);
+  const double relTol = relTolFor(c);
+  dispatchType(c.type->type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    int shown = 0;
+    for (size_t k = 0; k < n; k++) {
+      T x, y;
+      memcpy(&x, a + k * sizeof(T), sizeof(T));
+      memcpy(&y, b + k * sizeof(T), sizeof(T));
+      const uint64_t u = ulpDist(x, y);
+      if (u == 0) continue;
+      double ref, scale;
+      if (Tr<T>::isFloat) {
+        st.maxulp = std::max(st.maxulp, (double)u);
+        if (u <= ulpTol) continue;
+        if (relTol > 0) {
+          refAt<T>(c, k, &ref, &scale);
+          if (fabs(Tr<T>::toD(x) - Tr<T>::toD(y)) <= relTol * scale) continue;
+        }
+      }
+      st.nbad++;
+      if (shown++ < O.show) {
+        refAt<T>(c, k, &ref, &scale);
+        printf("#   rank %d element %zu: A=%.9g (0x%llx)  B=%.9g (0x%llx)  reference=%.9g  ulp=%s\n", c.rank, k,
+               Tr<T>::toD(x), (unsigned long long)bitsOf(x), Tr<T>::toD(y), (unsigned long long)bitsOf(y), ref,
+               Tr<T>::isFloat ? std::to_string(u).c_str() : "-");
+      }
+    }
+  });
+}
+
+static void printHeader() {
+  printf("# %-8s %-14s %-8s %-6s %8s %-8s %8s %8s %6s %6s\n", "result", "coll", "dtype", "op", "count",
+         "inplace", "maxulp", "nbad", "xrank", "oob");
+}
+
+// Reduce the stats over all ranks, print the case line (global thread 0), count pass/fail.
+static bool report(Thr& t, const Case& c, const char* countStr, const char* mode, Stats st) {
+  double v[5] = {st.nbad, st.maxulp, st.xrank, st.oobB, st.oobA};
+  const int modes[5] = {RED_SUM, RED_MAX, RED_SUM, RED_SUM, RED_SUM};
+  t.allreduce(v, 5, modes);
+  const bool ok = v[0] == 0 && v[2] == 0 && v[3] == 0;
+  if (t.isMain()) {
+    char ulp[32];
+    if (c.type->isFloat) snprintf(ulp, sizeof ulp, "%.0f", v[1]); else snprintf(ulp, sizeof ulp, "-");
+    printf("%-10s %-14s %-8s %-6s %8s %-8s %8s %8.0f %6.0f %6.0f\n", ok ? "OK" : "MISMATCH",
+           kColls[c.coll].name, c.type->name, c.op == OP_NONE ? "none" : kOps[c.op].name, countStr, mode,
+           ulp, v[0], v[2], v[3]);
+    if (v[4] > 0) printf("#   note: library A also wrote outside its output (%.0f bytes/elements)\n", v[4]);
+    fflush(stdout);
+    (ok ? g_pass : g_fail)++;
+  }
+  return ok;
+}
+
+// ------------------------------------------------------------------------------------------
+// Normal cases
+// ------------------------------------------------------------------------------------------
+static void issue(Thr& t, int li, const Case& c0, char* const* in, char* const* out) {
+  const Lib& L = t.p->libs[li];
+  const int G = t.p->topo.ngpus;
+  if (G > 1) NCCLCHECK(L, L.groupStart());
+  for (int i = 0; i < G; i++) {
+    ncclRedOp_t op = makeOp(L, c0.op, c0.type->type, t.rank[i], t.comm[li][i]);
+    runColl(L, c0.coll, in[i], out[i], c0.count, c0.type->type, op, t.comm[li][i], t.stream[i]);
+    releaseOp(L, c0.op, op, t.comm[li][i]);
+  }
+  if (G > 1) NCCLCHECK(L, L.groupEnd());
+}
+
+static unsigned long long readCounter(Thr& t, int i) {
+  unsigned long long v = 0;
+  CUDACHECK(cudaMemcpy(&v, g_bufs[t.thread].bad[i], sizeof v, cudaMemcpyDeviceToHost));
+  return v;
+}
+
+// Run one case with library li; outputs land in host[li][i]; returns bytes/elements written
+// outside the output (guards, or the send buffer out of place).
+static double runOne(Thr& t, int li, const Case& c0, bool ip) {
+  CBufs& B = g_bufs[t.thread];
+  const int G = t.p->topo.ngpus, n = t.p->topo.nranks(), elt = c0.type->size;
+  const Layout lay = layoutFromCount(c0.coll, c0.count, n);
+  const size_t region = (ip ? std::max(lay.sendCount, lay.recvCount) : lay.recvCount) * elt;
+  char *in[kMaxGpusPerThread] = {}, *out[kMaxGpusPerThread] = {};
+  for (int i = 0; i < G; i++) {
+    CUDACHECK(cudaSetDevice(t.gpu[i]));
+    char* base = B.recv[i] + kGuard;
+    CUDACHECK(cudaMemsetAsync(B.recv[i], kPoison[li], region + 2 * kGuard, t.stream[i]));
+    in[i] = ip ? base + lay.sendInplace * t.rank[i] * elt : B.send[i];
+    out[i] = base + (ip ? lay.recvInplace * t.rank[i] * elt : 0);
+    launchFill(c0.type->type, in[i], lay.sendCount, 0, t.rank[i], c0.gp, nullptr, t.stream[i]);
+  }
+  issue(t, li, c0, in, out);
+  t.syncStreams(li);
+  double oob = 0;
+  std::vector<unsigned char> all;
+  for (int i = 0; i < G; i++) {
+    CUDACHECK(cudaSetDevice(t.gpu[i]));
+    all.resize(region + 2 * kGuard);
+    CUDACHECK(cudaMemcpy(all.data(), B.recv[i], all.size(), cudaMemcpyDeviceToHost));
+    for (size_t k = 0; k < kGuard; k++) {
+      oob += all[k] != kPoison[li];
+      oob += all[kGuard + region + k] != kPoison[li];
+    }
+    const size_t off = kGuard + (out[i] - (B.recv[i] + kGuard));
+    B.host[li][i].assign(all.begin() + off, all.begin() + off + lay.recvCount * elt);
+    if (!ip) {  // the send buffer must be untouched
+      CUDACHECK(cudaMemsetAsync(B.bad[i], 0, sizeof(unsigned long long), t.stream[i]));
+      launchCountInputChanges(c0.type->type, B.send[i], lay.sendCount, 0, t.rank[i], c0.gp, nullptr, B.bad[i], t.stream[i]);
+      CUDACHECK(cudaStreamSynchronize(t.stream[i]));
+      oob += (double)readCounter(t, i);
+    }
+  }
+  CUDACHECK(cudaSetDevice(t.gpu[0]));
+  return oob;
+}
+
+static bool runCase(Thr& t, const CollDesc* coll, const TypeDesc* type, const OpDesc* op, size_t count, bool ip,
+                    uint64_t caseId) {
+  CBufs& B = g_bufs[t.thread];
+  const int G = t.p->topo.ngpus, n = t.p->topo.nranks();
+  Case c{coll->id, type, op->id, count, 0, 0, GenParams{GEN_RANDOM, op->id, n, 0}, 0};
+  c.gp.seed = c.seed = hash3(O.seed, 0x5EED, caseId);
+  Stats st;
+  st.oobA = runOne(t, 0, c, ip);
+  st.oobB = runOne(t, 1, c, ip);
+  const size_t outBytes = layoutFromCount(c.coll, count, n).recvCount * type->size;
+  for (int i = 0; i < G; i++) {
+    c.rank = t.rank[i];
+    compare(c, B.host[0][i].data(), B.host[1][i].data(), B.host[0][i].size() / type->size, st);
+  }
+  const bool bitwise = O.bitwise < 0 ? coll->id == COLL_AR : O.bitwise && coll->id == COLL_AR;
+  if (bitwise) {  // every rank must hold B's output of rank 0, bit for bit
+    unsigned char* ref = t.p->sh->ref();
+    if (t.gtid == 0) memcpy(ref, B.host[1][0].data(), outBytes);
+    t.barrier();  // ref is complete; it is rewritten only after report()'s barrier
+    for (int i = 0; i < G; i++)
+      for (size_t k = 0; k < outBytes; k += type->size)
+        st.xrank += memcmp(ref + k, B.host[1][i].data() + k, type->size) != 0;
+  }
+  char cs[32];
+  snprintf(cs, sizeof cs, "%zu", count);
+  return report(t, c, cs, ip ? "inplace" : "oop", st);
+}
+
+// ------------------------------------------------------------------------------------------
+// Stress: random sizes, back to back
+// ------------------------------------------------------------------------------------------
+struct Call { size_t count = 0, offIn = 0, offOut = 0; bool valid = false; };
+
+static Call callAt(uint64_t seed, long long i) {
+  const uint64_t h = hash3(seed, 0xCA11, (uint64_t)i);
+  Call k;
+  k.count = 1 + h % O.maxCount();
+  k.offIn = (h >> 32) % (kMaxOff + 1);
+  k.offOut = (h >> 48) % (kMaxOff + 1);
+  k.valid = true;
+  return k;
+}
+
+// Run call k with library A into scratch and compare with B's result in 'slot'.
+static void checkCall(Thr& t, Case c, const Call& k, char* const* slot, Stats& st) {
+  CBufs& B = g_bufs[t.thread];
+  const int G = t.p->topo.ngpus, elt = c.type->size;
+  c.count = k.count;
+  c.j0 = k.offIn;
+  const Layout lay = layoutFromCount(c.coll, k.count, c.gp.nranks);
+  char *in[kMaxGpusPerThread] = {}, *out[kMaxGpusPerThread] = {};
+  for (int i = 0; i < G; i++) {
+    CUDACHECK(cudaSetDevice(t.gpu[i]));
+    in[i] = B.send[i] + k.offIn * elt;
+    out[i] = B.scratch[i] + k.offOut * elt;
+    CUDACHECK(cudaMemsetAsync(B.scratch[i], kPoison[0], g_slotBytes, t.stream[i]));
+  }
+  issue(t, 0, c, in, out);
+  t.syncStreams(0);
+  for (int i = 0; i < G; i++) {
+    CUDACHECK(cudaSetDevice(t.gpu[i]));
+    for (int li = 0; li < 2; li++) {
+      B.host[li][i].resize(lay.recvCount * elt);
+      CUDACHECK(cudaMemcpy(B.host[li][i].data(), (li ? slot[i] : B.scratch[i]) + k.offOut * elt,
+                           lay.recvCount * elt, cudaMemcpyDeviceToHost));
+    }
+    c.rank = t.rank[i];
+    compare(c, B.host[0][i].data(), B.host[1][i].data(), lay.recvCount, st);
+  }
+  CUDACHECK(cudaSetDevice(t.gpu[0]));
+}
+
+static void poisonSlots(Thr& t) {
+  for (int i = 0; i < t.p->topo.ngpus; i++) {
+    CUDACHECK(cudaSetDevice(t.gpu[i]));
+    CUDACHECK(cudaMemsetAsync(g_bufs[t.thread].slots[i], kPoison[1], g_slotBytes * g_nslots, t.stream[i]));
+  }
+  t.syncStreams(-1);
+}
+
+static char* slotPtr(Thr& t, int i, int s) { return g_bufs[t.thread].slots[i] + (size_t)s * g_slotBytes; }
+
+static void fillSend(Thr& t, const Case& c, const uint64_t* const* epoch) {
+  const size_t elems = O.maxCount() * (c.coll == COLL_AR || c.coll == COLL_AG ? 1 : c.gp.nranks) + kMaxOff;
+  for (int i = 0; i < t.p->topo.ngpus; i++) {
+    CUDACHECK(cudaSetDevice(t.gpu[i]));
+    launchFill(c.type->type, g_bufs[t.thread].send[i], elems, 0, t.rank[i], c.gp, epoch ? epoch[i] : nullptr, t.stream[i]);
+  }
+}
+
+static bool runRandomSizes(Thr& t, const CollDesc* coll, const TypeDesc* type, const OpDesc* op, uint64_t caseId) {
+  const int G = t.p->topo.ngpus, n = t.p->topo.nranks(), elt = type->size;
+  Case c{coll->id, type, op->id, 0, 0, 0, GenParams{GEN_RANDOM, op->id, n, 0}, 0};
+  c.gp.seed = c.seed = hash3(O.seed, 0x5EED, caseId);
+  fillSend(t, c, nullptr);
+  poisonSlots(t);
+  Call last[kSlots];
+  Stats st;
+  for (long long i = 0; i < O.randomSizes; i++) {
+    const Call k = callAt(c.seed, i);
+    const int s = (int)(i % kSlots);
+    char *in[kMaxGpusPerThread] = {}, *out[kMaxGpusPerThread] = {};
+    for (int g = 0; g < G; g++) {
+      in[g] = g_bufs[t.thread].send[g] + k.offIn * elt;
+      out[g] = slotPtr(t, g, s) + k.offOut * elt;
+    }
+    c.count = k.count;
+    issue(t, 1, c, in, out);
+    last[s] = k;
+    if ((i + 1) % 1000 == 0 || i + 1 == O.randomSizes) {  // checkpoint: the last call of each slot
+      t.syncStreams(1);
+      for (int q = 0; q < kSlots; q++) {
+        if (!last[q].valid) continue;
+        char* sp[kMaxGpusPerThread] = {};
+        for (int g = 0; g < G; g++) sp[g] = slotPtr(t, g, q);
+        checkCall(t, c, last[q], sp, st);
+        last[q].valid = false;
+      }
+      poisonSlots(t);
+    }
+  }
+  char cs[32];
+  snprintf(cs, sizeof cs, "rand:%lld", O.randomSizes);
+  return report(t, c, cs, "oop", st);
+}
+
+// ------------------------------------------------------------------------------------------
+// Stress: one CUDA graph with every count of --counts, inputs regenerated on each replay
+// ------------------------------------------------------------------------------------------
+static bool runGraph(Thr& t, const CollDesc* coll, const TypeDesc* type, const OpDesc* op, uint64_t caseId) {
+  CBufs& B = g_bufs[t.thread];
+  const int G = t.p->topo.ngpus, n = t.p->topo.nranks();
+  const int m = (int)O.counts.size();
+  Case c{coll->id, type, op->id, 0, 0, 0, GenParams{GEN_RANDOM, op->id, n, 0}, 0};
+  c.gp.seed = hash3(O.seed, 0x5EED, caseId);
+  for (int i = 0; i < G; i++) {
+    CUDACHECK(cudaSetDevice(t.gpu[i]));
+    CUDACHECK(cudaMemsetAsync(B.epoch[i], 0, sizeof(uint64_t), t.stream[i]));
+  }
+  poisonSlots(t);
+  const cudaStreamCaptureMode mode = captureMode(O.capture, t.p->topo.nthreads);
+  cudaGraph_t gr[kMaxGpusPerThread];
+  cudaGraphExec_t gx[kMaxGpusPerThread];
+  for (int i = 0; i < G; i++) CUDACHECK(cudaStreamBeginCapture(t.stream[i], mode));
+  for (int i = 0; i < G; i++) {  // replay r: epoch = r+1, inputs regenerated from it
+    CUDACHECK(cudaSetDevice(t.gpu[i]));
+    launchBump(B.epoch[i], t.stream[i]);
+  }
+  fillSend(t, c, B.epoch);
+  for (int q = 0; q < m; q++) {
+    char *in[kMaxGpusPerThread] = {}, *out[kMaxGpusPerThread] = {};
+    for (int i = 0; i < G; i++) { in[i] = B.send[i]; out[i] = slotPtr(t, i, q); }
+    c.count = O.counts[q];
+    issue(t, 1, c, in, out);
+  }
+  for (int i = 0; i < G; i++) CUDACHECK(cudaStreamEndCapture(t.stream[i], &gr[i]));
+  for (int i = 0; i < G; i++) CUDACHECK(cudaGraphInstantiate(&gx[i], gr[i], 0));
+  for (int r = 0; r < O.graphReplays; r++)
+    for (int i = 0; i < G; i++) CUDACHECK(cudaGraphLaunch(gx[i], t.stream[i]));
+  t.syncStreams(1);
+  for (int i = 0; i < G; i++) { CUDACHECK(cudaGraphExecDestroy(gx[i])); CUDACHECK(cudaGraphDestroy(gr[i])); }
+  // The send buffers now hold the inputs of epoch = replays; library A runs on them eagerly.
+  const uint64_t e = (uint64_t)O.graphReplays;
+  c.seed = c.gp.seed + mix64(e);  // = seedAt(gp.seed, &epoch) in the fill kernel
+  bool ok = true;
+  char mode_[32];
+  snprintf(mode_, sizeof mode_, "graph%d", O.graphReplays);
+  for (int q = 0; q < m; q++) {
+    Stats st;
+    Call k;
+    k.count = O.counts[q];
+    char* sp[kMaxGpusPerThread] = {};
+    for (int i = 0; i < G; i++) sp[i] = slotPtr(t, i, q);
+    checkCall(t, c, k, sp, st);
+    c.count = k.count;
+    char cs[32];
+    snprintf(cs, sizeof cs, "%zu", k.count);
+    ok &= report(t, c, cs, mode_, st);
+  }
+  return ok;
+}
+
+// ------------------------------------------------------------------------------------------
+// Driver
+// ------------------------------------------------------------------------------------------
+static void checkThread(Thr& t) {
+  Proc& P = *t.p;
+  const int G = P.topo.ngpus;
+  thrSetup(t, false);
+  initComms(t, false);
+  CBufs& B = g_bufs[t.thread];
+  for (int i = 0; i < G; i++) {
+    CUDACHECK(cudaSetDevice(t.gpu[i]));
+    CUDACHECK(cudaMalloc(&B.send[i], g_dataBytes + kMaxOff * 8));
+    CUDACHECK(cudaMalloc(&B.recv[i], g_dataBytes + 2 * kGuard));
+    CUDACHECK(cudaMalloc(&B.bad[i], sizeof(unsigned long long)));
+    CUDACHECK(cudaMalloc(&B.epoch[i], sizeof(uint64_t)));
+    B.slots[i] = B.scratch[i] = nullptr;
+    if (g_nslots) {
+      CUDACHECK(cudaMalloc(&B.slots[i], g_slotBytes * g_nslots));
+      CUDACHECK(cudaMalloc(&B.scratch[i], g_slotBytes));
+    }
+  }
+  CUDACHECK(cudaSetDevice(t.gpu[0]));
+  t.barrier();
+  if (t.isMain()) {
+    printDevices(P);
+    printf("#\n");
+    printHeader();
+    fflush(stdout);
+  }
+  uint64_t caseId = 0;
+  for (const CollDesc* coll : O.colls)
+    for (const TypeDesc* type : g_types)
+      for (const OpDesc* op : g_ops) {
+        if (!coll->reduces && op != g_ops[0]) continue;  // data movement: one pass, op "none"
+        const OpDesc* o = coll->reduces ? op : &kOpNone;
+        if (O.randomSizes > 0) { runRandomSizes(t, coll, type, o, ++caseId); continue; }
+        if (O.graph) { runGraph(t, coll, type, o, ++caseId); continue; }
+        for (size_t count : O.counts)
+          for (int ip = 0; ip < 2; ip++) {
+            if ((O.inplace == 0 && ip) || (O.inplace == 1 && !ip)) continue;
+            if (ip && coll->id == COLL_A2A) continue;  // in-place alltoall is not defined by NCCL
+            runCase(t, coll, type, o, count, ip, ++caseId);
+          }
+      }
+  destroyComms(t);
+}
+
+static const TypeDesc* typeByName(const std::string& n0) {
+  static const char* alias[][2] = {{"char", "int8"}, {"int", "int32"}, {"fp16", "half"}, {"fp32", "float"},
+                                   {"fp64", "double"}, {"bf16", "bfloat16"}};
+  std::string n = n0;
+  for (auto& a : alias) if (n == a[0]) n = a[1];
+  for (int i = 0; i < kNumTypes; i++) if (n == kTypes[i].name) return &kTypes[i];
+  return nullptr;
+}
+
+static int checkProc(int proc) {
+  static Proc P;
+  procSetup(P, proc, O.topo, g_shared, O.libs);
+  CHECK(P.libs.size() == 2, "rcclx_check needs exactly two libraries: --libs A=PATH,B=PATH");
+  const int ver = P.minVersion();
+  cudaDeviceProp prop;
+  CUDACHECK(cudaGetDeviceProperties(&prop, P.thr[0].gpu[0]));
+  if (O.typeArg == "all") {
+    for (int i = 0; i < kNumTypes; i++)
+      if (kTypes[i].minVersion <= ver && (kTypes[i].size > 1 || !kTypes[i].isFloat || prop.major >= 9))
+        g_types.push_back(&kTypes[i]);
+  } else {
+    for (const std::string& s : split(O.typeArg, ',')) g_types.push_back(typeByName(s));
+  }
+  const std::vector<std::string> wanted = split(O.opArg, ',');
+  for (int i = 0; i < kNumOps; i++)
+    if (O.opArg == "all" ? kOps[i].minVersion <= ver
+                         : std::find(wanted.begin(), wanted.end(), kOps[i].name) != wanted.end())
+      g_ops.push_back(&kOps[i]);
+  CHECK(!g_types.empty() && !g_ops.empty(), "no datatype or op to test");
+  const int n = O.topo.nranks();
+  g_dataBytes = O.maxCount() * n * 8;  // largest buffer of any case (8-byte types)
+  if (O.randomSizes > 0 || O.graph) {
+    g_slotBytes = ((g_dataBytes + kMaxOff * 8) + 255) & ~(size_t)255;
+    g_nslots = O.graph ? (int)O.counts.size() : kSlots;
+  }
+  g_bufs.assign(O.topo.nthreads, CBufs());
+  if (proc == 0) {
+    printf("# rcclx_check: A=%s (%s, ncclGetVersion=%d)  B=%s (%s, ncclGetVersion=%d)\n", P.libs[0].name.c_str(),
+           P.libs[0].path.c_str(), P.libs[0].version, P.libs[1].name.c_str(), P.libs[1].path.c_str(), P.libs[1].version);
+    printf("# nProcs %d nThreads %d nGpus %d nRanks %d  seed %llu  ulp-tol %s  rel-tol %s  mode %s\n", O.topo.nprocs,
+           O.topo.nthreads, O.topo.ngpus, n, (unsigned long long)O.seed, O.ulpTol < 0 ? "auto" : std::to_string(O.ulpTol).c_str(),
+           O.relTol < 0 ? "auto" : std::to_string(O.relTol).c_str(),
+           O.randomSizes > 0 ? "random-sizes" : O.graph ? "graph" : "cases");
+    printf("# columns: maxulp = largest ULP distance A vs B (floats); nbad = elements beyond tolerance;\n"
+           "#          xrank = elements of B's all_reduce output differing from rank 0's; oob = bytes B wrote\n"
+           "#          outside its output + send elements B changed (out of place)\n");
+    fflush(stdout);
+  }
+  runThreads(P, checkThread);
+  if (proc != 0) return 0;
+  printf("# %lld passed, %lld failed\n", g_pass, g_fail);
+  printf("%lld passed, %lld failed\n", g_pass, g_fail);
+  return g_fail ? 1 : 0;
+}
+
+static void usage() {
+  printf("USAGE: rcclx_check --libs A=PATH,B=PATH [options]\n"
+         "  --libs A=P,B=P       reference library A and library under test B ($RCCLX_BENCH_LIBS)\n"
+         "  -P,--nprocs N        fork N processes (1)      -t,--nthreads N   threads per process (1)\n"
+         "  -g,--ngpus N         GPUs per thread (1)       ranks = N x t x g\n"
+         "  --coll C             all_reduce|all_gather|reduce_scatter|alltoall|all, or a comma list (all)\n"
+         "  -d,--datatype T      a type, a comma list, or all (all)\n"
+         "  -o,--op O            sum|prod|max|min|avg|mulsum, a comma list, or all (all)\n"
+         "  --counts LIST        NCCL counts (1,7,255,1023,4099,1048581)\n"
+         "  --inplace both|0|1   out-of-place, in-place or both (both)\n"
+         "  --random-seed S      seed of the inputs (1)\n"
+         "  --ulp-tol K          floating-point tolerance in ULPs (auto: 2 for avg, else 0)\n"
+         "  --rel-tol X          also accept |A-B| <= X*sum|inputs| (auto: 0 with <= 2 ranks, else nranks*eps)\n"
+         "  --expect-bitwise-identical-ranks 0|1   all_reduce output of B identical on all ranks (1)\n"
+         "  --random-sizes K     K back-to-back calls of random counts in [1, max(--counts)] and random\n"
+         "                       alignments (B), checked against A every 1000 calls\n"
+         "  --graph              capture one call per --counts entry in one CUDA graph (B), replay it,\n"
+         "                       inputs regenerated in the graph on every replay; check after the last\n"
+         "  --graph-replays R    replays for --graph (10)\n"
+         "  --capture-mode M     global|thread|relaxed (global; thread with -t > 1)\n"
+         "  --show N             mismatching elements printed per rank and case (3)\n"
+         "  -T,--timeout S       kill everything after S seconds (600; 0 = never)\n");
+}
+
+int main(int argc, char** argv) {
+  setlinebuf(stdout);
+  setDefaultEnv();
+  enum { LIBS = 1, COLL, COUNTS, INPLACE, SEED, ULP, REL, BITWISE, RANDOM, GRAPH, REPLAYS, CAPTURE, SHOW };
+  static option longopts[] = {
+      {"libs", required_argument, 0, LIBS}, {"nprocs", required_argument, 0, 'P'},
+      {"nthreads", required_argument, 0, 't'}, {"ngpus", required_argument, 0, 'g'},
+      {"coll", required_argument, 0, COLL}, {"datatype", required_argument, 0, 'd'},
+      {"op", required_argument, 0, 'o'}, {"counts", required_argument, 0, COUNTS},
+      {"inplace", required_argument, 0, INPLACE}, {"random-seed", required_argument, 0, SEED},
+      {"ulp-tol", required_argument, 0, ULP}, {"rel-tol", required_argument, 0, REL},
+      {"expect-bitwise-identical-ranks", required_argument, 0, BITWISE},
+      {"random-sizes", required_argument, 0, RANDOM}, {"graph", no_argument, 0, GRAPH},
+      {"graph-replays", required_argument, 0, REPLAYS}, {"capture-mode", required_argument, 0, CAPTURE},
+      {"show", required_argument, 0, SHOW}, {"timeout", required_argument, 0, 'T'},
+      {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+  std::string collArg = "all";
+  int c;
+  while ((c = getopt_long(argc, argv, "P:t:g:d:o:T:h", longopts, nullptr)) != -1) {
+    const char* v = optarg;
+    switch (c) {
+      case LIBS: O.libs = v; break;
+      case 'P': O.topo.nprocs = atoi(v); break;
+      case 't': O.topo.nthreads = atoi(v); break;
+      case 'g': O.topo.ngpus = atoi(v); break;
+      case COLL: collArg = v; break;
+      case 'd': O.typeArg = v; break;
+      case 'o': O.opArg = v; break;
+      case COUNTS:
+        O.counts.clear();
+        for (const std::string& s : split(v, ',')) {
+          double x = parseSize(s.c_str());
+          if (x < 1) { fprintf(stderr, "bad count '%s' in --counts\n", s.c_str()); return 1; }
+          O.counts.push_back((size_t)x);
+        }
+        break;
+      case INPLACE:
+        O.inplace = !strcmp(v, "both") ? 2 : !strcmp(v, "1") || !strcmp(v, "ip") ? 1 : !strcmp(v, "0") || !strcmp(v, "oop") ? 0 : -1;
+        if (O.inplace < 0) { fprintf(stderr, "--inplace must be both, 0 or 1\n"); return 1; }
+        break;
+      case SEED: O.seed = strtoull(v, nullptr, 0); break;
+      case ULP: O.ulpTol = atoll(v); break;
+      case REL: O.relTol = atof(v); break;
+      case BITWISE: O.bitwise = atoi(v); break;
+      case RANDOM: O.randomSizes = atoll(v); break;
+      case GRAPH: O.graph = true; break;
+      case REPLAYS: O.graphReplays = atoi(v); break;
+      case CAPTURE: O.capture = v; break;
+      case SHOW: O.show = atoi(v); break;
+      case 'T': O.timeout = atoi(v); break;
+      case 'h': usage(); return 0;
+      default: usage(); return 1;
+    }
+  }
+  if (optind < argc) { fprintf(stderr, "unexpected argument '%s'\n", argv[optind]); return 1; }
+  for (const std::string& s : split(collArg, ',')) {
+    if (s == "all") { for (int i = 0; i < kNumColls; i++) O.colls.push_back(&kColls[i]); continue; }
+    const CollDesc* d = findColl(s.c_str());
+    if (!d) { fprintf(stderr, "unknown --coll '%s'\n", s.c_str()); return 1; }
+    O.colls.push_back(d);
+  }
+  if (O.typeArg != "all")
+    for (const std::string& s : split(O.typeArg, ','))
+      if (!typeByName(s)) { fprintf(stderr, "unknown datatype '%s'\n", s.c_str()); return 1; }
+  if (O.opArg != "all")
+    for (const std::string& s : split(O.opArg, ',')) {
+      bool found = false;
+      for (int i = 0; i < kNumOps; i++) found |= s == kOps[i].name;
+      if (!found) { fprintf(stderr, "unknown op '%s'\n", s.c_str()); return 1; }
+    }
+  if (O.graphReplays < 1) { fprintf(stderr, "--graph-replays must be >= 1\n"); return 1; }
+  if (O.graph && O.randomSizes > 0) { fprintf(stderr, "--graph and --random-sizes are separate modes\n"); return 1; }
+  captureMode(O.capture, O.topo.nthreads);
+  if (parseLibs(O.libs).size() != 2) { fprintf(stderr, "--libs needs exactly two libraries (A=reference,B=under test)\n"); return 1; }
+  g_shared = createShared(O.topo, O.maxCount() * 8);
+  return launch(O.topo.nprocs, O.timeout, checkProc);
+}
