@@ -6,8 +6,9 @@
 //
 // Layout per rank (allocated by the host, src/dda/setup.rs):
 //   staging: 2 parity halves of `half_bytes`; window w of a call uses half (seq & 1).
-//   flags:   uint32 [max_blocks][RCCLX_MAX_RANKS]; flags[b][p] = last barrier value that
-//            block b of rank p announced to this rank.
+//   flags:   uint32 [max_blocks][RCCLX_FLAG_STRIDE]; flags[b][p] = last barrier value that
+//            block b of rank p announced to this rank (one 128-byte line per block).
+//   ll:      LL inbox, uint64 [2 parities][RCCLX_MAX_RANKS sources][ll_units][2].
 //   seq:     uint32 [max_blocks], own memory only: windows run so far by block b.
 //
 // Barriers are per block index: block b of every rank handles the same element slice (the
@@ -30,6 +31,7 @@
 
 #define RCCLX_MAX_RANKS 8
 #define RCCLX_DDA_THREADS 512
+#define RCCLX_FLAG_STRIDE 32  // words per block in a flag array: no false sharing between blocks
 
 enum : uint32_t { RCCLX_STATUS_OK = 0, RCCLX_STATUS_TIMEOUT = 1, RCCLX_STATUS_ABORTED = 2 };
 
@@ -42,13 +44,14 @@ struct RcclxDdaArgs {
   uint64_t timeout_ns;         // bound on each spin-wait
   char* staging[RCCLX_MAX_RANKS];       // every rank's staging buffer, mapped in this process
   uint32_t* flags[RCCLX_MAX_RANKS];     // every rank's flag array
+  uint64_t* ll[RCCLX_MAX_RANKS];        // every rank's LL inbox (see rcclx_dda_ll)
   uint32_t* seq;               // this rank's per-block window counters
   uint32_t* status;            // host-mapped: [0] error (RCCLX_STATUS_*), [1] abort request
+  uint64_t ll_units;           // 16-byte LL units per (parity, source rank) slot of an inbox
   int32_t rank;
   int32_t nranks;
-  int32_t pad[2];
 };
-RCCLX_ASSERT_SIZE(RcclxDdaArgs, 208);
+RCCLX_ASSERT_SIZE(RcclxDdaArgs, 272);
 
 // ---- element types and ops ---------------------------------------------------------------
 
@@ -119,8 +122,8 @@ RCCLX_DEV bool rcclx_dda_barrier(const RcclxDdaArgs& a, uint32_t value, uint64_t
   __syncthreads();
   const int p = threadIdx.x;
   if (p < a.nranks) {
-    rcclx_st_release_sys(a.flags[p] + blockIdx.x * RCCLX_MAX_RANKS + a.rank, value);
-    if (!rcclx_dda_wait(a, a.flags[a.rank] + blockIdx.x * RCCLX_MAX_RANKS + p, value, deadline)) *s_fail = 1;
+    rcclx_st_release_sys(a.flags[p] + blockIdx.x * RCCLX_FLAG_STRIDE + a.rank, value);
+    if (!rcclx_dda_wait(a, a.flags[a.rank] + blockIdx.x * RCCLX_FLAG_STRIDE + p, value, deadline)) *s_fail = 1;
   }
   __syncthreads();
   return *s_fail == 0;
@@ -129,10 +132,14 @@ RCCLX_DEV bool rcclx_dda_barrier(const RcclxDdaArgs& a, uint32_t value, uint64_t
 // ---- slicing: which block/thread handles which vector -----------------------------------
 
 // Vector j of a range of `nvec` vectors belongs to block (j / blockDim) % gridDim: the same on
-// every rank for the same range, which is what per-block barriers need.
+// every rank for the same range, which is what per-block barriers need. Each thread takes
+// UNROLL vectors j, j + stride, ... per step so that many loads are in flight (bandwidth).
+#define RCCLX_FOR_VEC_UNROLLED(j0, nvec, UNROLL)                                          \
+  for (uint64_t j0 = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; j0 < (nvec);         \
+       j0 += (uint64_t)(UNROLL) * gridDim.x * blockDim.x)
+#define RCCLX_VEC_STRIDE ((uint64_t)gridDim.x * blockDim.x)
 #define RCCLX_FOR_VEC(j, nvec)                                                          \
-  for (uint64_t j = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; j < (nvec);         \
-       j += (uint64_t)gridDim.x * blockDim.x)
+  for (uint64_t j = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; j < (nvec); j += RCCLX_VEC_STRIDE)
 
 template <typename T> struct RcclxVec {
   static constexpr int N = 16 / sizeof(T);
@@ -146,11 +153,20 @@ RCCLX_DEV bool rcclx_aligned16(const void* p) { return ((uintptr_t)p & 15) == 0;
 template <typename T>
 RCCLX_DEV void rcclx_copy_range(T* dst, const T* src, uint64_t first, uint64_t n) {
   constexpr int N = RcclxVec<T>::N;
+  constexpr int UNROLL = 4;
   const uint64_t nvec = n / N;
   if (rcclx_aligned16(src + first)) {
     const rcclx_u32x4* s = (const rcclx_u32x4*)(src + first);
     rcclx_u32x4* d = (rcclx_u32x4*)(dst + first);
-    RCCLX_FOR_VEC(j, nvec) rcclx_st16(d + j, rcclx_ld16(s + j));
+    RCCLX_FOR_VEC_UNROLLED(j0, nvec, UNROLL) {
+      rcclx_u32x4 v[UNROLL];
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u)
+        if (j0 + u * RCCLX_VEC_STRIDE < nvec) v[u] = rcclx_ld16(s + j0 + u * RCCLX_VEC_STRIDE);
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u)
+        if (j0 + u * RCCLX_VEC_STRIDE < nvec) rcclx_st16(d + j0 + u * RCCLX_VEC_STRIDE, v[u]);
+    }
   } else {
     RCCLX_FOR_VEC(j, nvec) for (int e = 0; e < N; ++e) dst[first + j * N + e] = src[first + j * N + e];
   }
@@ -165,26 +181,36 @@ RCCLX_DEV void rcclx_reduce_range(const RcclxDdaArgs& a, uint64_t half_off, uint
   typedef typename E::A A;
   typedef RcclxOp<OP, A> O;
   constexpr int N = RcclxVec<T>::N;
+  constexpr int UNROLL = 2;
   typedef typename RcclxVec<T>::U U;
   const uint64_t nvec = n / N;
   const bool out_aligned = rcclx_aligned16(out + first);
-  RCCLX_FOR_VEC(j, nvec) {
-    U in[RCCLX_MAX_RANKS];
+  RCCLX_FOR_VEC_UNROLLED(j0, nvec, UNROLL) {
+    // All loads of this step first (UNROLL vectors x all ranks), then the arithmetic.
+    U in[UNROLL][RCCLX_MAX_RANKS];
 #pragma unroll
-    for (int r = 0; r < RCCLX_MAX_RANKS; ++r)
-      if (r < a.nranks) in[r].v = rcclx_ld16((const rcclx_u32x4*)(a.staging[r] + half_off) + first / N + j);
-    U res;
+    for (int u = 0; u < UNROLL; ++u)
 #pragma unroll
-    for (int e = 0; e < N; ++e) {
-      A acc = E::load(in[0].e[e]);
+      for (int r = 0; r < RCCLX_MAX_RANKS; ++r)
+        if (r < a.nranks && j0 + u * RCCLX_VEC_STRIDE < nvec)
+          in[u][r].v = rcclx_ld16((const rcclx_u32x4*)(a.staging[r] + half_off) + first / N + j0 + u * RCCLX_VEC_STRIDE);
 #pragma unroll
-      for (int r = 1; r < RCCLX_MAX_RANKS; ++r)
-        if (r < a.nranks) acc = O::apply(acc, E::load(in[r].e[e]));
-      res.e[e] = E::store(O::finish(acc, a.nranks));
+    for (int u = 0; u < UNROLL; ++u) {
+      const uint64_t j = j0 + u * RCCLX_VEC_STRIDE;
+      if (j >= nvec) break;
+      U res;
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        A acc = E::load(in[u][0].e[e]);
+#pragma unroll
+        for (int r = 1; r < RCCLX_MAX_RANKS; ++r)
+          if (r < a.nranks) acc = O::apply(acc, E::load(in[u][r].e[e]));
+        res.e[e] = E::store(O::finish(acc, a.nranks));
+      }
+      if (out_aligned) rcclx_st16((rcclx_u32x4*)(out + first) + j, res.v);
+      else for (int e = 0; e < N; ++e) out[first + j * N + e] = res.e[e];
+      if (keep) rcclx_st16((rcclx_u32x4*)(keep + first) + j, res.v);
     }
-    if (out_aligned) rcclx_st16((rcclx_u32x4*)(out + first) + j, res.v);
-    else for (int e = 0; e < N; ++e) out[first + j * N + e] = res.e[e];
-    if (keep) rcclx_st16((rcclx_u32x4*)(keep + first) + j, res.v);
   }
   if (blockIdx.x == 0 && threadIdx.x < n % N) {
     const uint64_t i = first + nvec * N + threadIdx.x;
@@ -200,10 +226,21 @@ RCCLX_DEV void rcclx_reduce_range(const RcclxDdaArgs& a, uint64_t half_off, uint
 template <typename T>
 RCCLX_DEV void rcclx_gather_range(const RcclxDdaArgs& a, int src_rank, uint64_t half_off, uint64_t first, uint64_t n, T* out) {
   constexpr int N = RcclxVec<T>::N;
+  constexpr int UNROLL = 4;
   const T* src = (const T*)(a.staging[src_rank] + half_off);
   const uint64_t nvec = n / N;
   if (rcclx_aligned16(out + first)) {
-    RCCLX_FOR_VEC(j, nvec) rcclx_st16((rcclx_u32x4*)(out + first) + j, rcclx_ld16((const rcclx_u32x4*)(src + first) + j));
+    const rcclx_u32x4* s = (const rcclx_u32x4*)(src + first);
+    rcclx_u32x4* d = (rcclx_u32x4*)(out + first);
+    RCCLX_FOR_VEC_UNROLLED(j0, nvec, UNROLL) {
+      rcclx_u32x4 v[UNROLL];
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u)
+        if (j0 + u * RCCLX_VEC_STRIDE < nvec) v[u] = rcclx_ld16(s + j0 + u * RCCLX_VEC_STRIDE);
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u)
+        if (j0 + u * RCCLX_VEC_STRIDE < nvec) rcclx_st16(d + j0 + u * RCCLX_VEC_STRIDE, v[u]);
+    }
   } else {
     RCCLX_FOR_VEC(j, nvec) for (int e = 0; e < N; ++e) out[first + j * N + e] = src[first + j * N + e];
   }
@@ -274,6 +311,94 @@ RCCLX_DEV void rcclx_dda_tree(const RcclxDdaArgs& a) {
   if (threadIdx.x == 0) a.seq[blockIdx.x] = seq;
 }
 
+// LL one-shot (small messages): no barrier and no fence. Each 8-byte word carries 4 payload
+// bytes and a 4-byte flag, written with one single-copy-atomic store, so a reader that sees
+// the flag sees the payload. Every rank pushes its input, 8 payload bytes per 16-byte unit,
+// straight into every peer's inbox (remote stores), then polls its own inbox for the peers'
+// units of this call and reduces them with its own input in rank order.
+// Flag value: this block's call counter + 1 (distinct from the value of the slot's previous
+// use, two calls earlier). Inbox halves alternate by call parity: a peer can be at most one
+// call ahead, because finishing a call needs every rank's data of that call.
+// Unit u of the message belongs to block (u / blockDim) % gridDim on every rank, so writer
+// and reader of a unit share a block index and hence a call counter.
+template <typename T, int OP>
+RCCLX_DEV void rcclx_dda_ll(const RcclxDdaArgs& a) {
+  typedef RcclxElt<T> E;
+  typedef typename E::A A;
+  typedef RcclxOp<OP, A> O;
+  constexpr int PER = 8 / sizeof(T) > 0 ? 8 / sizeof(T) : 1;  // elements per unit
+  __shared__ uint32_t s_seq;
+  __shared__ int s_fail;
+  if (threadIdx.x == 0) { s_seq = a.seq[blockIdx.x]; s_fail = 0; }
+  __syncthreads();
+  const uint32_t seq = s_seq;
+  const uint32_t flag = seq + 1;
+  const uint64_t deadline = rcclx_deadline_after(a.timeout_ns);
+  const uint64_t bytes = a.count * sizeof(T);
+  const uint64_t units = (bytes + 7) / 8;
+  const uint64_t parity_off = (uint64_t)(seq & 1) * RCCLX_MAX_RANKS * a.ll_units * 2;
+  const unsigned char* send = (const unsigned char*)a.send;
+  unsigned char* recv = (unsigned char*)a.recv;
+  const bool aligned = (((uintptr_t)send | (uintptr_t)recv) & 7) == 0;
+  RCCLX_FOR_VEC(u, units) {
+    // Own 8 payload bytes (zero past the end of the message).
+    uint32_t lo = 0, hi = 0;
+    if (aligned && (u + 1) * 8 <= bytes) {
+      lo = ((const uint32_t*)send)[2 * u];
+      hi = ((const uint32_t*)send)[2 * u + 1];
+    } else {
+      for (int b = 0; b < 8; ++b)
+        if (u * 8 + b < bytes) (b < 4 ? lo : hi) |= (uint32_t)send[u * 8 + b] << (8 * (b & 3));
+    }
+    const uint64_t w0 = ((uint64_t)flag << 32) | lo, w1 = ((uint64_t)flag << 32) | hi;
+    for (int i = 1; i < a.nranks; ++i) {
+      const int p = (a.rank + i) % a.nranks;
+      uint64_t* slot = a.ll[p] + parity_off + ((uint64_t)a.rank * a.ll_units + u) * 2;
+      rcclx_st_relaxed_sys_u64(slot, w0);
+      rcclx_st_relaxed_sys_u64(slot + 1, w1);
+    }
+    // Gather every rank's 8 bytes (own from registers), reduce in rank order.
+    union { uint32_t w[2]; T e[PER]; } in[RCCLX_MAX_RANKS];
+#pragma unroll
+    for (int p = 0; p < RCCLX_MAX_RANKS; ++p) {
+      if (p >= a.nranks) continue;
+      if (p == a.rank) { in[p].w[0] = lo; in[p].w[1] = hi; continue; }
+      const uint64_t* slot = a.ll[a.rank] + parity_off + ((uint64_t)p * a.ll_units + u) * 2;
+      for (int h = 0; h < 2; ++h) {
+        uint64_t v;
+        for (uint32_t round = 0;; ++round) {
+          v = rcclx_ld_relaxed_sys_u64(slot + h);
+          if ((uint32_t)(v >> 32) == flag) break;
+          if ((round & 255) == 255) {
+            if (rcclx_ld_relaxed_sys(a.status + 1) != 0) { rcclx_st_release_sys(a.status, (uint32_t)RCCLX_STATUS_ABORTED); s_fail = 1; }
+            else if (rcclx_now_ns() >= deadline) { rcclx_st_release_sys(a.status, (uint32_t)RCCLX_STATUS_TIMEOUT); s_fail = 1; }
+            if (s_fail) break;
+          }
+        }
+        in[p].w[h] = (uint32_t)v;
+      }
+    }
+    union { uint32_t w[2]; T e[PER]; } res;
+#pragma unroll
+    for (int e = 0; e < PER; ++e) {
+      A acc = E::load(in[0].e[e]);
+#pragma unroll
+      for (int p = 1; p < RCCLX_MAX_RANKS; ++p)
+        if (p < a.nranks) acc = O::apply(acc, E::load(in[p].e[e]));
+      res.e[e] = E::store(O::finish(acc, a.nranks));
+    }
+    if (aligned && (u + 1) * 8 <= bytes) {
+      ((uint32_t*)recv)[2 * u] = res.w[0];
+      ((uint32_t*)recv)[2 * u + 1] = res.w[1];
+    } else {
+      for (int b = 0; b < 8; ++b)
+        if (u * 8 + b < bytes) recv[u * 8 + b] = (unsigned char)(res.w[b >> 2] >> (8 * (b & 3)));
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) a.seq[blockIdx.x] = seq + 1;
+}
+
 // Instantiation: one kernel per (algorithm, type, op), named rcclx_allreduce_<algo>_<type>_<op>.
 #define RCCLX_DDA_KERNEL(ALGO, TNAME, T, ONAME, OP)                                         \
   extern "C" __global__ void __launch_bounds__(RCCLX_DDA_THREADS)                           \
@@ -297,5 +422,6 @@ RCCLX_DEV void rcclx_dda_tree(const RcclxDdaArgs& a) {
   RCCLX_DDA_OPS(ALGO, f32, float)              \
   RCCLX_DDA_OPS(ALGO, f64, double)             \
   RCCLX_DDA_OPS(ALGO, bf16, rcclx_bf16)
+RCCLX_DDA_TYPES(ll)
 RCCLX_DDA_TYPES(flat)
 RCCLX_DDA_TYPES(tree)

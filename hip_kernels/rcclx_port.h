@@ -117,6 +117,14 @@ RCCLX_DEV void rcclx_st_release_sys(uint64_t* p, uint64_t v) {
 RCCLX_DEV uint32_t rcclx_ld_relaxed_sys(const uint32_t* p) {
   return __hip_atomic_load(p, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
 }
+// order: relaxed, sys; single-copy atomic 64-bit access (the LL protocol relies on a payload
+// and its flag arriving together in one 8-byte word; nothing else is ordered).
+RCCLX_DEV uint64_t rcclx_ld_relaxed_sys_u64(const uint64_t* p) {
+  return __hip_atomic_load(p, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+}
+RCCLX_DEV void rcclx_st_relaxed_sys_u64(uint64_t* p, uint64_t v) {
+  __hip_atomic_store(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+}
 // order: relaxed, sys: returns the old value; orders nothing else (add a fence or use
 // acquire/release loads/stores around it). Host-mapped targets need PCIe atomics on AMD.
 RCCLX_DEV uint32_t rcclx_atomic_add_sys_u32(uint32_t* p, uint32_t v) {
@@ -255,6 +263,16 @@ RCCLX_DEV uint32_t rcclx_ld_relaxed_sys(const uint32_t* p) {
   uint32_t v;
   asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
+}
+// order: relaxed, sys; single-copy atomic 64-bit access (the LL protocol relies on a payload
+// and its flag arriving together in one 8-byte word; nothing else is ordered).
+RCCLX_DEV uint64_t rcclx_ld_relaxed_sys_u64(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+RCCLX_DEV void rcclx_st_relaxed_sys_u64(uint64_t* p, uint64_t v) {
+  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" :: "l"(p), "l"(v) : "memory");
 }
 // order: relaxed, sys: returns the old value; orders nothing else (add a fence or use
 // acquire/release loads/stores around it).

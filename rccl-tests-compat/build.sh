@@ -81,4 +81,6 @@ for n in all_gather_perf reduce_scatter_perf alltoall_perf; do
   cp -f "$BUILD/all_reduce_perf" "$BUILD/$n"
 done
 "$NVCC" $GENCODE "$OBJ/check.o" "$OBJ/common.o" -o "$BUILD/rcclx_check" "${LINK[@]}"
+# Test helper only (fault injection for selftest.sh), not a benchmark.
+"$NVCC" "${FLAGS[@]}" -shared -Xcompiler -fPIC "$HERE/test/faultshim.cu" -o "$BUILD/libfaultshim.so" "${LINK[@]}"
 echo "build.sh: built $(cd "$BUILD" && ls all_reduce_perf all_gather_perf reduce_scatter_perf alltoall_perf rcclx_check | tr '\n' ' ')in $BUILD"

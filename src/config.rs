@@ -99,7 +99,8 @@ config_table! {
     dda_all_gather_max_bytes: u64 = 0, "RCCL_DDA_ALL_GATHER_MAX_BYTES", "AllGather: DDA up to this many output bytes (0: off)";
     dda_reduce_scatter_max_bytes: u64 = 0, "RCCL_DDA_REDUCE_SCATTER_MAX_BYTES", "ReduceScatter: DDA up to this many input bytes (0: off)";
     dda_all_to_all_max_bytes: u64 = 0, "RCCL_DDA_ALL_TO_ALL_MAX_BYTES", "AllToAll: DDA up to this many bytes (0: off)";
-    dda_max_blocks: u64 = 32, "RCCL_DDA_MAX_BLOCKS", "grid cap of DDA kernels";
+    dda_ll_max_bytes: u64 = 64 * KIB, "RCCLX_DDA_LL_MAX_BYTES", "AllReduce: LL one-shot (no barrier) up to this many bytes (at most 1M)";
+    dda_max_blocks: u64 = 64, "RCCL_DDA_MAX_BLOCKS", "grid cap of DDA kernels";
     dda_sendbuf_bytes: u64 = 16 * MIB, "RCCL_DDA_SENDBUF_BYTES", "per-rank staging buffer of DDA";
     lp_enable: bool = false, "RCCL_LOW_PRECISION_ENABLE", "1: FP8 for AllGather, AllReduce, ReduceScatter, AllToAll";
     lp_all_gather: bool = false, "RCCL_LOW_PRECISION_ENABLE_ALLGATHER", "1: FP8 AllGather";

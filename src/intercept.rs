@@ -89,6 +89,7 @@ impl LowpSwitches {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Thresholds {
     pub dda_all_reduce: bool,
+    pub ll_max_bytes: u64,
     pub flat_max_bytes: u64,
     pub tree_max_bytes: u64,
     pub lp_min_bytes: u64,
@@ -98,6 +99,7 @@ impl Thresholds {
     pub fn from_config(c: &crate::config::Config) -> Self {
         Self {
             dda_all_reduce: c.dda_all_reduce,
+            ll_max_bytes: c.dda_ll_max_bytes,
             flat_max_bytes: c.dda_flat_max_bytes,
             tree_max_bytes: c.dda_tree_max_bytes,
             lp_min_bytes: c.lp_min_bytes,
@@ -109,6 +111,8 @@ impl Thresholds {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Route {
     Upstream(Reason),
+    /// One-shot with the LL protocol (no barrier): the smallest messages.
+    DdaLl,
     DdaFlat,
     DdaTree,
     Lowp,
@@ -139,6 +143,7 @@ reasons! {
     Empty = c"zero-count",
     Collective = c"collective-not-accelerated",
     Failed = c"launch-failed",
+    NullBuffer = c"null-buffer",
 }
 const _: () = assert!(Reason::ALL.len() <= 16, "rcclxCommStats has 16 reason slots");
 
@@ -179,6 +184,8 @@ pub fn decide(call: &CallDesc, comm: &CommFacts, th: &Thresholds) -> Route {
                 Up(Reason::Dtype)
             } else if !dda_op(call.op) {
                 Up(Reason::Op)
+            } else if bytes <= th.ll_max_bytes {
+                Route::DdaLl
             } else if bytes <= th.flat_max_bytes {
                 Route::DdaFlat
             } else if bytes <= th.tree_max_bytes {
@@ -209,7 +216,7 @@ mod tests {
     /// Sizes around every threshold, primes and extremes.
     fn counts(th: &Thresholds) -> Vec<usize> {
         let mut v = vec![0, 1, 2, 3, 7, 31, 127, 255, 1023, 4099, 65_537, 1 << 20, (1 << 20) + 5, usize::MAX / 16];
-        for t in [th.flat_max_bytes, th.tree_max_bytes, th.lp_min_bytes] {
+        for t in [th.ll_max_bytes, th.flat_max_bytes, th.tree_max_bytes, th.lp_min_bytes] {
             for d in [-9i64, -1, 0, 1, 9] {
                 v.push((t as i64 + d).max(0) as usize);
                 v.push(((t as i64 + d).max(0) / 2) as usize);
@@ -245,7 +252,7 @@ mod tests {
                 for call in all_calls(&th) {
                     let r = decide(&call, &facts(nranks, lowp), &th);
                     match r {
-                        Route::DdaFlat | Route::DdaTree => {
+                        Route::DdaLl | Route::DdaFlat | Route::DdaTree => {
                             assert!(dda_dtype(call.dtype) && dda_op(call.op) && call.count > 0, "{call:?} -> {r:?}");
                             assert_eq!(call.coll, Coll::AllReduce);
                             assert!(nranks >= 2);
@@ -274,6 +281,7 @@ mod tests {
     fn deterministic_and_monotone_in_size() {
         let th = th();
         let rank = |r: Route| match r {
+            Route::DdaLl => -1,
             Route::DdaFlat => 0,
             Route::DdaTree => 1,
             Route::Lowp => 2,
@@ -282,7 +290,7 @@ mod tests {
         for nranks in 2..=8 {
             let f = facts(nranks, false);
             for t in [ncclDataType_t::Float32, ncclDataType_t::Bfloat16, ncclDataType_t::Int32] {
-                let mut last = 0;
+                let mut last = -1;
                 let mut cs = counts(&th);
                 cs.retain(|&c| c > 0);
                 cs.sort();
@@ -302,6 +310,8 @@ mod tests {
         let th = th();
         let f = facts(2, true);
         let ar = |bytes: u64| decide(&CallDesc { coll: Coll::AllReduce, count: (bytes / 4) as usize, dtype: ncclDataType_t::Int32, op: ncclRedOp_t::Sum }, &f, &th);
+        assert_eq!(ar(th.ll_max_bytes), Route::DdaLl);
+        assert_eq!(ar(th.ll_max_bytes + 4), Route::DdaFlat);
         assert_eq!(ar(th.flat_max_bytes), Route::DdaFlat);
         assert_eq!(ar(th.flat_max_bytes + 4), Route::DdaTree);
         assert_eq!(ar(th.tree_max_bytes), Route::DdaTree);

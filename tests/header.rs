@@ -49,11 +49,19 @@ fn committed_header_is_up_to_date() {
     }
 }
 
-/// The header holds exactly rcclx's own API: its four functions, the stats struct and the
-/// version macro, no NCCL function (those come from nccl.h) and no internal item.
+/// The header holds exactly rcclx's own API: its functions, the stats struct and the version
+/// macro, no NCCL function (those come from nccl.h) and no internal item.
 #[test]
 fn header_declares_exactly_the_own_api() {
     let h = generate();
+    let own = common::own_functions();
+    for f in &own {
+        assert!(
+            h.contains(&format!(" {f}(")) || h.contains(&format!("*{f}(")),
+            "the header does not declare {f}:\n{h}"
+        );
+    }
+    let mut declared = 0;
     for item in [
         "ncclResult_t rcclxGetVersion(int *version);",
         "const char *rcclxGetUpstreamPath(void);",
@@ -72,11 +80,13 @@ fn header_declares_exactly_the_own_api() {
     for line in h.lines() {
         let l = line.trim();
         if l.ends_with(");") && !l.starts_with('*') {
-            assert!(l.contains(" rcclx") || l.contains("*rcclx"), "unexpected declaration in the header: {l}");
+            assert!(own.iter().any(|f| l.contains(&format!("{f}("))), "unexpected declaration in the header: {l}");
+            declared += 1;
         }
         if let Some(m) = l.strip_prefix("#define ") {
             assert!(m.starts_with("RCCLX_"), "unexpected macro in the header: {l}");
         }
     }
+    assert_eq!(declared, own.len(), "one declaration per function of src/abi/own.rs:\n{h}");
     assert!(!h.contains("MARKER_SYMBOL"), "internal constant leaked into the header");
 }

@@ -35,8 +35,6 @@ fn nm_exports() -> BTreeMap<String, String> {
         .collect()
 }
 
-const OWN_API: &[&str] = &["rcclxGetVersion", "rcclxGetUpstreamPath", "rcclxCommGetStats", "rcclxForwardReasonName"];
-
 #[test]
 fn nm_lists_every_stock_symbol_as_a_defined_function() {
     let exports = nm_exports();
@@ -65,6 +63,7 @@ fn dlsym_resolves_every_stock_symbol() {
         "compiling dlsym_check.c",
     );
     let names = required();
+    let own = common::own_functions();
     let mut child = Command::new(&exe)
         .arg(common::lib())
         .stdin(Stdio::piped())
@@ -74,14 +73,14 @@ fn dlsym_resolves_every_stock_symbol() {
         .unwrap();
     {
         let mut stdin = child.stdin.take().unwrap();
-        for n in names.iter().map(String::as_str).chain(OWN_API.iter().copied()) {
+        for n in names.iter().chain(&own) {
             writeln!(stdin, "{n}").unwrap();
         }
     }
     let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "dlsym_check: {}\n{stdout}{}", out.status, String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains(&format!("found {}", names.len() + OWN_API.len())), "{stdout}");
+    assert!(stdout.contains(&format!("found {}", names.len() + own.len())), "{stdout}");
 }
 
 /// The export list is exactly the table (`nccl*`/`msccl*` and their `p` twins) plus rcclx's
@@ -89,14 +88,17 @@ fn dlsym_resolves_every_stock_symbol() {
 #[test]
 fn exports_are_exactly_the_table_and_the_own_api() {
     let exports: BTreeSet<String> = nm_exports().into_keys().collect();
-    let mut expected: BTreeSet<String> = OWN_API.iter().map(|s| s.to_string()).collect();
+    let mut expected: BTreeSet<String> = common::own_functions().into_iter().collect();
     for e in rcclx::abi::table::EXPORTS {
         assert!(expected.insert(e.name.to_string()), "{} is twice in the table", e.name);
         expected.insert(format!("p{}", e.name));
     }
     let missing: Vec<_> = expected.difference(&exports).collect();
     let extra: Vec<_> = exports.difference(&expected).collect();
-    assert!(missing.is_empty() && extra.is_empty(), "in the table but not exported: {missing:?}\nexported but not in the table: {extra:?}");
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "in the table but not exported: {missing:?}\nexported but not in the table: {extra:?}"
+    );
 }
 
 /// librcclx.so must be installable under the stock SONAMEs (so it has none of its own) and

@@ -144,6 +144,55 @@ const CollDesc* findColl(const char* name0) {
   return nullptr;
 }
 
+const TypeDesc* findTypeByName(const std::string& n0) {
+  static const char* alias[][2] = {{"char", "int8"}, {"int", "int32"}, {"fp16", "half"}, {"float16", "half"},
+                                   {"fp32", "float"}, {"float32", "float"}, {"fp64", "double"},
+                                   {"float64", "double"}, {"bf16", "bfloat16"}, {"fp8e4m3", "f8e4m3"},
+                                   {"fp8e5m2", "f8e5m2"}};
+  std::string n = n0;
+  for (auto& a : alias) if (n == a[0]) n = a[1];
+  for (const TypeDesc& d : kTypes) if (n == d.name) return &d;
+  return nullptr;
+}
+
+static const OpDesc* findOpByName(const std::string& n) {
+  for (const OpDesc& d : kOps) if (n == d.name) return &d;
+  return nullptr;
+}
+
+bool validTypeList(const std::string& arg) {
+  if (arg == "all") return true;
+  for (const std::string& n : split(arg, ',')) if (!findTypeByName(n)) return false;
+  return true;
+}
+
+bool validOpList(const std::string& arg) {
+  if (arg == "all") return true;
+  for (const std::string& n : split(arg, ',')) if (!findOpByName(n)) return false;
+  return true;
+}
+
+std::vector<const TypeDesc*> resolveTypes(const std::string& arg, int version, int ccMajor) {
+  std::vector<const TypeDesc*> v;
+  if (arg != "all") {
+    for (const std::string& n : split(arg, ',')) v.push_back(findTypeByName(n));
+    return v;
+  }
+  for (const TypeDesc& d : kTypes)
+    if (d.minVersion <= version && (d.size > 1 || !d.isFloat || ccMajor >= 9)) v.push_back(&d);
+  return v;
+}
+
+std::vector<const OpDesc*> resolveOps(const std::string& arg, int version) {
+  std::vector<const OpDesc*> v;
+  if (arg != "all") {
+    for (const std::string& n : split(arg, ',')) v.push_back(findOpByName(n));
+    return v;
+  }
+  for (const OpDesc& d : kOps) if (d.minVersion <= version) v.push_back(&d);
+  return v;
+}
+
 Layout layoutFromCount(CollId c, size_t count, int n) {
   switch (c) {
     case COLL_AR: return {count, count, count, 0, 0};
@@ -492,6 +541,7 @@ void Thr::syncStreams(int lib) {
     bool idle = true;
     for (int i = 0; i < G; i++) {
       if (done[i]) continue;
+      if (!stream[i]) CUDACHECK(cudaSetDevice(gpu[i]));  // the NULL stream is per device
       cudaError_t e = cudaStreamQuery(stream[i]);
       if (e == cudaSuccess) { done[i] = true; remaining--; idle = false; continue; }
       if (e != cudaErrorNotReady) CUDACHECK(e);
@@ -504,6 +554,7 @@ void Thr::syncStreams(int lib) {
     }
     if (idle) sched_yield();
   }
+  if (!stream[0]) CUDACHECK(cudaSetDevice(gpu[0]));
 }
 
 void initComms(Thr& t, bool parallel) {

@@ -97,6 +97,13 @@ struct CollDesc { const char* name; CollId id; bool reduces; };
 extern const CollDesc kColls[];
 extern const int kNumColls;
 const CollDesc* findColl(const char* name);  // "all_reduce", "allreduce", "all_reduce_perf", ...
+const TypeDesc* findTypeByName(const std::string& name);  // nccl-tests names (+ a few aliases)
+bool validTypeList(const std::string& arg);  // "all" or a comma list of known names
+bool validOpList(const std::string& arg);
+// "-d all" / "-o all" as nccl-tests: what the oldest loaded library supports (bf16/avg >= 2.10,
+// mulsum >= 2.11, fp8 >= 2.24 and compute capability >= 9); else the listed names.
+std::vector<const TypeDesc*> resolveTypes(const std::string& arg, int version, int ccMajor);
+std::vector<const OpDesc*> resolveOps(const std::string& arg, int version);
 
 // Element counts of one call, as nccl-tests' getCollByteCount (all in elements).
 struct Layout {

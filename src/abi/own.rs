@@ -48,6 +48,9 @@ pub extern "C" fn rcclxGetUpstreamPath() -> *const c_char {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct rcclxCommStats {
+    /// AllReduce calls run by the DDA one-shot LL kernel (smallest messages), and their bytes.
+    pub ddaLlCalls: u64,
+    pub ddaLlBytes: u64,
     /// AllReduce calls run by the DDA flat (one-shot) kernel, and their bytes.
     pub ddaFlatCalls: u64,
     pub ddaFlatBytes: u64,

@@ -141,6 +141,8 @@ pub fn collective(comm: ncclComm_t, call: CallDesc, bufs: Buffers, forward: impl
     let bytes = call.bytes(setup.facts.nranks).unwrap_or(0);
     let route = crate::intercept::decide(&call, &setup.facts, &setup.thresholds);
     tracing::trace!("{:?} count {} {:?} {:?} on comm {comm:p}: {route:?}", call.coll, call.count, call.dtype, call.op);
+    // NULL buffers: the stock library reports the error code it always does.
+    let route = if bufs.send.is_null() || bufs.recv.is_null() { Route::Upstream(Reason::NullBuffer) } else { route };
     if let Route::Upstream(_) = route {
         state.count(route, bytes);
         return forward();

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 #[derive(Default)]
 pub struct Stats {
+    ll: [AtomicU64; 2],
     flat: [AtomicU64; 2],
     tree: [AtomicU64; 2],
     lowp: [AtomicU64; 2],
@@ -16,6 +17,7 @@ pub struct Stats {
 impl Stats {
     pub fn count(&self, route: Route, bytes: u64) {
         let slot = match route {
+            Route::DdaLl => &self.ll,
             Route::DdaFlat => &self.flat,
             Route::DdaTree => &self.tree,
             Route::Lowp => &self.lowp,
@@ -31,6 +33,8 @@ impl Stats {
     pub fn snapshot(&self) -> rcclxCommStats {
         let n = |a: &AtomicU64| a.load(Relaxed);
         rcclxCommStats {
+            ddaLlCalls: n(&self.ll[0]),
+            ddaLlBytes: n(&self.ll[1]),
             ddaFlatCalls: n(&self.flat[0]),
             ddaFlatBytes: n(&self.flat[1]),
             ddaTreeCalls: n(&self.tree[0]),
@@ -53,8 +57,8 @@ impl Stats {
             }
         }
         format!(
-            "flat {} calls {} B, tree {} calls {} B, fp8 {} calls {} B, forwarded {} calls {} B{}{}",
-            s.ddaFlatCalls, s.ddaFlatBytes, s.ddaTreeCalls, s.ddaTreeBytes, s.lowpCalls, s.lowpBytes,
+            "ll {} calls {} B, flat {} calls {} B, tree {} calls {} B, fp8 {} calls {} B, forwarded {} calls {} B{}{}",
+            s.ddaLlCalls, s.ddaLlBytes, s.ddaFlatCalls, s.ddaFlatBytes, s.ddaTreeCalls, s.ddaTreeBytes, s.lowpCalls, s.lowpBytes,
             s.forwardedCalls, s.forwardedBytes, if reasons.is_empty() { "" } else { " by reason:" }, reasons
         )
     }
@@ -66,6 +70,8 @@ pub struct Totals(parking_lot::Mutex<rcclxCommStats>);
 impl Totals {
     pub const fn new() -> Self {
         Self(parking_lot::Mutex::new(rcclxCommStats {
+            ddaLlCalls: 0,
+            ddaLlBytes: 0,
             ddaFlatCalls: 0,
             ddaFlatBytes: 0,
             ddaTreeCalls: 0,
@@ -80,6 +86,8 @@ impl Totals {
 
     pub fn add(&self, s: &rcclxCommStats) {
         let mut t = self.0.lock();
+        t.ddaLlCalls += s.ddaLlCalls;
+        t.ddaLlBytes += s.ddaLlBytes;
         t.ddaFlatCalls += s.ddaFlatCalls;
         t.ddaFlatBytes += s.ddaFlatBytes;
         t.ddaTreeCalls += s.ddaTreeCalls;

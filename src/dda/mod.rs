@@ -42,21 +42,30 @@ impl fmt::Display for Error {
 pub enum Algo {
     Flat = 0,
     Tree = 1,
+    Ll = 2,
 }
 
 /// Grid of one call: identical on every rank, since it depends only on the count, the type,
 /// the rank count and the agreed sizes (the per-block barriers rely on that).
 pub fn grid(algo: Algo, count: u64, elem_bytes: u64, nranks: u64, half_bytes: u64, max_blocks: u32) -> (u64, u32, u32) {
     let vec = 16 / elem_bytes;
+    if algo == Algo::Ll {
+        // One pass of 8-byte units (the inbox holds the whole message).
+        let units = (count * elem_bytes).div_ceil(8);
+        let threads = setup::THREADS as u64;
+        let blocks = units.div_ceil(threads).clamp(1, max_blocks as u64);
+        let block_threads = if blocks == 1 { units.next_multiple_of(64).clamp(64, threads) } else { threads };
+        return (count, blocks as u32, block_threads as u32);
+    }
     let unit = match algo {
-        Algo::Flat => vec,
         Algo::Tree => vec * nranks,
+        _ => vec,
     };
     let window = (half_bytes / elem_bytes / unit).max(1) * unit;
     let per_window = count.min(window);
     let vectors = match algo {
-        Algo::Flat => per_window.div_ceil(vec),
         Algo::Tree => per_window.div_ceil(nranks).div_ceil(vec),
+        _ => per_window.div_ceil(vec),
     };
     let threads = setup::THREADS as u64;
     let blocks = vectors.div_ceil(threads).clamp(1, max_blocks as u64);
@@ -67,6 +76,7 @@ pub fn grid(algo: Algo, count: u64, elem_bytes: u64, nranks: u64, half_bytes: u6
 /// Runs `call` on rcclx's kernels along `route` (never `Route::Upstream`).
 pub fn run(setup: &setup::Setup, route: Route, call: &CallDesc, bufs: &Buffers) -> Result<(), Error> {
     let algo = match route {
+        Route::DdaLl => Algo::Ll,
         Route::DdaFlat => Algo::Flat,
         Route::DdaTree => Algo::Tree,
         Route::Lowp => return crate::lowp::launch::run(setup, call, bufs),

@@ -35,13 +35,17 @@ pub struct KernelArgs {
     pub timeout_ns: u64,
     pub staging: [u64; MAX_RANKS],
     pub flags: [u64; MAX_RANKS],
+    pub ll: [u64; MAX_RANKS],
     pub seq: u64,
     pub status: u64,
+    pub ll_units: u64,
     pub rank: i32,
     pub nranks: i32,
-    pub pad: [i32; 2],
 }
-const _: () = assert!(std::mem::size_of::<KernelArgs>() == 208);
+const _: () = assert!(std::mem::size_of::<KernelArgs>() == 272);
+
+/// Words per block in a flag array (`RCCLX_FLAG_STRIDE`: one 128-byte line per block).
+const FLAG_STRIDE: usize = 32;
 
 pub const MAX_RANKS: usize = 8;
 /// Threads per block of every DDA kernel (`RCCLX_DDA_THREADS`).
@@ -54,6 +58,8 @@ pub struct Setup {
     pub facts: CommFacts,
     pub thresholds: Thresholds,
     pub max_blocks: u32,
+    /// Largest AllReduce (bytes) the LL inbox holds.
+    pub ll_max_bytes: u64,
     /// Arguments with every per-communicator field filled; per call only buffers and counts change.
     pub args: KernelArgs,
     kernels: Vec<Function>,
@@ -64,6 +70,7 @@ pub struct Setup {
     _peers: Vec<IpcMapping>,
     _staging: DeviceBuffer,
     _flags: DeviceBuffer,
+    _ll: DeviceBuffer,
     _seq: DeviceBuffer,
     status: HostMapped,
 }
@@ -90,7 +97,8 @@ impl Setup {
 
 const TYPE_NAMES: [&str; 10] = ["i8", "u8", "i32", "u32", "i64", "u64", "f16", "f32", "f64", "bf16"];
 const OP_NAMES: [&str; 5] = ["sum", "prod", "max", "min", "avg"];
-const ALGOS: [Algo; 2] = [Algo::Flat, Algo::Tree];
+/// In `Algo` discriminant order (the kernel table's index).
+const ALGOS: [Algo; 3] = [Algo::Flat, Algo::Tree, Algo::Ll];
 
 fn kernel_index(algo: Algo, dtype: usize, op: usize) -> usize {
     (algo as usize * TYPE_NAMES.len() + dtype) * OP_NAMES.len() + op
@@ -100,6 +108,7 @@ fn kernel_name(algo: Algo, dtype: usize, op: usize) -> String {
     let a = match algo {
         Algo::Flat => "flat",
         Algo::Tree => "tree",
+        Algo::Ll => "ll",
     };
     format!("rcclx_allreduce_{a}_{}_{}", TYPE_NAMES[dtype], OP_NAMES[op])
 }
@@ -118,8 +127,11 @@ struct Record {
     arch: [u8; 32],
     staging_ipc: [u8; 64],
     flags_ipc: [u8; 64],
+    ll_ipc: [u8; 64],
     staging_ptr: u64,
     flags_ptr: u64,
+    ll_ptr: u64,
+    ll_max: u64,
     staging_bytes: u64,
     max_blocks: u64,
     // Rank 0's values are adopted by everyone, so all ranks decide alike.
@@ -130,7 +142,7 @@ struct Record {
     dda_all_reduce: u32,
     lowp_bits: u32,
 }
-const RECORD_MAGIC: u64 = 0x7263_636c_785f_7631; // "rcclx_v1"
+const RECORD_MAGIC: u64 = 0x7263_636c_785f_7632; // "rcclx_v2"
 const RECORD_BYTES: usize = std::mem::size_of::<Record>();
 
 impl Record {
@@ -166,6 +178,7 @@ struct Resources {
     lowp_kernels: Vec<Function>,
     staging: DeviceBuffer,
     flags: DeviceBuffer,
+    ll: DeviceBuffer,
     seq: DeviceBuffer,
     status: HostMapped,
 }
@@ -199,7 +212,7 @@ pub fn run(comms: &[ncclComm_t]) {
         }
     };
     // First verdict and peer mappings.
-    let mut mapped: Vec<Option<(Vec<IpcMapping>, [u64; MAX_RANKS], [u64; MAX_RANKS])>> = Vec::new();
+    let mut mapped: Vec<Option<PeerPtrs>> = Vec::new();
     for (l, recs) in locals.iter().zip(&records) {
         let recs: Vec<Record> = recs.chunks(RECORD_BYTES).map(Record::from_bytes).collect();
         let m = match verdict(l, &recs) {
@@ -223,12 +236,14 @@ pub fn run(comms: &[ncclComm_t]) {
     };
     for (((l, m), ok), recs) in locals.into_iter().zip(mapped).zip(oks).zip(&records) {
         let all_ok = ok.chunks(8).all(|c| c.iter().any(|&b| b != 0));
-        let (Some(res), Some((peers, staging, flags)), true) = (l.res, m, all_ok) else {
+        let (Some(res), Some((peers, staging, flags, ll)), true) = (l.res, m, all_ok) else {
             continue;
         };
         let r0 = Record::from_bytes(&recs[..RECORD_BYTES]);
+        let ll_ptrs = (ll, ll_units(r0.ll_max));
         let thresholds = Thresholds {
             dda_all_reduce: r0.dda_all_reduce != 0,
+            ll_max_bytes: r0.ll_max,
             flat_max_bytes: r0.flat_max,
             tree_max_bytes: r0.tree_max,
             lp_min_bytes: r0.lp_min,
@@ -240,6 +255,7 @@ pub fn run(comms: &[ncclComm_t]) {
             all_to_all: r0.lowp_bits & 8 != 0,
         };
         let half_bytes = r0.staging_bytes / 2;
+        let (ll, ll_units) = ll_ptrs;
         let facts = CommFacts { nranks: l.nranks, dda: true, lowp, staging_bytes: r0.staging_bytes };
         let args = KernelArgs {
             send: 0,
@@ -250,11 +266,12 @@ pub fn run(comms: &[ncclComm_t]) {
             timeout_ns: r0.timeout_ms.saturating_mul(1_000_000),
             staging,
             flags,
+            ll,
             seq: res.seq.ptr().0,
             status: res.status.device_ptr().0,
+            ll_units,
             rank: l.rank as i32,
             nranks: l.nranks as i32,
-            pad: [0; 2],
         };
         let setup = Setup {
             rank: l.rank,
@@ -262,12 +279,14 @@ pub fn run(comms: &[ncclComm_t]) {
             facts,
             thresholds,
             max_blocks: r0.max_blocks as u32,
+            ll_max_bytes: r0.ll_max,
             args,
             kernels: res.kernels,
             lowp_kernels: res.lowp_kernels,
             _peers: peers,
             _staging: res.staging,
             _flags: res.flags,
+            _ll: res.ll,
             _seq: res.seq,
             status: res.status,
         };
@@ -319,6 +338,7 @@ fn prepare(l: &mut Local) {
     rec.rank = l.rank as u32;
     rec.staging_bytes = cfg.dda_sendbuf_bytes.max(64 * 1024) & !4095;
     rec.max_blocks = cfg.dda_max_blocks.clamp(1, 1024);
+    rec.ll_max = cfg.dda_ll_max_bytes.min(MAX_LL_BYTES).next_multiple_of(8);
     rec.flat_max = cfg.dda_flat_max_bytes;
     rec.tree_max = cfg.dda_tree_max_bytes;
     rec.lp_min = cfg.lp_min_bytes;
@@ -329,21 +349,23 @@ fn prepare(l: &mut Local) {
     if !(2..=MAX_RANKS).contains(&l.nranks) {
         return; // no buffers for communicators DDA cannot serve
     }
-    match allocate(l.device, rec.staging_bytes as usize, rec.max_blocks as usize) {
+    match allocate(l.device, rec.staging_bytes as usize, rec.max_blocks as usize, rec.ll_max) {
         Ok((res, arch)) => {
             let n = arch.len().min(31);
             rec.arch[..n].copy_from_slice(&arch.as_bytes()[..n]);
-            match (res.staging.ipc_handle(), res.flags.ipc_handle()) {
-                (Ok(s), Ok(f)) => {
+            match (res.staging.ipc_handle(), res.flags.ipc_handle(), res.ll.ipc_handle()) {
+                (Ok(s), Ok(f), Ok(ll)) => {
                     rec.staging_ipc = s.0;
                     rec.flags_ipc = f.0;
+                    rec.ll_ipc = ll.0;
                 }
-                (Err(e), _) | (_, Err(e)) => {
+                (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
                     tracing::info!("rank {}: no IPC handle ({e}); peers in other processes cannot map it", l.rank);
                 }
             }
             rec.staging_ptr = res.staging.ptr().0;
             rec.flags_ptr = res.flags.ptr().0;
+            rec.ll_ptr = res.ll.ptr().0;
             rec.capable = 1;
             l.res = Some(res);
         }
@@ -351,7 +373,15 @@ fn prepare(l: &mut Local) {
     }
 }
 
-fn allocate(device: i32, staging_bytes: usize, max_blocks: usize) -> Result<(Resources, String), gpu::Error> {
+/// Largest `RCCLX_DDA_LL_MAX_BYTES` honoured (the inbox takes 32 bytes per message byte).
+const MAX_LL_BYTES: u64 = 1 << 20;
+
+/// 16-byte LL units per (parity, source) slot of an inbox for messages up to `ll_max` bytes.
+fn ll_units(ll_max: u64) -> u64 {
+    ll_max.div_ceil(8).max(1)
+}
+
+fn allocate(device: i32, staging_bytes: usize, max_blocks: usize, ll_max: u64) -> Result<(Resources, String), gpu::Error> {
     let rt = gpu::runtime()?;
     let arch = rt.device_info(device)?.arch;
     let module = rt.load_rcclx_module(device)?;
@@ -365,12 +395,15 @@ fn allocate(device: i32, staging_bytes: usize, max_blocks: usize) -> Result<(Res
     }
     let lowp_kernels = crate::lowp::launch::kernel_names().map(|n| rt.function(module, &n)).collect::<Result<Vec<_>, _>>()?;
     let staging = rt.alloc(device, staging_bytes, MemKind::Normal)?;
-    let flags = rt.alloc(device, max_blocks * MAX_RANKS * 4, MemKind::Uncached)?;
+    let flags = rt.alloc(device, max_blocks * FLAG_STRIDE * 4, MemKind::Uncached)?;
+    // LL inbox: [2 parities][MAX_RANKS sources][units] x 16 bytes.
+    let ll = rt.alloc(device, (2 * MAX_RANKS as u64 * ll_units(ll_max) * 16) as usize, MemKind::Uncached)?;
     let seq = rt.alloc(device, max_blocks * 4, MemKind::Normal)?;
     flags.zero()?;
+    ll.zero()?;
     seq.zero()?;
     let status = rt.alloc_host_mapped(device, 64)?;
-    Ok((Resources { kernels, lowp_kernels, staging, flags, seq, status }, arch))
+    Ok((Resources { kernels, lowp_kernels, staging, flags, ll, seq, status }, arch))
 }
 
 /// The first verdict, from the gathered records only (so identical on every rank).
@@ -389,21 +422,21 @@ fn verdict(l: &Local, recs: &[Record]) -> Result<(), String> {
         if r.host != me.host {
             return Err("ranks on more than one host".into());
         }
-        if r.arch != recs[0].arch || r.staging_bytes != recs[0].staging_bytes || r.max_blocks != recs[0].max_blocks {
+        if r.arch != recs[0].arch || r.staging_bytes != recs[0].staging_bytes || r.max_blocks != recs[0].max_blocks || r.ll_max != recs[0].ll_max {
             return Err(format!("rank {p} differs in GPU arch or buffer sizes"));
         }
     }
     Ok(())
 }
 
-type PeerPtrs = (Vec<IpcMapping>, [u64; MAX_RANKS], [u64; MAX_RANKS]);
+type PeerPtrs = (Vec<IpcMapping>, [u64; MAX_RANKS], [u64; MAX_RANKS], [u64; MAX_RANKS]);
 
 /// Maps every peer's staging buffer and flags into this process.
 fn map_peers(l: &Local, recs: &[Record]) -> Result<PeerPtrs, gpu::Error> {
     let rt = gpu::runtime()?;
     let me = &recs[l.rank];
     let mut maps = Vec::new();
-    let (mut staging, mut flags) = ([0u64; MAX_RANKS], [0u64; MAX_RANKS]);
+    let (mut staging, mut flags, mut ll) = ([0u64; MAX_RANKS], [0u64; MAX_RANKS], [0u64; MAX_RANKS]);
     for (p, r) in recs.iter().enumerate() {
         if p == l.rank || r.pid == me.pid {
             // Same process (ncclCommInitAll, threads, nccl-tests -g N): raw pointers.
@@ -412,16 +445,18 @@ fn map_peers(l: &Local, recs: &[Record]) -> Result<PeerPtrs, gpu::Error> {
             }
             staging[p] = r.staging_ptr;
             flags[p] = r.flags_ptr;
+            ll[p] = r.ll_ptr;
         } else {
             let s = rt.open_ipc(l.device, &gpu::IpcHandle(r.staging_ipc))?;
             let f = rt.open_ipc(l.device, &gpu::IpcHandle(r.flags_ipc))?;
+            let i = rt.open_ipc(l.device, &gpu::IpcHandle(r.ll_ipc))?;
             staging[p] = s.ptr().0;
             flags[p] = f.ptr().0;
-            maps.push(s);
-            maps.push(f);
+            ll[p] = i.ptr().0;
+            maps.extend([s, f, i]);
         }
     }
-    Ok((maps, staging, flags))
+    Ok((maps, staging, flags, ll))
 }
 
 /// All-gathers `bytes_of(local)` (`len` bytes each) over each local communicator, all in one

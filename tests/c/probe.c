@@ -54,7 +54,8 @@ typedef struct rcclxCommStats rcclxCommStats; /* only passed as NULL here */
   X(ncclResult_t, rcclxGetVersion, (int *))                                                    \
   X(const char *, rcclxGetUpstreamPath, (void))                                                \
   X(ncclResult_t, rcclxCommGetStats, (ncclComm_t, rcclxCommStats *))                           \
-  X(const char *, rcclxForwardReasonName, (int))
+  X(const char *, rcclxForwardReasonName, (int))                                               \
+  X(ncclResult_t, rcclxGetProcessStats, (rcclxCommStats *))
 
 struct api {
 #define FIELD(ret, name, params) ret(*name) params;
@@ -139,6 +140,8 @@ static void probe_own(const struct own_api *o) {
   fprintf(out, "rcclxCommGetStats(NULL,NULL)=%d\n", o->rcclxCommGetStats(NULL, NULL));
   str_line("rcclxGetUpstreamPath", o->rcclxGetUpstreamPath());
   str_line("rcclxForwardReasonName(-1)", o->rcclxForwardReasonName(-1));
+  if (o->rcclxGetProcessStats)
+    fprintf(out, "rcclxGetProcessStats(NULL)=%d\n", o->rcclxGetProcessStats(NULL));
 }
 
 int main(int argc, char **argv) {

@@ -312,7 +312,12 @@ pub fn assert_same_results(stock: &Run, rcclx: &Run) {
     for i in 0..a.len().max(b.len()) {
         let (x, y) = (a.get(i).copied().unwrap_or("<none>"), b.get(i).copied().unwrap_or("<none>"));
         if x != y {
-            diffs.push(format!("  line {}: stock `{x}`\n  {:>width$}  rcclx `{y}`", i + 1, "", width = 5 + (i + 1).to_string().len()));
+            diffs.push(format!(
+                "  line {}: stock `{x}`\n  {:>width$}  rcclx `{y}`",
+                i + 1,
+                "",
+                width = 5 + (i + 1).to_string().len()
+            ));
         }
     }
     assert!(
@@ -389,23 +394,60 @@ pub fn c_declaration(e: &rcclx::abi::Export, name: &str) -> String {
     format!("{} {name}({params});", c_type(e.ret))
 }
 
-/// Names in `tests/data/nccl-symbols-cu13.txt` (both versions), and in
-/// `tests/data/rccl-api.txt` as (name, return type, parameter list).
+/// rcclx's own exported functions: every `extern "C" fn` of `src/abi/own.rs` (all of them are
+/// `#[unsafe(no_mangle)]` exports, declared in `include/rcclx.h`).
+pub fn own_functions() -> Vec<String> {
+    let src = std::fs::read_to_string(repo().join("src/abi/own.rs")).unwrap();
+    let v: Vec<String> = src
+        .lines()
+        .filter_map(|l| l.split_once("extern \"C\" fn ").map(|(_, rest)| rest))
+        .map(|rest| rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect())
+        .collect();
+    assert!(v.iter().any(|n| n == "rcclxGetVersion"), "no rcclxGetVersion in src/abi/own.rs: {v:?}");
+    v
+}
+
+/// Symbol names of `tests/data/nccl-symbols-cu13.txt`: the `T name` / `W name` lines of its
+/// per-version sections (`## nvidia-nccl-cu13 <version>`), each section checked against its
+/// `## count: N` line. The later sections (differences, PLT calls) only repeat names.
 pub fn nccl_symbols() -> Vec<String> {
     let text = std::fs::read_to_string(repo().join("tests/data/nccl-symbols-cu13.txt")).unwrap();
-    let mut v: Vec<String> = text
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .map(|l| {
-            let mut it = l.split_whitespace();
-            let (kind, name) = (it.next().unwrap(), it.next().unwrap_or(""));
-            assert!(matches!(kind, "T" | "W") && it.next().is_none(), "bad line in nccl-symbols-cu13.txt: {l}");
-            name.to_string()
-        })
-        .collect();
-    v.sort();
-    v.dedup();
-    v
+    let mut all = Vec::new();
+    let mut sections = 0;
+    let mut section: Option<(String, Vec<String>, Option<usize>)> = None;
+    let mut close = |sec: Option<(String, Vec<String>, Option<usize>)>, all: &mut Vec<String>| {
+        if let Some((title, names, count)) = sec {
+            assert_eq!(Some(names.len()), count, "nccl-symbols-cu13.txt section `{title}`: count line vs lines");
+            all.extend(names);
+            sections += 1;
+        }
+    };
+    for line in text.lines() {
+        if let Some(title) = line.strip_prefix("## ") {
+            if title.starts_with("nvidia-nccl-cu13 ") {
+                close(section.take(), &mut all);
+                section = Some((title.to_string(), Vec::new(), None));
+            } else if let (Some(sec), Some(n)) = (section.as_mut(), title.strip_prefix("count: ")) {
+                sec.2 = n.split_whitespace().next().and_then(|n| n.parse().ok());
+            } else if !title.starts_with("wheel:") && !title.starts_with("nvidia-nccl-cu12") {
+                close(section.take(), &mut all);
+            }
+            continue;
+        }
+        if line.starts_with('#') || line.trim().is_empty() {
+            continue;
+        }
+        if let Some(sec) = section.as_mut() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            assert!(f.len() == 2 && matches!(f[0], "T" | "W"), "bad line in nccl-symbols-cu13.txt: {line}");
+            sec.1.push(f[1].to_string());
+        }
+    }
+    close(section.take(), &mut all);
+    assert_eq!(sections, 2, "nccl-symbols-cu13.txt: expected the 2.32.3 and 2.28.9 sections");
+    all.sort();
+    all.dedup();
+    all
 }
 
 pub fn rccl_api() -> Vec<(String, String, String)> {

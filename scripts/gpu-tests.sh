@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# rcclx GPU test suite and benchmark: one command on a machine with >= 2 NVIDIA GPUs of one
+# host (no Rust needed there: build with scripts/gpu-prep.sh first and copy .carry/ along).
+#
+#   bash scripts/gpu-tests.sh [OUTDIR]
+#
+# Environment:
+#   NRANKS=2          ranks (GPUs) to use; 4 and 8 need that many GPUs
+#   STEPS="..."       subset of: info selftest check stress graph lowp bench lpbench torch
+#   RCCLX_UPSTREAM_LIB  stock libnccl.so.2 (default: the one of python3's nvidia-nccl wheel)
+#   RCCLX_ARTIFACTS   folder with librcclx.so, gpu_selftest, lowp_accuracy and bench/ (default .carry)
+# Every command runs under `timeout`; logs go to OUTDIR (default bench/results/<date>-gpu),
+# with summary.txt listing each step and its exit code.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+N=${NRANKS:-2}
+OUT=${1:-bench/results/$(date +%F)-gpu}
+ART=${RCCLX_ARTIFACTS:-.carry}
+STEPS=${STEPS:-info selftest check stress graph lowp bench lpbench torch}
+mkdir -p "$OUT"
+LIB=$(readlink -f "$ART/librcclx.so")
+B=$ART/bench
+if [ -z "${RCCLX_UPSTREAM_LIB:-}" ]; then
+  RCCLX_UPSTREAM_LIB=$(python3 -c 'import nvidia.nccl as m, os; print(os.path.join(list(m.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null)
+fi
+export RCCLX_UPSTREAM_LIB
+STOCK=$RCCLX_UPSTREAM_LIB
+LIBS="stock=$STOCK,rcclx=$LIB"
+SUMMARY=$OUT/summary.txt
+: > "$SUMMARY"
+echo "rcclx GPU tests $(date -u +%FT%TZ) NRANKS=$N stock=$STOCK rcclx=$LIB" | tee -a "$SUMMARY"
+
+step() { [[ " $STEPS " == *" $1 "* ]]; }
+# run NAME TIMEOUT_S CMD...: logs to OUT/NAME.log, records the exit code.
+run() {
+  local name=$1 t=$2
+  shift 2
+  echo "=== $name: $*" | tee -a "$OUT/$name.log"
+  local start=$SECONDS
+  timeout -k 10 "$t" "$@" >>"$OUT/$name.log" 2>&1
+  local rc=$?
+  printf '%-28s rc=%-3s %4ss  %s\n' "$name" "$rc" "$((SECONDS - start))" "$(grep -E 'passed|failed|PASS|FAIL|Avg bus|geomean' "$OUT/$name.log" | tail -1)" | tee -a "$SUMMARY"
+}
+
+if step info; then
+  {
+    nvidia-smi; nvidia-smi topo -m; uname -a
+    python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())'
+    echo "stock: $STOCK"; echo "rcclx: $LIB"
+  } >"$OUT/info.log" 2>&1
+fi
+
+if step selftest; then
+  run selftest 300 "$ART/gpu_selftest"
+fi
+
+# Correctness of DDA AllReduce against the stock library: every type x op x count, in-place
+# and out-of-place; one process driving all GPUs, then one process per GPU.
+COUNTS=1,7,255,1023,4099,1048581,12582913
+if step check; then
+  run check-allreduce-1proc 600 "$B/rcclx_check" --libs "$LIBS" -g "$N" --coll all_reduce -d all -o all --counts "$COUNTS" --inplace both
+  run check-allreduce-${N}proc 600 "$B/rcclx_check" --libs "$LIBS" -P "$N" -g 1 --coll all_reduce -d all -o all --counts "$COUNTS" --inplace both
+  run check-others-${N}proc 300 "$B/rcclx_check" --libs "$LIBS" -P "$N" -g 1 --coll all_gather,reduce_scatter,alltoall -d float,bfloat16,int32 -o sum --counts 1,7,4099,1048581 --inplace both
+fi
+if step stress; then
+  run stress-random-sizes 600 "$B/rcclx_check" --libs "$LIBS" -P "$N" -g 1 --coll all_reduce -d float -o sum --random-sizes 100000 --counts 1048576
+fi
+if step graph; then
+  run graph-replay 300 "$B/rcclx_check" --libs "$LIBS" -P "$N" -g 1 --coll all_reduce -d bfloat16,float -o sum --counts 1,1023,65536,1048581,3000007 --graph --graph-replays 1000
+fi
+
+# FP8: accuracy against FP64 and the CPU reference codec, both process layouts.
+if step lowp; then
+  run lowp-accuracy-procs 600 "$ART/lowp_accuracy" --procs "$N"
+  run lowp-accuracy-1proc 600 "$ART/lowp_accuracy" --one-process
+fi
+
+# Speed: stock and rcclx side by side in one process per run (ratio = stock / rcclx time).
+if step bench; then
+  for dt in float bfloat16; do
+    run bench-ar-g${N}-eager-$dt 300 "$B/all_reduce_perf" --libs "$LIBS" -g "$N" -b 1K -e 256M -f 4 -n 50 -w 10 -d $dt
+    run bench-ar-P${N}-eager-$dt 300 "$B/all_reduce_perf" --libs "$LIBS" -P "$N" -g 1 -b 1K -e 256M -f 4 -n 50 -w 10 -d $dt
+    run bench-ar-g${N}-graph-$dt 300 "$B/all_reduce_perf" --libs "$LIBS" -g "$N" -b 1K -e 16M -f 4 -n 20 -w 5 -G 50 -d $dt
+    run bench-ar-P${N}-graph-$dt 300 "$B/all_reduce_perf" --libs "$LIBS" -P "$N" -g 1 -b 1K -e 16M -f 4 -n 20 -w 5 -G 50 -d $dt
+  done
+fi
+if step lpbench; then
+  export RCCL_LOW_PRECISION_ENABLE=1
+  for c in all_reduce all_gather reduce_scatter alltoall; do
+    for dt in bfloat16 float; do
+      run lpbench-$c-P${N}-$dt 300 "$B/${c}_perf" --libs "$LIBS" -P "$N" -g 1 -b 1M -e 256M -f 4 -n 20 -w 5 -c 0 -d $dt
+    done
+  done
+  unset RCCL_LOW_PRECISION_ENABLE
+fi
+
+# PyTorch with LD_PRELOAD: results, CUDA graph, and the DDA path really taken.
+if step torch; then
+  run torch-ld-preload 300 env LD_PRELOAD="$LIB" NCCL_DEBUG=WARN python3 -m torch.distributed.run --standalone --nproc_per_node="$N" tests/gpu/torch_allreduce.py
+fi
+
+echo "logs in $OUT" | tee -a "$SUMMARY"
+! grep -E ' rc=[1-9]' "$SUMMARY" >/dev/null
