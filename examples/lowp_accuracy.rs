@@ -691,8 +691,8 @@ fn evaluate(p: &Prepared, r: usize, io: Io, out_bytes: &[u8], note: &mut dyn FnM
         maxe = maxe.max(e.abs());
         let dm = (g - m).abs();
         let tol = MODEL_TOL_ULPS * io.ulp(m) + MODEL_TOL_ABS;
-        let bad_model = !(dm <= tol);
-        let bad_bound = !(de <= f64::from(b));
+        let bad_model = dm.is_nan() || dm > tol;
+        let bad_bound = de.is_nan() || de > f64::from(b);
         if bad_model {
             res.mism += 1;
         }
@@ -785,7 +785,7 @@ fn judge(case: &Case, lp: bool, rs: &[RankResult]) -> (bool, String) {
         } else {
             rs.iter().map(|x| x.rel_l2).fold(0.0, f64::max)
         };
-        if !(worst_l2 <= MAX_REL_L2) {
+        if worst_l2.is_nan() || worst_l2 > MAX_REL_L2 {
             why.push(format!("relative L2 {worst_l2:.3e} > {MAX_REL_L2}"));
         }
         if case.g.op.shared_output() && rs.iter().any(|x| x.hash != rs[0].hash) {
@@ -1133,10 +1133,10 @@ fn header(opts: &Opts, rt: &Runtime) {
         fp8_format(rt).1
     );
     let up = rcclxGetUpstreamPath();
-    // SAFETY: non-NULL: a NUL-terminated string that lives as long as the process.
     let up = if up.is_null() {
         "NONE (set RCCLX_UPSTREAM_LIB)".into()
     } else {
+        // SAFETY: non-NULL: a NUL-terminated string that lives as long as the process.
         unsafe { CStr::from_ptr(up) }.to_string_lossy().into_owned()
     };
     println!("INFO stock library: {up}");

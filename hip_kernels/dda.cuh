@@ -100,7 +100,7 @@ template <int OP, typename A> struct RcclxOp {
 RCCLX_DEV bool rcclx_dda_wait(const RcclxDdaArgs& a, const uint32_t* flag, uint32_t value, uint64_t deadline) {
   for (uint32_t round = 0;; ++round) {
     if (rcclx_epoch_geq(rcclx_ld_acquire_sys(flag), value)) return true;
-    if ((round & 63) == 63) {
+    if ((round & 1023) == 1023) {  // the abort word is host memory: a PCIe round trip
       if (rcclx_ld_relaxed_sys(a.status + 1) != 0) {
         rcclx_st_release_sys(a.status, (uint32_t)RCCLX_STATUS_ABORTED);
         return false;
@@ -109,7 +109,7 @@ RCCLX_DEV bool rcclx_dda_wait(const RcclxDdaArgs& a, const uint32_t* flag, uint3
         rcclx_st_release_sys(a.status, (uint32_t)RCCLX_STATUS_TIMEOUT);
         return false;
       }
-      if (round > 4096) rcclx_backoff(round);
+      if (round > 65536) rcclx_backoff(round);
     }
   }
 }
@@ -353,9 +353,7 @@ RCCLX_DEV void rcclx_dda_ll(const RcclxDdaArgs& a) {
     const uint64_t w0 = ((uint64_t)flag << 32) | lo, w1 = ((uint64_t)flag << 32) | hi;
     for (int i = 1; i < a.nranks; ++i) {
       const int p = (a.rank + i) % a.nranks;
-      uint64_t* slot = a.ll[p] + parity_off + ((uint64_t)a.rank * a.ll_units + u) * 2;
-      rcclx_st_relaxed_sys_u64(slot, w0);
-      rcclx_st_relaxed_sys_u64(slot + 1, w1);
+      rcclx_st_ll_unit(a.ll[p] + parity_off + ((uint64_t)a.rank * a.ll_units + u) * 2, w0, w1);
     }
     // Gather every rank's 8 bytes (own from registers), reduce in rank order.
     union { uint32_t w[2]; T e[PER]; } in[RCCLX_MAX_RANKS];
@@ -364,19 +362,18 @@ RCCLX_DEV void rcclx_dda_ll(const RcclxDdaArgs& a) {
       if (p >= a.nranks) continue;
       if (p == a.rank) { in[p].w[0] = lo; in[p].w[1] = hi; continue; }
       const uint64_t* slot = a.ll[a.rank] + parity_off + ((uint64_t)p * a.ll_units + u) * 2;
-      for (int h = 0; h < 2; ++h) {
-        uint64_t v;
-        for (uint32_t round = 0;; ++round) {
-          v = rcclx_ld_relaxed_sys_u64(slot + h);
-          if ((uint32_t)(v >> 32) == flag) break;
-          if ((round & 255) == 255) {
-            if (rcclx_ld_relaxed_sys(a.status + 1) != 0) { rcclx_st_release_sys(a.status, (uint32_t)RCCLX_STATUS_ABORTED); s_fail = 1; }
-            else if (rcclx_now_ns() >= deadline) { rcclx_st_release_sys(a.status, (uint32_t)RCCLX_STATUS_TIMEOUT); s_fail = 1; }
-            if (s_fail) break;
-          }
+      uint64_t v0, v1;
+      for (uint32_t round = 0;; ++round) {
+        rcclx_ld_ll_unit(slot, &v0, &v1);
+        if ((uint32_t)(v0 >> 32) == flag && (uint32_t)(v1 >> 32) == flag) break;
+        if ((round & 1023) == 1023) {
+          if (rcclx_ld_relaxed_sys(a.status + 1) != 0) { rcclx_st_release_sys(a.status, (uint32_t)RCCLX_STATUS_ABORTED); s_fail = 1; }
+          else if (rcclx_now_ns() >= deadline) { rcclx_st_release_sys(a.status, (uint32_t)RCCLX_STATUS_TIMEOUT); s_fail = 1; }
+          if (*(volatile int*)&s_fail) break;
         }
-        in[p].w[h] = (uint32_t)v;
       }
+      in[p].w[0] = (uint32_t)v0;
+      in[p].w[1] = (uint32_t)v1;
     }
     union { uint32_t w[2]; T e[PER]; } res;
 #pragma unroll

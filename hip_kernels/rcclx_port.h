@@ -125,6 +125,16 @@ RCCLX_DEV uint64_t rcclx_ld_relaxed_sys_u64(const uint64_t* p) {
 RCCLX_DEV void rcclx_st_relaxed_sys_u64(uint64_t* p, uint64_t v) {
   __hip_atomic_store(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
 }
+// order: relaxed, sys. A 16-byte LL unit as two flagged 8-byte words; each word is
+// single-copy atomic (the unit as a whole need not be). p 16-byte aligned.
+RCCLX_DEV void rcclx_st_ll_unit(uint64_t* p, uint64_t w0, uint64_t w1) {
+  rcclx_st_relaxed_sys_u64(p, w0);
+  rcclx_st_relaxed_sys_u64(p + 1, w1);
+}
+RCCLX_DEV void rcclx_ld_ll_unit(const uint64_t* p, uint64_t* w0, uint64_t* w1) {
+  *w0 = rcclx_ld_relaxed_sys_u64(p);
+  *w1 = rcclx_ld_relaxed_sys_u64(p + 1);
+}
 // order: relaxed, sys: returns the old value; orders nothing else (add a fence or use
 // acquire/release loads/stores around it). Host-mapped targets need PCIe atomics on AMD.
 RCCLX_DEV uint32_t rcclx_atomic_add_sys_u32(uint32_t* p, uint32_t v) {
@@ -273,6 +283,18 @@ RCCLX_DEV uint64_t rcclx_ld_relaxed_sys_u64(const uint64_t* p) {
 }
 RCCLX_DEV void rcclx_st_relaxed_sys_u64(uint64_t* p, uint64_t v) {
   asm volatile("st.relaxed.sys.global.u64 [%0], %1;" :: "l"(p), "l"(v) : "memory");
+}
+// order: relaxed (volatile: never cached, as NCCL's LL protocol). A 16-byte LL unit in one
+// vector access; each 8-byte half is single-copy atomic, which is all the protocol needs
+// (every half carries its own flag). p 16-byte aligned.
+RCCLX_DEV void rcclx_st_ll_unit(uint64_t* p, uint64_t w0, uint64_t w1) {
+  asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" :: "l"(p), "l"(w0), "l"(w1) : "memory");
+}
+RCCLX_DEV void rcclx_ld_ll_unit(const uint64_t* p, uint64_t* w0, uint64_t* w1) {
+  uint64_t a, b;
+  asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
+  *w0 = a;
+  *w1 = b;
 }
 // order: relaxed, sys: returns the old value; orders nothing else (add a fence or use
 // acquire/release loads/stores around it).

@@ -25,6 +25,11 @@
  */
 typedef struct rcclxCommStats {
   /**
+   * AllReduce calls run by the DDA one-shot LL kernel (smallest messages), and their bytes.
+   */
+  uint64_t ddaLlCalls;
+  uint64_t ddaLlBytes;
+  /**
    * AllReduce calls run by the DDA flat (one-shot) kernel, and their bytes.
    */
   uint64_t ddaFlatCalls;

@@ -45,6 +45,13 @@ impl Parse for Option<bool> {
     }
 }
 
+/// A byte count whose absence means "chosen by rank count" (see `intercept::Thresholds`).
+impl Parse for Option<u64> {
+    fn parse(s: &str) -> Option<Self> {
+        u64::parse(s).map(Some)
+    }
+}
+
 impl Parse for Option<String> {
     fn parse(s: &str) -> Option<Self> {
         (!s.is_empty()).then(|| Some(s.to_string()))
@@ -94,12 +101,12 @@ config_table! {
     dda_all_gather: bool = true, "RCCL_ENABLE_DDA_ALL_GATHER", "enable DDA AllGather";
     dda_reduce_scatter: bool = true, "RCCL_ENABLE_DDA_REDUCE_SCATTER", "enable DDA ReduceScatter";
     dda_all_to_all: bool = true, "RCCL_ENABLE_DDA_ALL_TO_ALL", "enable DDA AllToAll";
-    dda_flat_max_bytes: u64 = 256 * KIB, "RCCL_DDA_ALL_REDUCE_FLAT_MAX_BYTES", "AllReduce: flat (one-shot) up to this many bytes";
-    dda_tree_max_bytes: u64 = 8 * MIB, "RCCL_DDA_ALL_REDUCE_TREE_MAX_BYTES", "AllReduce: tree (two-shot) up to this many bytes, stock library above";
+    dda_flat_max_bytes: Option<u64> = None, "RCCL_DDA_ALL_REDUCE_FLAT_MAX_BYTES", "AllReduce: flat (one-shot) up to this many bytes (default by rank count)";
+    dda_tree_max_bytes: Option<u64> = None, "RCCL_DDA_ALL_REDUCE_TREE_MAX_BYTES", "AllReduce: tree (two-shot) up to this many bytes, stock library above (default by rank count)";
     dda_all_gather_max_bytes: u64 = 0, "RCCL_DDA_ALL_GATHER_MAX_BYTES", "AllGather: DDA up to this many output bytes (0: off)";
     dda_reduce_scatter_max_bytes: u64 = 0, "RCCL_DDA_REDUCE_SCATTER_MAX_BYTES", "ReduceScatter: DDA up to this many input bytes (0: off)";
     dda_all_to_all_max_bytes: u64 = 0, "RCCL_DDA_ALL_TO_ALL_MAX_BYTES", "AllToAll: DDA up to this many bytes (0: off)";
-    dda_ll_max_bytes: u64 = 64 * KIB, "RCCLX_DDA_LL_MAX_BYTES", "AllReduce: LL one-shot (no barrier) up to this many bytes (at most 1M)";
+    dda_ll_max_bytes: Option<u64> = None, "RCCLX_DDA_LL_MAX_BYTES", "AllReduce: LL one-shot (no barrier) up to this many bytes, at most 1M (default by rank count)";
     dda_max_blocks: u64 = 64, "RCCL_DDA_MAX_BLOCKS", "grid cap of DDA kernels";
     dda_sendbuf_bytes: u64 = 16 * MIB, "RCCL_DDA_SENDBUF_BYTES", "per-rank staging buffer of DDA";
     lp_enable: bool = false, "RCCL_LOW_PRECISION_ENABLE", "1: FP8 for AllGather, AllReduce, ReduceScatter, AllToAll";
@@ -156,7 +163,7 @@ mod tests {
         assert!(w.is_empty(), "{w:?}");
         assert!(c.disable && c.lp_enable);
         assert_eq!(c.dda_sendbuf_bytes, 32 * MIB);
-        assert_eq!(c.dda_flat_max_bytes, 204_800);
+        assert_eq!(c.dda_flat_max_bytes, Some(204_800));
         assert_eq!(c.lp_min_bytes, 4096);
         assert_eq!(c.upstream_lib.as_deref(), Some("/x/libnccl.so.2"));
     }

@@ -95,13 +95,27 @@ pub struct Thresholds {
     pub lp_min_bytes: u64,
 }
 
+/// Default AllReduce crossovers by rank count: (LL max, flat max, tree max) in bytes.
+/// 2 ranks: measured on 2x H200 (bench/results/2026-11-29-h200x2/tune-*): one-shot reads no
+/// more over NVLink than two-shot there, so flat wins at every size up to 64 MiB. More ranks:
+/// one-shot traffic grows with the rank count, so the crossovers shrink (RCCLX's 8-rank
+/// values for flat/tree); not measured here (no 4/8-GPU machine).
+pub const DEFAULT_CROSSOVERS: [(usize, u64, u64, u64); 3] = [
+    (2, 256 << 10, 64 << 20, 64 << 20),
+    (4, 64 << 10, 1 << 20, 16 << 20),
+    (8, 32 << 10, 256 << 10, 8 << 20),
+];
+
 impl Thresholds {
-    pub fn from_config(c: &crate::config::Config) -> Self {
+    /// The thresholds of a communicator of `nranks` ranks: set variables win, else
+    /// [`DEFAULT_CROSSOVERS`] for the smallest listed rank count >= `nranks`.
+    pub fn for_ranks(c: &crate::config::Config, nranks: usize) -> Self {
+        let row = DEFAULT_CROSSOVERS.iter().find(|r| nranks <= r.0).unwrap_or(&DEFAULT_CROSSOVERS[2]);
         Self {
             dda_all_reduce: c.dda_all_reduce,
-            ll_max_bytes: c.dda_ll_max_bytes,
-            flat_max_bytes: c.dda_flat_max_bytes,
-            tree_max_bytes: c.dda_tree_max_bytes,
+            ll_max_bytes: c.dda_ll_max_bytes.unwrap_or(row.1),
+            flat_max_bytes: c.dda_flat_max_bytes.unwrap_or(row.2),
+            tree_max_bytes: c.dda_tree_max_bytes.unwrap_or(row.3),
             lp_min_bytes: c.lp_min_bytes,
         }
     }
@@ -205,7 +219,21 @@ mod tests {
     const COLLS: [Coll; 4] = [Coll::AllReduce, Coll::AllGather, Coll::ReduceScatter, Coll::AllToAll];
 
     fn th() -> Thresholds {
-        Thresholds::from_config(&crate::config::Config::default())
+        Thresholds::for_ranks(&crate::config::Config::default(), 8)
+    }
+
+    #[test]
+    fn crossovers_by_rank_count() {
+        let c = crate::config::Config::default();
+        assert_eq!(Thresholds::for_ranks(&c, 2).flat_max_bytes, 64 << 20);
+        assert_eq!(Thresholds::for_ranks(&c, 3).ll_max_bytes, 64 << 10);
+        assert_eq!(Thresholds::for_ranks(&c, 8).tree_max_bytes, 8 << 20);
+        let set = crate::config::Config { dda_flat_max_bytes: Some(5), ..c.clone() };
+        assert_eq!(Thresholds::for_ranks(&set, 2).flat_max_bytes, 5);
+        for n in 1..=8 {
+            let t = Thresholds::for_ranks(&c, n);
+            assert!(t.ll_max_bytes <= t.flat_max_bytes && t.flat_max_bytes <= t.tree_max_bytes);
+        }
     }
 
     fn facts(nranks: usize, lowp: bool) -> CommFacts {

@@ -338,10 +338,11 @@ fn prepare(l: &mut Local) {
     rec.rank = l.rank as u32;
     rec.staging_bytes = cfg.dda_sendbuf_bytes.max(64 * 1024) & !4095;
     rec.max_blocks = cfg.dda_max_blocks.clamp(1, 1024);
-    rec.ll_max = cfg.dda_ll_max_bytes.min(MAX_LL_BYTES).next_multiple_of(8);
-    rec.flat_max = cfg.dda_flat_max_bytes;
-    rec.tree_max = cfg.dda_tree_max_bytes;
-    rec.lp_min = cfg.lp_min_bytes;
+    let th = Thresholds::for_ranks(cfg, l.nranks);
+    rec.ll_max = th.ll_max_bytes.min(MAX_LL_BYTES).next_multiple_of(8);
+    rec.flat_max = th.flat_max_bytes;
+    rec.tree_max = th.tree_max_bytes;
+    rec.lp_min = th.lp_min_bytes;
     rec.timeout_ms = cfg.timeout_ms;
     rec.dda_all_reduce = cfg.dda_all_reduce as u32;
     let lp = LowpSwitches::from_config(cfg);

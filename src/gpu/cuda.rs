@@ -271,6 +271,10 @@ impl Backend for Cuda {
         Ok(ctx as usize)
     }
 
+    fn is_device_context(&self, saved: usize, device: i32) -> bool {
+        saved != 0 && self.primary_context(device).is_ok_and(|ctx| ctx as usize == saved)
+    }
+
     fn restore_current(&self, saved: usize) -> Result<(), Error> {
         // SAFETY: `saved` is the context that was current (or null: none), from `save_current`.
         self.check("cuCtxSetCurrent", unsafe {

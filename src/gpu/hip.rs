@@ -293,6 +293,10 @@ impl Backend for Hip {
         Ok(usize::try_from(self.current_device()?).unwrap_or(0))
     }
 
+    fn is_device_context(&self, saved: usize, device: i32) -> bool {
+        usize::try_from(device).is_ok_and(|d| d == saved)
+    }
+
     fn restore_current(&self, saved: usize) -> Result<(), Error> {
         self.set_device(i32::try_from(saved).unwrap_or(0))
     }

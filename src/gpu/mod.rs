@@ -377,6 +377,11 @@ pub(crate) trait Backend: Send + Sync {
     fn current_device(&self) -> Result<i32, Error>;
     /// An opaque token for the calling thread's current device (CUDA: its current context).
     fn save_current(&self) -> Result<usize, Error>;
+    /// Whether `saved` (from `save_current`) already is `device`'s context: then a guard
+    /// needs no switch (the hot path of a launch). Conservative default: no.
+    fn is_device_context(&self, _saved: usize, _device: i32) -> bool {
+        false
+    }
     fn restore_current(&self, saved: usize) -> Result<(), Error>;
     fn device_info(&self, device: i32) -> Result<DeviceInfo, Error>;
     fn can_access_peer(&self, device: i32, peer: i32) -> Result<bool, Error>;
@@ -662,8 +667,11 @@ impl Runtime {
     pub fn device_guard(&self, device: i32) -> Result<DeviceGuard<'_>, Error> {
         self.check_device(device)?;
         let saved = self.backend.save_current()?;
+        if self.backend.is_device_context(saved, device) {
+            return Ok(DeviceGuard { rt: self, saved, switched: false });
+        }
         self.backend.set_device(device)?;
-        Ok(DeviceGuard { rt: self, saved })
+        Ok(DeviceGuard { rt: self, saved, switched: true })
     }
 
     /// Name, arch, multiprocessor count and PCI bus id of `device`.
@@ -1051,10 +1059,15 @@ fn release_failed(what: &str, err: &Error) {
 pub struct DeviceGuard<'a> {
     rt: &'a Runtime,
     saved: usize,
+    /// False when the device was already current: nothing to restore.
+    switched: bool,
 }
 
 impl Drop for DeviceGuard<'_> {
     fn drop(&mut self) {
+        if !self.switched {
+            return;
+        }
         if let Err(e) = self.rt.backend.restore_current(self.saved) {
             release_failed("device guard (restoring the current device)", &e);
         }

@@ -183,8 +183,8 @@ pub fn block_amax(xs: &[f32]) -> f32 {
 /// `(scale, inv)` of a block with amax `amax`: `(amax / MAX, MAX / amax)`, or `(0, 0)` when
 /// `amax < 1e-30`.
 pub fn block_scale(fmt: Fp8Format, amax: f32) -> (f32, f32) {
-    // `!(>=)` also sends a NaN amax (impossible from block_amax) to the zero block.
-    if !(amax >= AMAX_FLOOR) {
+    // A NaN amax (impossible from block_amax) is a zero block too.
+    if amax.is_nan() || amax < AMAX_FLOOR {
         return (0.0, 0.0);
     }
     let m = fp8_max(fmt);
@@ -327,7 +327,7 @@ pub fn element_error_bound(fmt: Fp8Format, x: f32, block_amax: f32) -> f32 {
         return f32::INFINITY;
     }
     let ax = f64::from(x.abs());
-    if !(block_amax >= AMAX_FLOOR) {
+    if block_amax.is_nan() || block_amax < AMAX_FLOOR {
         return x.abs();
     }
     let floor = f64::from(block_amax) / f64::from(fp8_max(fmt)) * 2f64.powi(-(bias(fmt) + 3));
@@ -434,8 +434,10 @@ impl Io {
         if !ax.is_finite() {
             return f32::INFINITY;
         }
-        let e = if ax == 0.0 { emin } else { (ax.log2().floor() as i32).max(emin) };
-        2f32.powi(e - mant_bits)
+        // floor(log2 ax) from the f32 exponent field (0 and subnormals give -127).
+        let e = (((ax.to_bits() >> 23) & 0xFF) as i32 - 127).max(emin);
+        let k = e - mant_bits; // >= -149: f32's smallest subnormal
+        if k >= -126 { f32::from_bits(((k + 127) as u32) << 23) } else { f32::from_bits(1 << (k + 149)) }
     }
 }
 
@@ -923,6 +925,18 @@ mod tests {
         assert_eq!(Io::F32.ulp(1.0), 2f32.powi(-23));
         assert_eq!(Io::Bf16.ulp(1.5), 2f32.powi(-7));
         assert_eq!(Io::F16.ulp(1e-7), 2f32.powi(-24));
+        assert_eq!(Io::F16.ulp(65504.0), 32.0);
+        assert_eq!(Io::F32.ulp(0.0), f32::from_bits(1));
+        assert_eq!(Io::F32.ulp(f32::MIN_POSITIVE * 1.5), f32::from_bits(1));
+        assert_eq!(Io::Bf16.ulp(0.0), f32::from_bits(1 << 16));
+        assert_eq!(Io::F32.ulp(-3.0), 2f32.powi(-22));
+        for x in [1e-30f32, 0.1, 1.0, 7.5, 1e30] {
+            for io in Io::ALL {
+                let u = io.ulp(x);
+                assert_eq!(io.round(x + u * 0.25), io.round(x), "{io:?} {x}");
+                assert!(u > 0.0);
+            }
+        }
         assert_eq!(Io::F16.from_bits16(Io::F16.to_bits16(0.5)), 0.5);
         assert_eq!(Io::Bf16.from_bits16(Io::Bf16.to_bits16(-3.0)), -3.0);
     }
