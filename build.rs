@@ -518,7 +518,9 @@ fn command(target: Target, tool: &Tool, src: &Path, out: &Path, lld_wrapper_dir:
     match tool {
         Tool::Nvcc(nvcc) => {
             let mut c = Command::new(nvcc);
-            c.args(["-fatbin", "-O3", "-std=c++17", "-Xptxas", "-v"])
+            // -fmad=false: no fused multiply-add, so FP8 dequantize-and-sum rounds exactly as the
+            // CPU reference codec (src/lowp/codec.rs) does.
+            c.args(["-fatbin", "-O3", "-std=c++17", "-fmad=false", "-Xptxas", "-v"])
                 .args(["-gencode", "arch=compute_90,code=sm_90"])
                 .args(["-gencode", "arch=compute_90,code=compute_90"])
                 .arg("-o")
@@ -563,6 +565,8 @@ fn hip_args(c: &mut Command, target: Target, src: &Path, out: &Path) {
             "-std=c++17",
             "-mcode-object-version=5",
             "-fuse-cuid=none",
+            // No fused multiply-add (HIP contracts by default): FP8 math rounds as the CPU codec.
+            "-ffp-contract=off",
         ])
         .args([
             "-Rpass-analysis=kernel-resource-usage",

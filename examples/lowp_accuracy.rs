@@ -1473,14 +1473,14 @@ fn run_child(opts: &Opts, rank: usize, rt: &'static Runtime) -> ExitCode {
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             progress("waiting for the unique id");
-            if let Ok(hex) = std::fs::read_to_string(&idfile) {
-                if hex.len() == 256 {
-                    let mut id = ncclUniqueId { internal: [0; 128] };
-                    for (i, b) in id.internal.iter_mut().enumerate() {
-                        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap_or(0) as _;
-                    }
-                    break id;
+            if let Ok(hex) = std::fs::read_to_string(&idfile)
+                && hex.len() == 256
+            {
+                let mut id = ncclUniqueId { internal: [0; 128] };
+                for (i, b) in id.internal.iter_mut().enumerate() {
+                    *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap_or(0) as _;
                 }
+                break id;
             }
             if Instant::now() > deadline {
                 return fatal(format!("no unique id in {idfile} after 120 s"));

@@ -5,7 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/install-toolchains.sh >/dev/null
-RCCLX_REQUIRE_KERNELS=1 cargo build --release --examples
+# The cdylib and the examples (`--examples` alone may leave an old librcclx.so behind).
+RCCLX_REQUIRE_KERNELS=1 cargo build --release --lib --examples
+grep -qa rcclx_allreduce_ll_f32_sum target/release/librcclx.so || { echo "librcclx.so has no kernels" >&2; exit 1; }
 bash rccl-tests-compat/build.sh >/dev/null
 rm -rf .carry && mkdir -p .carry/bench
 for f in target/release/librcclx.so target/release/examples/gpu_selftest target/release/examples/lowp_accuracy; do [ -f "$f" ] && cp "$f" .carry/; done

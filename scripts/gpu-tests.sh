@@ -72,8 +72,10 @@ fi
 
 # FP8: accuracy against FP64 and the CPU reference codec, both process layouts.
 if step lowp; then
-  run lowp-accuracy-procs 600 "$ART/lowp_accuracy" --procs "$N"
-  run lowp-accuracy-1proc 600 "$ART/lowp_accuracy" --one-process
+  # LOWP_ARGS=--quick for a shorter run.
+  run lowp-accuracy-procs 600 "$ART/lowp_accuracy" --procs "$N" ${LOWP_ARGS:-}
+  run lowp-accuracy-1proc 600 "$ART/lowp_accuracy" --one-process ${LOWP_ARGS:-}
+  run lowp-toggle 300 "$ART/lowp_accuracy" --toggle
 fi
 
 # Speed: stock and rcclx side by side in one process per run (ratio = stock / rcclx time).

@@ -76,7 +76,9 @@ pub fn created(comms: &[ncclComm_t], result: ncclResult_t) {
 
 /// `comm` is usable: `ncclCommGetAsyncError` reported it complete, or the first intercepted
 /// collective arrived (an application that never polled). A non-blocking communicator is set
-/// up here, outside any group (inside one the exchange could not complete before its end).
+/// up here, outside any group (inside one the exchange could not complete before its end) and
+/// only on the thread that created it (PyTorch polls from the creating thread during init,
+/// then from a watchdog thread; the exchange must not run beside the main thread's work).
 pub fn complete(comm: ncclComm_t) {
     if in_group() {
         return;

@@ -25,6 +25,10 @@ pub struct State {
     async_error: AtomicU32,
     /// Non-blocking creation not yet reported complete.
     in_progress: AtomicBool,
+    /// The thread that created the communicator: the only one that may run its deferred
+    /// setup (an application's watchdog thread polling `ncclCommGetAsyncError` must not
+    /// start a collective exchange beside the main thread's collectives).
+    creator: std::thread::ThreadId,
     /// What every rank agreed at setup, and the algorithm resources; unset: forward all.
     setup: OnceLock<crate::dda::setup::Setup>,
 }
@@ -35,6 +39,7 @@ impl State {
             stats: Stats::default(),
             async_error: AtomicU32::new(0),
             in_progress: AtomicBool::new(how.in_progress),
+            creator: std::thread::current().id(),
             setup: OnceLock::new(),
         }
     }
@@ -57,9 +62,10 @@ impl State {
         self.in_progress.store(true, Relaxed);
     }
 
-    /// True once: the first time a non-blocking communicator is seen complete.
+    /// True once: the first time a non-blocking communicator is seen complete, and only on
+    /// the thread that created it.
     pub fn take_in_progress(&self) -> bool {
-        self.in_progress.swap(false, Relaxed)
+        std::thread::current().id() == self.creator && self.in_progress.swap(false, Relaxed)
     }
 
     pub fn setup(&self) -> Option<&crate::dda::setup::Setup> {

@@ -345,7 +345,10 @@ fn prepare(l: &mut Local) {
     rec.lp_min = th.lp_min_bytes;
     rec.timeout_ms = cfg.timeout_ms;
     rec.dda_all_reduce = cfg.dda_all_reduce as u32;
-    let lp = LowpSwitches::from_config(cfg);
+    // The FP8 switches are read again for each communicator, so they can differ between
+    // communicators of one process (RCCLX reads them at every call; per communicator keeps
+    // every rank's decision fixed and graph capture safe).
+    let lp = LowpSwitches::from_config(&crate::config::Config::from_lookup(|k| std::env::var(k).ok()).0);
     rec.lowp_bits = lp.all_reduce as u32 | (lp.all_gather as u32) << 1 | (lp.reduce_scatter as u32) << 2 | (lp.all_to_all as u32) << 3;
     if !(2..=MAX_RANKS).contains(&l.nranks) {
         return; // no buffers for communicators DDA cannot serve
@@ -370,7 +373,7 @@ fn prepare(l: &mut Local) {
             rec.capable = 1;
             l.res = Some(res);
         }
-        Err(e) => tracing::info!("comm {:p} rank {}: rcclx kernels unavailable: {e}", l.comm, l.rank),
+        Err(e) => tracing::warn!("comm {:p} rank {}: rcclx kernels unavailable, forwarding every call: {e}", l.comm, l.rank),
     }
 }
 

@@ -536,7 +536,7 @@ pub mod synth {
                 Dist::MixedScale => {
                     let mut mag = 1.0;
                     for i in 0..n {
-                        if i % BLOCK == 0 {
+                        if i.is_multiple_of(BLOCK) {
                             mag = 10f64.powf(-6.0 * rng.uniform());
                         }
                         out.push((rng.normal() * mag) as f32);
@@ -659,7 +659,7 @@ mod tests {
                 assert!(a < b);
                 let mid = (a + b) / 2.0;
                 assert_eq!(f64::from(mid), (f64::from(a) + f64::from(b)) / 2.0, "midpoint exact");
-                let even = if lo % 2 == 0 { lo } else { hi };
+                let even = if lo.is_multiple_of(2) { lo } else { hi };
                 for (x, want) in [(mid, even), (mid.next_up(), hi), (mid.next_down(), lo), (a, lo), (b, hi)] {
                     assert_eq!(encode(fmt, x), want, "{fmt:?} {x:e} between {lo:#04x} and {hi:#04x}");
                     let neg = if want == 0 && fmt == Fp8Format::E4m3fnuz { 0 } else { want | 0x80 };
@@ -932,8 +932,10 @@ mod tests {
         assert_eq!(Io::F32.ulp(-3.0), 2f32.powi(-22));
         for x in [1e-30f32, 0.1, 1.0, 7.5, 1e30] {
             for io in Io::ALL {
+                let x = io.round(x);
                 let u = io.ulp(x);
-                assert_eq!(io.round(x + u * 0.25), io.round(x), "{io:?} {x}");
+                assert_eq!(io.round(x + u * 0.25), x, "{io:?} {x}");
+                assert_eq!(io.round(x + u * 0.75), x + u, "{io:?} {x}");
                 assert!(u > 0.0);
             }
         }
