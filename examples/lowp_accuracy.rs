@@ -331,7 +331,8 @@ const USAGE: &str = "usage: lowp_accuracy [--procs N | --one-process | --toggle]
 
 fn set_default_env(no_lp: bool) {
     let lp = if no_lp { "0" } else { "1" };
-    for (k, v) in [("RCCL_LOW_PRECISION_ENABLE", lp), ("RCCLX_LP_MIN_BYTES", "0"), ("NCCL_NVLS_ENABLE", "0")] {
+    // RCCLX_LP_FORCE=1: every FP8 kernel is checked, also those rcclx does not pick by default.
+    for (k, v) in [("RCCL_LOW_PRECISION_ENABLE", lp), ("RCCLX_LP_MIN_BYTES", "0"), ("RCCLX_LP_FORCE", "1"), ("NCCL_NVLS_ENABLE", "0")] {
         let forced = no_lp && k == "RCCL_LOW_PRECISION_ENABLE";
         if forced || std::env::var_os(k).is_none() {
             // SAFETY: called at the start of main, before any other thread exists.
@@ -345,13 +346,20 @@ fn set_default_env(no_lp: bool) {
 fn expect_lp(op: Op, io: Io, count: usize, n: usize) -> bool {
     let (c, _) = rcclx::config::Config::from_lookup(|k| std::env::var(k).ok());
     let sw = rcclx::intercept::LowpSwitches::from_config(&c);
-    let on = match op {
-        Op::AllReduce => sw.all_reduce,
-        Op::ReduceScatter => sw.reduce_scatter,
-        Op::AllGather => sw.all_gather,
-        Op::AlltoAll | Op::AllToAllRccl => sw.all_to_all,
+    use rcclx::intercept::Coll;
+    let (on, coll) = match op {
+        Op::AllReduce => (sw.all_reduce, Coll::AllReduce),
+        Op::ReduceScatter => (sw.reduce_scatter, Coll::ReduceScatter),
+        Op::AllGather => (sw.all_gather, Coll::AllGather),
+        Op::AlltoAll | Op::AllToAllRccl => (sw.all_to_all, Coll::AllToAll),
     };
-    on && !c.disable && op.lp_bytes(count, n, io) >= c.lp_min_bytes
+    let dtype = match io {
+        Io::F32 => rcclx::types::ncclDataType_t::Float32,
+        Io::Bf16 => rcclx::types::ncclDataType_t::Bfloat16,
+        Io::F16 => rcclx::types::ncclDataType_t::Float16,
+    };
+    let measured = c.lp_force || rcclx::intercept::lowp_measured_faster(coll, dtype);
+    on && measured && !c.disable && op.lp_bytes(count, n, io) >= c.lp_min_bytes
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -156,17 +156,20 @@ RCCLX_DEV void rcclx_quantize_range(const T* src, uint64_t n, RcclxQSlot s) {
   }
 }
 
-// Decodes elements [0, n) of slot s into dst.
+// Decodes elements [0, n) of slot s into dst. No shuffles here, so each lane group simply
+// walks its blocks, two per step so that two code loads (often over NVLink) are in flight.
 template <typename T>
 RCCLX_DEV void rcclx_dequantize_range(RcclxQSlot s, uint64_t n, T* dst) {
   const uint64_t nqb = (n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK;
-  RCCLX_FOR_QBLOCK(k, active, nqb) {
-    if (active) {
-      float v[16];
-      const uint64_t first = k * RCCLX_QBLOCK + rcclx_qlane() * 16;
-      rcclx_dequantize16<false>(s.codes + first, s.scales + k, v);
-      rcclx_store16<T>(dst, first, n, v);
-    }
+  const uint64_t stride = (uint64_t)gridDim.x * blockDim.x / RCCLX_QLANES;
+  const uint64_t lane_off = rcclx_qlane() * 16;
+  for (uint64_t k = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) / RCCLX_QLANES; k < nqb; k += 2 * stride) {
+    const uint64_t k2 = k + stride;
+    float v[16], w[16];
+    rcclx_dequantize16<false>(s.codes + k * RCCLX_QBLOCK + lane_off, s.scales + k, v);
+    if (k2 < nqb) rcclx_dequantize16<false>(s.codes + k2 * RCCLX_QBLOCK + lane_off, s.scales + k2, w);
+    rcclx_store16<T>(dst, k * RCCLX_QBLOCK + lane_off, n, v);
+    if (k2 < nqb) rcclx_store16<T>(dst, k2 * RCCLX_QBLOCK + lane_off, n, w);
   }
 }
 

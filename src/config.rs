@@ -107,7 +107,7 @@ config_table! {
     dda_reduce_scatter_max_bytes: u64 = 0, "RCCL_DDA_REDUCE_SCATTER_MAX_BYTES", "ReduceScatter: DDA up to this many input bytes (0: off)";
     dda_all_to_all_max_bytes: u64 = 0, "RCCL_DDA_ALL_TO_ALL_MAX_BYTES", "AllToAll: DDA up to this many bytes (0: off)";
     dda_ll_max_bytes: Option<u64> = None, "RCCLX_DDA_LL_MAX_BYTES", "AllReduce: LL one-shot (no barrier) up to this many bytes, at most 1M (default by rank count)";
-    dda_max_blocks: u64 = 64, "RCCL_DDA_MAX_BLOCKS", "grid cap of DDA kernels";
+    dda_max_blocks: u64 = 128, "RCCL_DDA_MAX_BLOCKS", "grid cap of DDA and FP8 kernels";
     dda_sendbuf_bytes: u64 = 16 * MIB, "RCCL_DDA_SENDBUF_BYTES", "per-rank staging buffer of DDA";
     lp_enable: bool = false, "RCCL_LOW_PRECISION_ENABLE", "1: FP8 for AllGather, AllReduce, ReduceScatter, AllToAll";
     lp_all_gather: bool = false, "RCCL_LOW_PRECISION_ENABLE_ALLGATHER", "1: FP8 AllGather";
@@ -116,6 +116,7 @@ config_table! {
     lp_all_to_all: bool = false, "RCCL_LOW_PRECISION_ENABLE_ALLTOALL", "1: FP8 AllToAll";
     lp_enable_init: bool = false, "RCCL_LOW_PRECISION_ENABLE_INIT", "1: allocate FP8 buffers when a communicator is created";
     lp_min_bytes: u64 = 16 * MIB, "RCCLX_LP_MIN_BYTES", "FP8 only for messages of at least this many bytes";
+    lp_force: bool = false, "RCCLX_LP_FORCE", "1: FP8 also for collective/type pairs that measured slower than the stock library (AllGather fp32, AllToAll)";
 }
 
 static CONFIG: OnceLock<Config> = OnceLock::new();

@@ -93,6 +93,8 @@ pub struct Thresholds {
     pub flat_max_bytes: u64,
     pub tree_max_bytes: u64,
     pub lp_min_bytes: u64,
+    /// FP8 for every enabled collective and type, also where it measured slower.
+    pub lp_force: bool,
 }
 
 /// Default AllReduce crossovers by rank count: (LL max, flat max, tree max) in bytes.
@@ -117,6 +119,7 @@ impl Thresholds {
             flat_max_bytes: c.dda_flat_max_bytes.unwrap_or(row.2),
             tree_max_bytes: c.dda_tree_max_bytes.unwrap_or(row.3),
             lp_min_bytes: c.lp_min_bytes,
+            lp_force: c.lp_force,
         }
     }
 }
@@ -176,6 +179,20 @@ pub fn lowp_dtype(t: ncclDataType_t) -> bool {
     matches!(t, ncclDataType_t::Float32 | ncclDataType_t::Bfloat16 | ncclDataType_t::Float16)
 }
 
+/// (collective, input type) pairs whose FP8 kernel measured faster than the stock library at
+/// and above `RCCLX_LP_MIN_BYTES` (2x H200, bench/results/2026-11-29-h200x2/lpbench-*).
+/// FP8 AllGather of fp32 and FP8 AllToAll measured slower (0.64-0.92x at 64-256 MiB), so they
+/// stay on the stock library unless `RCCLX_LP_FORCE=1`: rcclx must never be slower where it
+/// intercepts. fp16 moves the same bytes as bf16 and follows it (not measured separately).
+pub fn lowp_measured_faster(coll: Coll, t: ncclDataType_t) -> bool {
+    use ncclDataType_t as T;
+    match coll {
+        Coll::AllReduce | Coll::ReduceScatter => lowp_dtype(t),
+        Coll::AllGather => matches!(t, T::Bfloat16 | T::Float16),
+        Coll::AllToAll => false,
+    }
+}
+
 /// The decision. Pure; see the module doc for why only rank-independent inputs enter.
 pub fn decide(call: &CallDesc, comm: &CommFacts, th: &Thresholds) -> Route {
     use Route::Upstream as Up;
@@ -187,7 +204,12 @@ pub fn decide(call: &CallDesc, comm: &CommFacts, th: &Thresholds) -> Route {
         return Up(Reason::NotSetUp);
     }
     // FP8 first (as RCCLX): large messages of float types, op sum.
-    if comm.lowp.get(call.coll) && lowp_dtype(call.dtype) && call.op == ncclRedOp_t::Sum && bytes >= th.lp_min_bytes {
+    if comm.lowp.get(call.coll)
+        && lowp_dtype(call.dtype)
+        && (th.lp_force || lowp_measured_faster(call.coll, call.dtype))
+        && call.op == ncclRedOp_t::Sum
+        && bytes >= th.lp_min_bytes
+    {
         return Route::Lowp;
     }
     match call.coll {
@@ -287,6 +309,7 @@ mod tests {
                         }
                         Route::Lowp => {
                             assert!(lowp && lowp_dtype(call.dtype) && call.op == ncclRedOp_t::Sum, "{call:?}");
+                            assert!(lowp_measured_faster(call.coll, call.dtype), "{call:?}");
                             assert!(call.bytes(nranks).unwrap() >= th.lp_min_bytes);
                         }
                         Route::Upstream(_) => {}
@@ -347,6 +370,19 @@ mod tests {
         let lp = |bytes: u64| decide(&CallDesc { coll: Coll::AllReduce, count: (bytes / 4) as usize, dtype: ncclDataType_t::Float32, op: ncclRedOp_t::Sum }, &f, &th);
         assert_eq!(lp(th.lp_min_bytes), Route::Lowp);
         assert_ne!(lp(th.lp_min_bytes - 4), Route::Lowp);
+    }
+
+    #[test]
+    fn fp8_only_where_measured_faster_unless_forced() {
+        let mut th = th();
+        let f = facts(2, true);
+        let call = |coll, dtype| CallDesc { coll, count: 64 << 20, dtype, op: ncclRedOp_t::Sum };
+        assert_eq!(decide(&call(Coll::AllToAll, ncclDataType_t::Bfloat16), &f, &th), Route::Upstream(Reason::Collective));
+        assert_eq!(decide(&call(Coll::AllGather, ncclDataType_t::Float32), &f, &th), Route::Upstream(Reason::Collective));
+        assert_eq!(decide(&call(Coll::AllGather, ncclDataType_t::Bfloat16), &f, &th), Route::Lowp);
+        assert_eq!(decide(&call(Coll::ReduceScatter, ncclDataType_t::Float32), &f, &th), Route::Lowp);
+        th.lp_force = true;
+        assert_eq!(decide(&call(Coll::AllToAll, ncclDataType_t::Float32), &f, &th), Route::Lowp);
     }
 
     #[test]

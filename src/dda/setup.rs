@@ -247,6 +247,7 @@ pub fn run(comms: &[ncclComm_t]) {
             flat_max_bytes: r0.flat_max,
             tree_max_bytes: r0.tree_max,
             lp_min_bytes: r0.lp_min,
+            lp_force: r0.lowp_bits & 16 != 0,
         };
         let lowp = LowpSwitches {
             all_reduce: r0.lowp_bits & 1 != 0,
@@ -349,7 +350,11 @@ fn prepare(l: &mut Local) {
     // communicators of one process (RCCLX reads them at every call; per communicator keeps
     // every rank's decision fixed and graph capture safe).
     let lp = LowpSwitches::from_config(&crate::config::Config::from_lookup(|k| std::env::var(k).ok()).0);
-    rec.lowp_bits = lp.all_reduce as u32 | (lp.all_gather as u32) << 1 | (lp.reduce_scatter as u32) << 2 | (lp.all_to_all as u32) << 3;
+    rec.lowp_bits = lp.all_reduce as u32
+        | (lp.all_gather as u32) << 1
+        | (lp.reduce_scatter as u32) << 2
+        | (lp.all_to_all as u32) << 3
+        | (cfg.lp_force as u32) << 4;
     if !(2..=MAX_RANKS).contains(&l.nranks) {
         return; // no buffers for communicators DDA cannot serve
     }
