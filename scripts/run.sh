@@ -1,20 +1,17 @@
 #!/usr/bin/env bash
-# Build rcclx and, on a machine with GPUs, run the GPU tests.
+# Build rcclx and, on a machine with GPUs, run the GPU test suite and benchmark.
 #
 #   bash scripts/run.sh
 #
-# 1. cargo build --release -> target/release/librcclx.so. Works without any GPU toolchain
-#    (the library then only forwards); with the compilers from ci/install-toolchains.sh in
-#    .tools/ the DDA / FP8 kernels are built in as well.
-# 2. If a GPU answers (nvidia-smi or rocm-smi) and scripts/gpu-tests.sh exists, runs it
-#    (it needs 2 GPUs). Otherwise says so and stops: the CPU-only test suite is ci/test.sh.
+# Without a GPU: cargo build --release -> target/release/librcclx.so (with kernels only if the
+# compilers of ci/install-toolchains.sh are in .tools/; else it only forwards), then says
+# what needs a GPU. With GPUs: scripts/gpu-prep.sh (toolchains, library with kernels, test
+# programs, benchmark; staged in .carry/) and scripts/gpu-tests.sh (needs 2 GPUs; NRANKS=N
+# for more), logs under bench/results/<date>-gpu/.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-cargo build --release
 lib=target/release/librcclx.so
-[ -f "$lib" ] || { echo "run.sh: $lib was not built" >&2; exit 1; }
-
 gpus=0
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   gpus=$(nvidia-smi -L | grep -c '^GPU ' || true)
@@ -23,11 +20,12 @@ elif command -v rocm-smi >/dev/null 2>&1 && rocm-smi --showid >/dev/null 2>&1; t
 fi
 
 if [ "$gpus" -gt 0 ]; then
-  echo "run.sh: built $lib; $gpus GPU(s) found"
-  if [ -f scripts/gpu-tests.sh ]; then
-    exec bash scripts/gpu-tests.sh
-  fi
-  echo "run.sh: scripts/gpu-tests.sh does not exist yet; nothing more to run"
-else
-  echo "no GPU: built $lib (forwarding only); GPU tests need 2 GPUs: bash scripts/gpu-tests.sh"
+  echo "run.sh: $gpus GPU(s) found: building with kernels, then the GPU suite"
+  bash scripts/gpu-prep.sh
+  exec bash scripts/gpu-tests.sh
 fi
+cargo build --release
+[ -f "$lib" ] || { echo "run.sh: $lib was not built" >&2; exit 1; }
+echo "run.sh: no GPU here. Built $lib; it forwards every call unless its kernels were compiled"
+echo "  (they are when ci/install-toolchains.sh has run). The GPU suite and benchmark need 2 GPUs:"
+echo "  bash scripts/gpu-prep.sh here, copy the tree with .carry/, then bash scripts/gpu-tests.sh there."
