@@ -6,7 +6,7 @@
 #
 # Environment:
 #   NRANKS=2          ranks (GPUs) to use; 4 and 8 need that many GPUs
-#   STEPS="..."       subset of: info selftest check stress graph lowp bench lpbench torch
+#   STEPS="..."       subset of: info selftest check stress graph timeout lowp bench lpbench torch
 #   RCCLX_UPSTREAM_LIB  stock libnccl.so.2 (default: the one of python3's nvidia-nccl wheel)
 #   RCCLX_ARTIFACTS   folder with librcclx.so, gpu_selftest, lowp_accuracy and bench/ (default .carry)
 # Every command runs under `timeout`; logs go to OUTDIR (default bench/results/<date>-gpu),
@@ -17,7 +17,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 N=${NRANKS:-2}
 OUT=${1:-bench/results/$(date +%F)-gpu}
 ART=${RCCLX_ARTIFACTS:-.carry}
-STEPS=${STEPS:-info selftest check stress graph lowp bench lpbench torch}
+STEPS=${STEPS:-info selftest check stress graph timeout lowp bench lpbench torch}
 mkdir -p "$OUT"
 LIB=$(readlink -f "$ART/librcclx.so")
 B=$ART/bench
@@ -68,6 +68,12 @@ if step stress; then
 fi
 if step graph; then
   run graph-replay 300 "$B/rcclx_check" --libs "$LIBS" -P "$N" -g 1 --coll all_reduce -d bfloat16,float -o sum --counts 1,1023,65536,1048581,3000007 --graph --graph-replays 1000
+fi
+
+# A peer that never comes: the kernel gives up after RCCLX_TIMEOUT_MS, the error is reported,
+# and ncclCommAbort returns promptly.
+if step timeout; then
+  run dda-timeout-abort 120 "$ART/dda_timeout"
 fi
 
 # FP8: accuracy against FP64 and the CPU reference codec, both process layouts.
