@@ -139,10 +139,7 @@ fn main() {
             (t, tools, notes)
         })
         .collect();
-    if candidates
-        .iter()
-        .any(|(_, tools, _)| tools.iter().any(|t| matches!(t, Tool::Zig(_))))
-    {
+    if candidates.iter().any(|(_, tools, _)| tools.iter().any(|t| matches!(t, Tool::Zig(_)))) {
         write_lld_wrapper(&lld_wrapper_dir);
     }
 
@@ -152,18 +149,10 @@ fn main() {
             .iter()
             .map(|(target, tools, notes)| {
                 let (src, out_dir, wrapper) = (&src, &out_dir, &lld_wrapper_dir);
-                s.spawn(move || {
-                    (
-                        *target,
-                        build_target(*target, tools, notes, src, out_dir, wrapper),
-                    )
-                })
+                s.spawn(move || (*target, build_target(*target, tools, notes, src, out_dir, wrapper)))
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("compile thread panicked"))
-            .collect()
+        handles.into_iter().map(|h| h.join().expect("compile thread panicked")).collect()
     });
 
     let mut built = Vec::new();
@@ -190,11 +179,7 @@ fn main() {
                     }
                 }
                 for line in log.lines().filter(|l| is_compiler_warning(l)) {
-                    println!(
-                        "cargo:warning=rcclx kernels {}: {}",
-                        target.name(),
-                        line.trim()
-                    );
+                    println!("cargo:warning=rcclx kernels {}: {}", target.name(), line.trim());
                 }
                 let _ = writeln!(raw, "## {} ({})\n{}", target.name(), tool, log.trim_end());
                 built.push((*target, path));
@@ -214,11 +199,7 @@ fn main() {
                     target.name()
                 );
                 for line in log.lines().filter(|l| l.contains("error")).take(20) {
-                    println!(
-                        "cargo:warning=rcclx kernels {}: {}",
-                        target.name(),
-                        line.trim()
-                    );
+                    println!("cargo:warning=rcclx kernels {}: {}", target.name(), line.trim());
                 }
                 let _ = writeln!(resources, "# {} FAILED", target.name());
             }
@@ -263,20 +244,13 @@ fn main() {
 /// `1`, `true`, `yes`, `on` (any case) count as set.
 fn flag(name: &str) -> bool {
     env::var(name)
-        .map(|v| {
-            matches!(
-                v.trim().to_ascii_lowercase().as_str(),
-                "1" | "true" | "yes" | "on"
-            )
-        })
+        .map(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"))
         .unwrap_or(false)
 }
 
 /// An env var holding a path; empty counts as unset.
 fn env_path(name: &str) -> Option<PathBuf> {
-    env::var_os(name)
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
+    env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from)
 }
 
 fn is_executable(p: &Path) -> bool {
@@ -294,9 +268,7 @@ fn is_executable(p: &Path) -> bool {
 
 fn which(name: &str) -> Option<PathBuf> {
     let path = env::var_os("PATH")?;
-    env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .find(|f| is_executable(f))
+    env::split_paths(&path).map(|dir| dir.join(name)).find(|f| is_executable(f))
 }
 
 /// Major version from `clang --version` ("... clang version 19.1.7 ...").
@@ -304,10 +276,7 @@ fn clang_major(path: &Path) -> Option<u32> {
     let out = Command::new(path).arg("--version").output().ok()?;
     let text = String::from_utf8_lossy(&out.stdout);
     let rest = &text[text.find("clang version ")? + "clang version ".len()..];
-    rest.split(|c: char| !c.is_ascii_digit())
-        .next()?
-        .parse()
-        .ok()
+    rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
 }
 
 /// Ordered compiler candidates for a target, and notes for the "missing" message.
@@ -340,13 +309,7 @@ fn candidates(target: Target, repo: &Path) -> (Vec<Tool>, Vec<String>) {
     // Clangs found without an env var, with a minimum major version (0: don't check).
     let clangs_on_path = |min_major: u32| -> Vec<Tool> {
         let mut v = Vec::new();
-        let versioned = [
-            "clang++-19",
-            "clang++-20",
-            "clang++-21",
-            "clang++-22",
-            "clang++-23",
-        ];
+        let versioned = ["clang++-19", "clang++-20", "clang++-21", "clang++-22", "clang++-23"];
         for (i, name) in versioned.iter().enumerate() {
             if 19 + i as u32 >= min_major {
                 v.extend(which(name));
@@ -407,10 +370,7 @@ fn candidates(target: Target, repo: &Path) -> (Vec<Tool>, Vec<String>) {
     // The same binary reached twice (clang++ -> clang++-19 symlink ...): keep the first.
     let mut seen = Vec::new();
     out.retain(|t| {
-        let key = (
-            matches!(t, Tool::Zig(_)),
-            fs::canonicalize(t.path()).unwrap_or_else(|_| t.path().to_path_buf()),
-        );
+        let key = (matches!(t, Tool::Zig(_)), fs::canonicalize(t.path()).unwrap_or_else(|_| t.path().to_path_buf()));
         if seen.contains(&key) {
             false
         } else {
@@ -426,8 +386,7 @@ fn candidates(target: Target, repo: &Path) -> (Vec<Tool>, Vec<String>) {
 fn write_lld_wrapper(dir: &Path) {
     fs::create_dir_all(dir).expect("create zigbin dir");
     let path = dir.join("lld");
-    let script =
-        "#!/bin/sh\n[ \"$1\" = \"-flavor\" ] && shift 2\nexec \"$RCCLX_LLD_ZIG\" ld.lld \"$@\"\n";
+    let script = "#!/bin/sh\n[ \"$1\" = \"-flavor\" ] && shift 2\nexec \"$RCCLX_LLD_ZIG\" ld.lld \"$@\"\n";
     fs::write(&path, script).expect("write lld wrapper");
     #[cfg(unix)]
     {
@@ -461,36 +420,19 @@ fn build_target(
         let mut log = String::from_utf8_lossy(&output.stdout).into_owned();
         log.push_str(&String::from_utf8_lossy(&output.stderr));
         // ptxas prints wall times: drop them so the report is stable.
-        let log: String = log
-            .lines()
-            .filter(|l| !l.contains("Compile time ="))
-            .map(|l| format!("{l}\n"))
-            .collect();
-        let ok =
-            output.status.success() && fs::metadata(&out).map(|m| m.len() > 0).unwrap_or(false);
+        let log: String = log.lines().filter(|l| !l.contains("Compile time =")).map(|l| format!("{l}\n")).collect();
+        let ok = output.status.success() && fs::metadata(&out).map(|m| m.len() > 0).unwrap_or(false);
         if ok {
-            return Outcome::Built {
-                tool: tool.clone(),
-                log,
-            };
+            return Outcome::Built { tool: tool.clone(), log };
         }
         let _ = fs::remove_file(&out);
         if rejects_target(&log) {
-            notes.push(format!(
-                "{} does not know {}",
-                tool.describe(),
-                target.name()
-            ));
+            notes.push(format!("{} does not know {}", tool.describe(), target.name()));
             continue;
         }
-        return Outcome::Failed {
-            command: shown,
-            log,
-        };
+        return Outcome::Failed { command: shown, log };
     }
-    Outcome::Missing {
-        note: notes.join("; "),
-    }
+    Outcome::Missing { note: notes.join("; ") }
 }
 
 /// `program arg ...` without the environment (zig's PATH would drown the message).
@@ -504,14 +446,9 @@ fn show(cmd: &Command) -> String {
 
 /// The compiler does not support the offload arch at all (e.g. clang-19 and gfx950).
 fn rejects_target(log: &str) -> bool {
-    [
-        "invalid target ID",
-        "unknown target CPU",
-        "Unsupported CUDA gpu architecture",
-        "invalid offload arch",
-    ]
-    .iter()
-    .any(|m| log.contains(m))
+    ["invalid target ID", "unknown target CPU", "Unsupported CUDA gpu architecture", "invalid offload arch"]
+        .iter()
+        .any(|m| log.contains(m))
 }
 
 fn command(target: Target, tool: &Tool, src: &Path, out: &Path, lld_wrapper_dir: &Path) -> Command {
@@ -553,12 +490,7 @@ fn command(target: Target, tool: &Tool, src: &Path, out: &Path, lld_wrapper_dir:
 fn hip_args(c: &mut Command, target: Target, src: &Path, out: &Path) {
     c.args(["-x", "hip"])
         .arg(format!("--offload-arch={}", target.name()))
-        .args([
-            "--cuda-device-only",
-            "--no-gpu-bundle-output",
-            "-nogpulib",
-            "-nogpuinc",
-        ])
+        .args(["--cuda-device-only", "--no-gpu-bundle-output", "-nogpulib", "-nogpuinc"])
         // code object v5: rcclx_port.h reads gridDim from the COv5 hidden arguments.
         .args([
             "-O3",
@@ -568,10 +500,7 @@ fn hip_args(c: &mut Command, target: Target, src: &Path, out: &Path) {
             // No fused multiply-add (HIP contracts by default): FP8 math rounds as the CPU codec.
             "-ffp-contract=off",
         ])
-        .args([
-            "-Rpass-analysis=kernel-resource-usage",
-            "-fno-caret-diagnostics",
-        ])
+        .args(["-Rpass-analysis=kernel-resource-usage", "-fno-caret-diagnostics"])
         .arg("-fno-color-diagnostics")
         .arg("-c")
         .arg("-o")
@@ -627,8 +556,7 @@ fn summarize_remarks(target: &str, log: &str) -> Vec<String> {
         if let Some(name) = body.strip_prefix("Function Name:") {
             flush(&mut current, &mut out);
             current = Some((name.trim().to_owned(), Vec::new()));
-        } else if let (Some((_, fields)), Some((k, v))) = (current.as_mut(), body.split_once(": "))
-        {
+        } else if let (Some((_, fields)), Some((k, v))) = (current.as_mut(), body.split_once(": ")) {
             fields.push(format!("{k} {v}"));
         }
     }
@@ -672,11 +600,7 @@ fn write_outputs(out_dir: &Path, built: &[(Target, PathBuf)], resources: &str) {
          pub static CODE_OBJECTS: &[CodeObject] = &[\n",
     );
     for (i, (target, _)) in built.iter().enumerate() {
-        let _ = writeln!(
-            rs,
-            "    CodeObject {{ target: {:?}, image: &IMAGE_{i}.0 }},",
-            target.name()
-        );
+        let _ = writeln!(rs, "    CodeObject {{ target: {:?}, image: &IMAGE_{i}.0 }},", target.name());
     }
     rs.push_str("];\n");
     write_if_changed(&out_dir.join("kernels.rs"), &rs);

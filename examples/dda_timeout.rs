@@ -46,9 +46,8 @@ fn lone_allreduce(rt: &'static gpu::Runtime, comm: ncclComm_t) -> Result<(Stream
     let stream = rt.create_stream(0).map_err(|e| e.to_string())?;
     let p = buf.ptr().as_raw();
     // SAFETY: device buffer of COUNT floats, in place, on a stream of device 0.
-    let r = unsafe {
-        nccl::ncclAllReduce(p, p, COUNT, ncclDataType_t::Float32, ncclRedOp_t::Sum, comm, stream.as_raw())
-    };
+    let r =
+        unsafe { nccl::ncclAllReduce(p, p, COUNT, ncclDataType_t::Float32, ncclRedOp_t::Sum, comm, stream.as_raw()) };
     if r != ncclResult_t::Success {
         return Err(format!("ncclAllReduce returned {}", r.0));
     }
@@ -113,7 +112,9 @@ fn main() -> ExitCode {
         }
     };
     let mut failed = 0;
-    for (name, check) in [("timeout", check_timeout as fn(&'static gpu::Runtime) -> Result<String, String>), ("abort", check_abort)] {
+    for (name, check) in
+        [("timeout", check_timeout as fn(&'static gpu::Runtime) -> Result<String, String>), ("abort", check_abort)]
+    {
         match check(rt) {
             Ok(detail) => println!("PASS {name} {detail}"),
             Err(detail) => {

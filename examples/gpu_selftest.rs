@@ -110,12 +110,7 @@ fn run_all() -> ExitCode {
         match rt.device_info(d) {
             Ok(i) => println!(
                 "INFO device {d}: {} arch {} cc {}.{} {} SMs pci {}",
-                i.name,
-                i.arch,
-                i.compute_capability.0,
-                i.compute_capability.1,
-                i.multiprocessors,
-                i.pci_bus_id
+                i.name, i.arch, i.compute_capability.0, i.compute_capability.1, i.multiprocessors, i.pci_bus_id
             ),
             Err(e) => println!("INFO device {d}: {e}"),
         }
@@ -147,31 +142,16 @@ fn run_all() -> ExitCode {
             }
         }
     }
-    println!(
-        "SUMMARY {failed} of {} checks failed, {} release failure(s)",
-        checks.len(),
-        gpu::release_failures()
-    );
-    if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    }
+    println!("SUMMARY {failed} of {} checks failed, {} release failure(s)", checks.len(), gpu::release_failures());
+    if failed == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) }
 }
 
 /// Check 1: The device's code object: which one, that it loads, and a fill kernel over an odd size.
 fn check_module(rt: &'static Runtime) -> Result<Outcome, Fail> {
     let info = rt.device_info(0)?;
-    let embedded: Vec<&str> = rcclx::kernels::CODE_OBJECTS
-        .iter()
-        .map(|c| c.target)
-        .collect();
+    let embedded: Vec<&str> = rcclx::kernels::CODE_OBJECTS.iter().map(|c| c.target).collect();
     let chosen = rcclx::kernels::for_arch(&info.arch).map_or("none", |c| c.target);
-    let what = format!(
-        "device 0 arch {} -> code object {chosen} (embedded: {})",
-        info.arch,
-        embedded.join(",")
-    );
+    let what = format!("device 0 arch {} -> code object {chosen} (embedded: {})", info.arch, embedded.join(","));
     let k = Kernels::load(rt, 0).map_err(|Fail(e)| Fail(format!("{what}: {e}")))?;
     let stream = OwnedStream::new(rt, 0)?;
     let buf = rt.alloc(0, FILL_N as usize * 4, MemKind::Normal)?;
@@ -185,9 +165,7 @@ fn check_module(rt: &'static Runtime) -> Result<Outcome, Fail> {
     let mut words = vec![0u32; FILL_N as usize];
     buf.copy_to_host(&mut words)?;
     verify_fill(&words, seed).map_err(|e| Fail(format!("{what}: {e}")))?;
-    Ok(Outcome::Pass(format!(
-        "{what}; fill of {FILL_N} words verified"
-    )))
+    Ok(Outcome::Pass(format!("{what}; fill of {FILL_N} words verified")))
 }
 
 /// Check 2: IPC both ways between two processes: the child maps the parent's buffer (on GPU 1,
@@ -221,14 +199,12 @@ fn check_ipc(rt: &'static Runtime) -> Result<Outcome, Fail> {
     let child_handle = from_hex(&child.expect("HANDLE")?)?;
     let mut words = vec![0u32; XFER_N as usize];
     buf.copy_to_host(&mut words)?;
-    verify_fill(&words, s_child_write)
-        .map_err(|e| Fail(format!("parent does not see the child's write: {e}")))?;
+    verify_fill(&words, s_child_write).map_err(|e| Fail(format!("parent does not see the child's write: {e}")))?;
     {
         let mapping = rt.open_ipc(0, &child_handle)?;
         // SAFETY: the child's buffer holds XFER_N words and lives until we send DONE.
         let words = unsafe { read_words(rt, 0, mapping.ptr(), XFER_N) }?;
-        verify_fill(&words, s_child_own)
-            .map_err(|e| Fail(format!("parent read of the child's buffer: {e}")))?;
+        verify_fill(&words, s_child_own).map_err(|e| Fail(format!("parent read of the child's buffer: {e}")))?;
     }
     child.send("DONE")?;
     child.finish()?;
@@ -250,10 +226,7 @@ fn check_peer(rt: &'static Runtime) -> Result<Outcome, Fail> {
     let (k0, k1) = (Kernels::load(rt, 0)?, Kernels::load(rt, 1)?);
     let (s0, s1) = (OwnedStream::new(rt, 0)?, OwnedStream::new(rt, 1)?);
     let bytes = XFER_N as usize * 4;
-    let (buf0, buf1) = (
-        rt.alloc(0, bytes, MemKind::Normal)?,
-        rt.alloc(1, bytes, MemKind::Normal)?,
-    );
+    let (buf0, buf1) = (rt.alloc(0, bytes, MemKind::Normal)?, rt.alloc(1, bytes, MemKind::Normal)?);
     let (seed_a, seed_b) = (0xA5A5u32, 0x5A5Au32);
     {
         let _g = rt.device_guard(0)?;
@@ -269,8 +242,7 @@ fn check_peer(rt: &'static Runtime) -> Result<Outcome, Fail> {
     wait(rt, s1.0, "peer copy GPU 0 -> GPU 1")?;
     let mut words = vec![0u32; XFER_N as usize];
     buf1.copy_to_host(&mut words)?;
-    verify_fill(&words, seed_a)
-        .map_err(|e| Fail(format!("GPU 1's copy of GPU 0's buffer: {e}")))?;
+    verify_fill(&words, seed_a).map_err(|e| Fail(format!("GPU 1's copy of GPU 0's buffer: {e}")))?;
     {
         let _g = rt.device_guard(1)?;
         // SAFETY: `buf0` holds XFER_N words and device 1 has peer access to it.
@@ -278,8 +250,7 @@ fn check_peer(rt: &'static Runtime) -> Result<Outcome, Fail> {
     }
     wait(rt, s1.0, "fill on GPU 1 into GPU 0's memory")?;
     buf0.copy_to_host(&mut words)?;
-    verify_fill(&words, seed_b)
-        .map_err(|e| Fail(format!("GPU 1's kernel writes into GPU 0's buffer: {e}")))?;
+    verify_fill(&words, seed_b).map_err(|e| Fail(format!("GPU 1's kernel writes into GPU 0's buffer: {e}")))?;
     Ok(Outcome::Pass(format!(
         "peer access 0<->1 enabled (twice); GPU 1 copied and a GPU 1 kernel wrote GPU 0's \
          memory ({XFER_N} words)"
@@ -295,14 +266,8 @@ fn check_handshake_same_process(rt: &'static Runtime) -> Result<Outcome, Fail> {
     let (k0, k1) = (Kernels::load(rt, 0)?, Kernels::load(rt, 1)?);
     let (s0, s1) = (OwnedStream::new(rt, 0)?, OwnedStream::new(rt, 1)?);
     let bytes = pingpong_bytes(PP_N);
-    let (buf0, buf1) = (
-        rt.alloc(0, bytes, MemKind::Uncached)?,
-        rt.alloc(1, bytes, MemKind::Uncached)?,
-    );
-    let (res0, res1) = (
-        rt.alloc(0, 8, MemKind::Normal)?,
-        rt.alloc(1, 8, MemKind::Normal)?,
-    );
+    let (buf0, buf1) = (rt.alloc(0, bytes, MemKind::Uncached)?, rt.alloc(1, bytes, MemKind::Uncached)?);
+    let (res0, res1) = (rt.alloc(0, 8, MemKind::Normal)?, rt.alloc(1, 8, MemKind::Normal)?);
     for b in [&buf0, &buf1, &res0, &res1] {
         b.zero()?;
     }
@@ -362,28 +327,16 @@ fn check_handshake_ipc(rt: &'static Runtime) -> Result<Outcome, Fail> {
     let mut r0 = [0u32; 2];
     res.copy_to_host(&mut r0)?;
     let line = child.expect("RESULT")?;
-    let fields: Vec<u32> = line
-        .split_whitespace()
-        .filter_map(|f| f.parse().ok())
-        .collect();
+    let fields: Vec<u32> = line.split_whitespace().filter_map(|f| f.parse().ok()).collect();
     let [mismatches, timed_out, child_us] = fields[..] else {
         return Err(Fail(format!("child sent a malformed result {line:?}")));
     };
     drop(peer);
     child.send("EXIT")?;
     child.finish()?;
-    let outcome = judge_pingpong(
-        &[
-            ("parent GPU 0", r0),
-            ("child GPU 1", [mismatches, timed_out]),
-        ],
-        elapsed,
-    )?;
+    let outcome = judge_pingpong(&[("parent GPU 0", r0), ("child GPU 1", [mismatches, timed_out])], elapsed)?;
     Ok(match outcome {
-        Outcome::Pass(d) => Outcome::Pass(format!(
-            "{d}; child kernel {:.1} ms",
-            f64::from(child_us) / 1e3
-        )),
+        Outcome::Pass(d) => Outcome::Pass(format!("{d}; child kernel {:.1} ms", f64::from(child_us) / 1e3)),
         skip => skip,
     })
 }
@@ -395,18 +348,9 @@ fn check_timeout(rt: &'static Runtime) -> Result<Outcome, Fail> {
     let error_word = rt.alloc_host_mapped(0, 4096)?;
     let flag = rt.alloc(0, 4, MemKind::Normal)?;
     flag.zero()?;
-    let (mut flag_ptr, mut target, mut timeout_ns, mut err_ptr) = (
-        flag.ptr().0,
-        1u32,
-        WAIT_KERNEL_TIMEOUT.as_nanos() as u64,
-        error_word.device_ptr().0,
-    );
-    let args = [
-        arg(&mut flag_ptr),
-        arg(&mut target),
-        arg(&mut timeout_ns),
-        arg(&mut err_ptr),
-    ];
+    let (mut flag_ptr, mut target, mut timeout_ns, mut err_ptr) =
+        (flag.ptr().0, 1u32, WAIT_KERNEL_TIMEOUT.as_nanos() as u64, error_word.device_ptr().0);
+    let args = [arg(&mut flag_ptr), arg(&mut target), arg(&mut timeout_ns), arg(&mut err_ptr)];
     let started = Instant::now();
     {
         let _g = rt.device_guard(0)?;
@@ -420,14 +364,10 @@ fn check_timeout(rt: &'static Runtime) -> Result<Outcome, Fail> {
     let word = error_word.words()[0].load(Ordering::Acquire);
     let ms = elapsed.as_secs_f64() * 1e3;
     if !finished {
-        return Err(Fail(format!(
-            "kernel still running after {ms:.0} ms (error word {word})"
-        )));
+        return Err(Fail(format!("kernel still running after {ms:.0} ms (error word {word})")));
     }
     if word != 1 {
-        return Err(Fail(format!(
-            "kernel ended after {ms:.1} ms but the error word is {word}, not 1"
-        )));
+        return Err(Fail(format!("kernel ended after {ms:.1} ms but the error word is {word}, not 1")));
     }
     if elapsed > WAIT_KERNEL_LIMIT || elapsed < WAIT_KERNEL_TIMEOUT * 3 / 4 {
         return Err(Fail(format!(
@@ -461,19 +401,15 @@ fn child_ipc(args: &[String]) -> Result<(), Fail> {
     let device: i32 = parse_arg(args, 0, "device")?;
     let handle = from_hex(args.get(1).map_or("", String::as_str))?;
     let n: u32 = parse_arg(args, 2, "n")?;
-    let (expect_seed, write_seed, own_seed): (u32, u32, u32) = (
-        parse_arg(args, 3, "seed")?,
-        parse_arg(args, 4, "seed")?,
-        parse_arg(args, 5, "seed")?,
-    );
+    let (expect_seed, write_seed, own_seed): (u32, u32, u32) =
+        (parse_arg(args, 3, "seed")?, parse_arg(args, 4, "seed")?, parse_arg(args, 5, "seed")?);
     let parent = line_reader(std::io::stdin());
     let k = Kernels::load(rt, device)?;
     let stream = OwnedStream::new(rt, device)?;
     let mapping = rt.open_ipc(device, &handle)?;
     // SAFETY: the parent's buffer holds n words and lives until we exit.
     let words = unsafe { read_words(rt, device, mapping.ptr(), n) }?;
-    verify_fill(&words, expect_seed)
-        .map_err(|e| Fail(format!("child read of the parent's buffer: {e}")))?;
+    verify_fill(&words, expect_seed).map_err(|e| Fail(format!("child read of the parent's buffer: {e}")))?;
     let own = rt.alloc(device, n as usize * 4, MemKind::Normal)?;
     {
         let _g = rt.device_guard(device)?;
@@ -495,9 +431,7 @@ fn child_pingpong(args: &[String]) -> Result<(), Fail> {
     let handle = from_hex(args.get(1).map_or("", String::as_str))?;
     let (iters, n): (u32, u32) = (parse_arg(args, 2, "iters")?, parse_arg(args, 3, "n")?);
     if (iters, n) != (PP_ITERS, PP_N) {
-        return Err(Fail(format!(
-            "parent and child disagree on iters/n: {iters}/{n}"
-        )));
+        return Err(Fail(format!("parent and child disagree on iters/n: {iters}/{n}")));
     }
     let parent = line_reader(std::io::stdin());
     let k = Kernels::load(rt, device)?;
@@ -584,16 +518,7 @@ unsafe fn launch_fill(
     let args = [arg(&mut out), arg(&mut n_arg), arg(&mut seed)];
     // SAFETY: the arguments match rcclx_selftest_fill(uint32_t* out, uint32_t n, uint32_t seed);
     // `out` is valid per the caller.
-    unsafe {
-        rt.launch(
-            k.fill,
-            (n.div_ceil(256).max(1), 1, 1),
-            (256, 1, 1),
-            0,
-            stream,
-            &args,
-        )
-    }?;
+    unsafe { rt.launch(k.fill, (n.div_ceil(256).max(1), 1, 1), (256, 1, 1), 0, stream, &args) }?;
     Ok(())
 }
 
@@ -610,22 +535,9 @@ unsafe fn launch_pingpong(
     result: DevicePtr,
     stream: Stream,
 ) -> Result<(), Fail> {
-    let (mut mine, mut peer, mut iters, mut n, mut timeout, mut result) = (
-        mine.0,
-        peer.0,
-        PP_ITERS,
-        PP_N,
-        PP_KERNEL_TIMEOUT_NS,
-        result.0,
-    );
-    let args = [
-        arg(&mut mine),
-        arg(&mut peer),
-        arg(&mut iters),
-        arg(&mut n),
-        arg(&mut timeout),
-        arg(&mut result),
-    ];
+    let (mut mine, mut peer, mut iters, mut n, mut timeout, mut result) =
+        (mine.0, peer.0, PP_ITERS, PP_N, PP_KERNEL_TIMEOUT_NS, result.0);
+    let args = [arg(&mut mine), arg(&mut peer), arg(&mut iters), arg(&mut n), arg(&mut timeout), arg(&mut result)];
     // SAFETY: the arguments match rcclx_selftest_pingpong(uint32_t* my_buf, uint32_t* peer_buf,
     // uint32_t iters, uint32_t n, uint64_t timeout_ns, uint32_t* result); buffers per the caller.
     // One block: the kernel's protocol is per block.
@@ -642,13 +554,7 @@ fn judge_pingpong(results: &[(&str, [u32; 2])], elapsed: Duration) -> Result<Out
     let bad: Vec<String> = results
         .iter()
         .filter(|(_, r)| *r != [0, 0])
-        .map(|(who, r)| {
-            format!(
-                "{who}: {} mismatching words, timed out: {}",
-                r[0],
-                r[1] != 0
-            )
-        })
+        .map(|(who, r)| format!("{who}: {} mismatching words, timed out: {}", r[0], r[1] != 0))
         .collect();
     if !bad.is_empty() {
         return Err(Fail(bad.join("; ")));
@@ -664,9 +570,7 @@ fn judge_pingpong(results: &[(&str, [u32; 2])], elapsed: Duration) -> Result<Out
 fn enable_peer_both_ways(rt: &Runtime) -> Result<(), Fail> {
     for (a, b) in [(0, 1), (1, 0)] {
         if !rt.can_access_peer(a, b)? {
-            return Err(Fail(format!(
-                "device {a} cannot access device {b}'s memory"
-            )));
+            return Err(Fail(format!("device {a} cannot access device {b}'s memory")));
         }
         rt.enable_peer_access(a, b)?;
     }
@@ -678,10 +582,7 @@ fn wait(rt: &Runtime, stream: Stream, what: &str) -> Result<(), Fail> {
     if rt.wait_stream(stream, HOST_WAIT)? {
         Ok(())
     } else {
-        Err(Fail(format!(
-            "{what}: not finished after {} s",
-            HOST_WAIT.as_secs()
-        )))
+        Err(Fail(format!("{what}: not finished after {} s", HOST_WAIT.as_secs())))
     }
 }
 
@@ -720,23 +621,18 @@ fn from_hex(text: &str) -> Result<IpcHandle, Fail> {
     let text = text.trim();
     let mut handle = IpcHandle([0; 64]);
     if text.len() != 128 || !text.is_ascii() {
-        return Err(Fail(format!(
-            "IPC handle must be 128 hex digits, got {text:?}"
-        )));
+        return Err(Fail(format!("IPC handle must be 128 hex digits, got {text:?}")));
     }
     for (i, byte) in handle.0.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16)
-            .map_err(|e| Fail(format!("IPC handle: {e}")))?;
+        *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).map_err(|e| Fail(format!("IPC handle: {e}")))?;
     }
     Ok(handle)
 }
 
 fn parse_arg<T: FromStr>(args: &[String], index: usize, what: &str) -> Result<T, Fail> {
-    args.get(index).and_then(|a| a.parse().ok()).ok_or_else(|| {
-        Fail(format!(
-            "argument {index} ({what}) missing or malformed: {args:?}"
-        ))
-    })
+    args.get(index)
+        .and_then(|a| a.parse().ok())
+        .ok_or_else(|| Fail(format!("argument {index} ({what}) missing or malformed: {args:?}")))
 }
 
 /// Writes one protocol line to the parent.
@@ -779,15 +675,10 @@ fn expect_line(lines: &Receiver<String>, key: &str, from: &str) -> Result<String
                 eprintln!("  ({from}) {line}");
             }
             Err(RecvTimeoutError::Timeout) => {
-                return Err(Fail(format!(
-                    "no {key} from the {from} within {} s",
-                    HOST_WAIT.as_secs()
-                )));
+                return Err(Fail(format!("no {key} from the {from} within {} s", HOST_WAIT.as_secs())));
             }
             Err(RecvTimeoutError::Disconnected) => {
-                return Err(Fail(format!(
-                    "the {from} closed the pipe before sending {key}"
-                )));
+                return Err(Fail(format!("the {from} closed the pipe before sending {key}")));
             }
         }
     }
@@ -812,11 +703,7 @@ impl ChildProcess {
             let _ = child.kill();
             return Err(Fail("child process without pipes".into()));
         };
-        Ok(ChildProcess {
-            child,
-            stdin,
-            lines: line_reader(stdout),
-        })
+        Ok(ChildProcess { child, stdin, lines: line_reader(stdout) })
     }
 
     fn send(&mut self, line: &str) -> Result<(), Fail> {
@@ -834,17 +721,10 @@ impl ChildProcess {
         let deadline = Instant::now() + HOST_WAIT;
         loop {
             if let Some(status) = self.child.try_wait()? {
-                return if status.success() {
-                    Ok(())
-                } else {
-                    Err(Fail(format!("child exited with {status}")))
-                };
+                return if status.success() { Ok(()) } else { Err(Fail(format!("child exited with {status}"))) };
             }
             if Instant::now() >= deadline {
-                return Err(Fail(format!(
-                    "child still running after {} s",
-                    HOST_WAIT.as_secs()
-                )));
+                return Err(Fail(format!("child still running after {} s", HOST_WAIT.as_secs())));
             }
             std::thread::sleep(Duration::from_millis(10));
         }

@@ -332,7 +332,12 @@ const USAGE: &str = "usage: lowp_accuracy [--procs N | --one-process | --toggle]
 fn set_default_env(no_lp: bool) {
     let lp = if no_lp { "0" } else { "1" };
     // RCCLX_LP_FORCE=1: every FP8 kernel is checked, also those rcclx does not pick by default.
-    for (k, v) in [("RCCL_LOW_PRECISION_ENABLE", lp), ("RCCLX_LP_MIN_BYTES", "0"), ("RCCLX_LP_FORCE", "1"), ("NCCL_NVLS_ENABLE", "0")] {
+    for (k, v) in [
+        ("RCCL_LOW_PRECISION_ENABLE", lp),
+        ("RCCLX_LP_MIN_BYTES", "0"),
+        ("RCCLX_LP_FORCE", "1"),
+        ("NCCL_NVLS_ENABLE", "0"),
+    ] {
         let forced = no_lp && k == "RCCL_LOW_PRECISION_ENABLE";
         if forced || std::env::var_os(k).is_none() {
             // SAFETY: called at the start of main, before any other thread exists.

@@ -52,9 +52,10 @@ impl Parse for Option<u64> {
     }
 }
 
+/// Text whose absence means "not set"; an empty value counts as unset too (no warning).
 impl Parse for Option<String> {
     fn parse(s: &str) -> Option<Self> {
-        (!s.is_empty()).then(|| Some(s.to_string()))
+        Some((!s.is_empty()).then(|| s.to_string()))
     }
 }
 
@@ -171,7 +172,11 @@ mod tests {
 
     #[test]
     fn invalid_value_warns_and_keeps_default() {
-        let (c, w) = parse(&[("RCCL_DDA_MAX_BLOCKS", "many"), ("RCCLX_DISABLE", "maybe"), ("RCCLX_TIMEOUT_MS", "99999999999999999999G")]);
+        let (c, w) = parse(&[
+            ("RCCL_DDA_MAX_BLOCKS", "many"),
+            ("RCCLX_DISABLE", "maybe"),
+            ("RCCLX_TIMEOUT_MS", "99999999999999999999G"),
+        ]);
         assert_eq!(c, Config::default());
         assert_eq!(w.len(), 3);
         assert!(w[0].contains("RCCLX_DISABLE") || w.iter().any(|x| x.contains("RCCLX_DISABLE")));

@@ -102,11 +102,8 @@ pub struct Thresholds {
 /// more over NVLink than two-shot there, so flat wins at every size up to 64 MiB. More ranks:
 /// one-shot traffic grows with the rank count, so the crossovers shrink (RCCLX's 8-rank
 /// values for flat/tree); not measured here (no 4/8-GPU machine).
-pub const DEFAULT_CROSSOVERS: [(usize, u64, u64, u64); 3] = [
-    (2, 256 << 10, 64 << 20, 64 << 20),
-    (4, 64 << 10, 1 << 20, 16 << 20),
-    (8, 32 << 10, 256 << 10, 8 << 20),
-];
+pub const DEFAULT_CROSSOVERS: [(usize, u64, u64, u64); 3] =
+    [(2, 256 << 10, 64 << 20, 64 << 20), (4, 64 << 10, 1 << 20, 16 << 20), (8, 32 << 10, 256 << 10, 8 << 20)];
 
 impl Thresholds {
     /// The thresholds of a communicator of `nranks` ranks: set variables win, else
@@ -360,14 +357,36 @@ mod tests {
     fn thresholds_are_inclusive() {
         let th = th();
         let f = facts(2, true);
-        let ar = |bytes: u64| decide(&CallDesc { coll: Coll::AllReduce, count: (bytes / 4) as usize, dtype: ncclDataType_t::Int32, op: ncclRedOp_t::Sum }, &f, &th);
+        let ar = |bytes: u64| {
+            decide(
+                &CallDesc {
+                    coll: Coll::AllReduce,
+                    count: (bytes / 4) as usize,
+                    dtype: ncclDataType_t::Int32,
+                    op: ncclRedOp_t::Sum,
+                },
+                &f,
+                &th,
+            )
+        };
         assert_eq!(ar(th.ll_max_bytes), Route::DdaLl);
         assert_eq!(ar(th.ll_max_bytes + 4), Route::DdaFlat);
         assert_eq!(ar(th.flat_max_bytes), Route::DdaFlat);
         assert_eq!(ar(th.flat_max_bytes + 4), Route::DdaTree);
         assert_eq!(ar(th.tree_max_bytes), Route::DdaTree);
         assert_eq!(ar(th.tree_max_bytes + 4), Route::Upstream(Reason::Size));
-        let lp = |bytes: u64| decide(&CallDesc { coll: Coll::AllReduce, count: (bytes / 4) as usize, dtype: ncclDataType_t::Float32, op: ncclRedOp_t::Sum }, &f, &th);
+        let lp = |bytes: u64| {
+            decide(
+                &CallDesc {
+                    coll: Coll::AllReduce,
+                    count: (bytes / 4) as usize,
+                    dtype: ncclDataType_t::Float32,
+                    op: ncclRedOp_t::Sum,
+                },
+                &f,
+                &th,
+            )
+        };
         assert_eq!(lp(th.lp_min_bytes), Route::Lowp);
         assert_ne!(lp(th.lp_min_bytes - 4), Route::Lowp);
     }
@@ -377,8 +396,14 @@ mod tests {
         let mut th = th();
         let f = facts(2, true);
         let call = |coll, dtype| CallDesc { coll, count: 64 << 20, dtype, op: ncclRedOp_t::Sum };
-        assert_eq!(decide(&call(Coll::AllToAll, ncclDataType_t::Bfloat16), &f, &th), Route::Upstream(Reason::Collective));
-        assert_eq!(decide(&call(Coll::AllGather, ncclDataType_t::Float32), &f, &th), Route::Upstream(Reason::Collective));
+        assert_eq!(
+            decide(&call(Coll::AllToAll, ncclDataType_t::Bfloat16), &f, &th),
+            Route::Upstream(Reason::Collective)
+        );
+        assert_eq!(
+            decide(&call(Coll::AllGather, ncclDataType_t::Float32), &f, &th),
+            Route::Upstream(Reason::Collective)
+        );
         assert_eq!(decide(&call(Coll::AllGather, ncclDataType_t::Bfloat16), &f, &th), Route::Lowp);
         assert_eq!(decide(&call(Coll::ReduceScatter, ncclDataType_t::Float32), &f, &th), Route::Lowp);
         th.lp_force = true;
@@ -389,7 +414,8 @@ mod tests {
     fn zero_count_and_overflow_forward() {
         let th = th();
         let f = facts(8, true);
-        let c = CallDesc { coll: Coll::AllGather, count: usize::MAX, dtype: ncclDataType_t::Float32, op: ncclRedOp_t::Sum };
+        let c =
+            CallDesc { coll: Coll::AllGather, count: usize::MAX, dtype: ncclDataType_t::Float32, op: ncclRedOp_t::Sum };
         assert!(matches!(decide(&c, &f, &th), Route::Upstream(_)));
         let z = CallDesc { count: 0, ..c };
         assert_eq!(decide(&z, &f, &th), Route::Upstream(Reason::Empty));

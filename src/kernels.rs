@@ -32,11 +32,7 @@ pub enum Fp8Format {
 impl CodeObject {
     /// Which runtime loads this image.
     pub fn vendor(&self) -> Vendor {
-        if self.target.starts_with("sm_") {
-            Vendor::Cuda
-        } else {
-            Vendor::Amd
-        }
+        if self.target.starts_with("sm_") { Vendor::Cuda } else { Vendor::Amd }
     }
 
     /// FP8 wire format of this target (see `RCCLX_FP8_FNUZ` in `rcclx_port.h`). Bytes of the
@@ -80,9 +76,7 @@ fn select<'a>(table: &'a [CodeObject], arch: &str) -> Option<&'a CodeObject> {
 /// `"sm_90"` -> 90, `"sm_90a"` -> 90, `"sm_120"` -> 120; anything else -> `None`.
 fn sm_number(s: &str) -> Option<u32> {
     let digits = s.strip_prefix("sm_")?;
-    let end = digits
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(digits.len());
+    let end = digits.find(|c: char| !c.is_ascii_digit()).unwrap_or(digits.len());
     let rest = &digits[end..];
     if end == 0 || !rest.chars().all(|c| c.is_ascii_alphabetic()) {
         return None;
@@ -135,16 +129,7 @@ mod tests {
     #[test]
     fn garbage_and_empty_tables() {
         let t = [co("sm_90"), co("gfx942")];
-        for arch in [
-            "",
-            "sm_",
-            "sm_x",
-            "sm_9_0",
-            "90",
-            "compute_90",
-            "GFX942",
-            ":gfx942",
-        ] {
+        for arch in ["", "sm_", "sm_x", "sm_9_0", "90", "compute_90", "GFX942", ":gfx942"] {
             assert_eq!(pick(&t, arch), None, "{arch:?}");
         }
         assert_eq!(pick(&[], "sm_90"), None);

@@ -8,10 +8,10 @@
 use std::fmt;
 use std::sync::Once;
 use tracing::{Event, Subscriber};
+use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
-use tracing_subscriber::EnvFilter;
 
 /// Installs the subscriber once. If the host program already installed a global tracing
 /// subscriber, rcclx's events go to that one instead.
@@ -36,7 +36,9 @@ fn filter_from(rcclx_log: Option<String>, nccl_debug: Option<String>) -> (EnvFil
     if let Some(spec) = rcclx_log.filter(|s| !s.is_empty()) {
         return match EnvFilter::try_new(&spec) {
             Ok(f) => (f, None),
-            Err(e) => (EnvFilter::new("warn"), Some(format!("RCCLX_LOG={spec:?} is not a valid filter ({e}); using warn"))),
+            Err(e) => {
+                (EnvFilter::new("warn"), Some(format!("RCCLX_LOG={spec:?} is not a valid filter ({e}); using warn")))
+            }
         };
     }
     let level = match nccl_debug.as_deref().map(str::to_ascii_uppercase).as_deref() {
@@ -45,7 +47,10 @@ fn filter_from(rcclx_log: Option<String>, nccl_debug: Option<String>) -> (EnvFil
         Some("TRACE") => "trace",
         Some("ABORT") => "error",
         Some(other) => {
-            return (EnvFilter::new("warn"), Some(format!("NCCL_DEBUG={other:?} is not WARN, INFO or TRACE; using WARN")));
+            return (
+                EnvFilter::new("warn"),
+                Some(format!("NCCL_DEBUG={other:?} is not WARN, INFO or TRACE; using WARN")),
+            );
         }
     };
     (EnvFilter::new(level), None)

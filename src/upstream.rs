@@ -15,7 +15,7 @@ use crate::types::ncclResult_t;
 use parking_lot::Mutex;
 use std::cell::Cell;
 use std::collections::HashSet;
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::{CStr, c_char, c_int, c_void};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -89,6 +89,7 @@ pub fn guarded<R>(call: impl FnOnce() -> R) -> R {
 /// One TRACE line per exported call; calls coming back from inside the stock library (it
 /// called one of its own exports, bound to rcclx by the dynamic linker) say so.
 pub fn trace_entry(name: &'static str) {
+    crate::log::init();
     if DEPTH.with(|d| d.get() > 0) {
         tracing::trace!("{name}: re-entered from the stock library, passed straight back");
     } else {
@@ -145,9 +146,7 @@ fn load() -> Result<Upstream, String> {
 fn candidates() -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = mapped_stock_libraries();
     out.extend(STOCK_NAMES.iter().map(PathBuf::from));
-    for dir in ["/opt/rocm/lib"] {
-        out.extend(["librccl.so.1", "librccl.so"].iter().map(|n| Path::new(dir).join(n)));
-    }
+    out.extend(["librccl.so.1", "librccl.so"].iter().map(|n| Path::new("/opt/rocm/lib").join(n)));
     out.extend(python_nccl_dirs().into_iter().map(|d| d.join("libnccl.so.2")));
     out
 }
@@ -197,10 +196,10 @@ fn python_nccl_dirs() -> Vec<PathBuf> {
 
 /// Opens `path` with DEEPBIND and rejects it if it is rcclx itself.
 fn open_checked(path: &Path) -> Result<Upstream, String> {
-    if let (Some(own), Ok(real)) = (own_path(), std::fs::canonicalize(path)) {
-        if real == own {
-            return Err("is rcclx itself".into());
-        }
+    if let (Some(own), Ok(real)) = (own_path(), std::fs::canonicalize(path))
+        && real == own
+    {
+        return Err("is rcclx itself".into());
     }
     let flags = libc::RTLD_NOW | libc::RTLD_LOCAL | libc::RTLD_DEEPBIND;
     // SAFETY: loading a shared library runs its initialisers; the stock NCCL/RCCL libraries
@@ -212,18 +211,26 @@ fn open_checked(path: &Path) -> Result<Upstream, String> {
         return Err("is rcclx itself (exports the rcclx marker)".into());
     }
     let fns = UpstreamFns::resolve(&lib);
-    if fns.ncclGetVersion.is_none() {
+    let Some(get_version) = fns.ncclGetVersion else {
         return Err("does not export ncclGetVersion: not an NCCL/RCCL library".into());
-    }
-    let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    };
+    // The file the loader really opened: `path` may be a bare name found on the search path.
+    let path = file_of(get_version as *const c_void)
+        .or_else(|| std::fs::canonicalize(path).ok())
+        .unwrap_or_else(|| path.to_path_buf());
     Ok(Upstream { path, fns, _lib: lib })
 }
 
 /// The file rcclx was loaded from (canonical), found through one of its own functions.
 pub fn own_path() -> Option<PathBuf> {
+    file_of(own_path as *const c_void)
+}
+
+/// The file (canonical) of the loaded object that contains `addr`, from `dladdr`.
+fn file_of(addr: *const c_void) -> Option<PathBuf> {
     let mut info: libc::Dl_info = unsafe_zeroed_dl_info();
-    let addr = own_path as *const c_void;
-    // SAFETY: dladdr only writes into `info`; `addr` is a function of this object.
+    // SAFETY: dladdr only reads the loader's tables and writes into `info`; any address is
+    // accepted (0 is returned when no loaded object contains it).
     if unsafe { libc::dladdr(addr, &mut info) } == 0 || info.dli_fname.is_null() {
         return None;
     }
@@ -233,7 +240,12 @@ pub fn own_path() -> Option<PathBuf> {
 }
 
 fn unsafe_zeroed_dl_info() -> libc::Dl_info {
-    libc::Dl_info { dli_fname: std::ptr::null(), dli_fbase: std::ptr::null_mut(), dli_sname: std::ptr::null(), dli_saddr: std::ptr::null_mut() }
+    libc::Dl_info {
+        dli_fname: std::ptr::null(),
+        dli_fbase: std::ptr::null_mut(),
+        dli_sname: std::ptr::null(),
+        dli_saddr: std::ptr::null_mut(),
+    }
 }
 
 /// The upstream's `ncclGetVersion`, if available.
@@ -246,11 +258,14 @@ pub fn version() -> Option<c_int> {
 }
 
 /// For log lines: a C string or "(null)".
-pub fn cstr_or_null(p: *const c_char) -> String {
+///
+/// # Safety
+///
+/// `p` is null or points to a NUL-terminated string valid for reads.
+pub unsafe fn cstr_or_null(p: *const c_char) -> String {
     if p.is_null() {
         return "(null)".into();
     }
     // SAFETY: callers pass NUL-terminated strings from the C API.
     unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
 }
-

@@ -191,6 +191,9 @@ fn exports_match_nccl_h() {
     assert!(ok, "rcclx's declarations do not match nccl.h ({}):\n{diag}", dir.join("nccl_h.c").display());
 }
 
+/// A named edit of generated declarations (the negative controls).
+type Tweak = (&'static str, Box<dyn Fn(String) -> String>);
+
 /// Negative controls: a wrong pointee type, a dropped `const` and a missing declaration in
 /// nccl.h each fail to compile, so the check above can fail.
 #[test]
@@ -198,7 +201,7 @@ fn wrong_declarations_fail_against_nccl_h() {
     let Some((nccl, cuda)) = includes() else { return };
     let dir = common::scratch("c_abi-negative");
     let decls = exports(|g| matches!(g, Group::NcclH));
-    let cases: [(&str, Box<dyn Fn(String) -> String>); 2] = [
+    let cases: [Tweak; 2] = [
         (
             "long version",
             Box::new(|d: String| d.replace("ncclGetVersion(int* version)", "ncclGetVersion(long* version)")),

@@ -4,7 +4,7 @@
 
 use crate::types::{ncclResult_t, ncclTeam_t};
 use std::ffi::{c_char, c_int};
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 
 /// What an export returns when rcclx cannot produce a real answer: a panic, a missing
 /// upstream library or a missing upstream symbol.

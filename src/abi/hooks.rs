@@ -27,14 +27,25 @@ pub unsafe fn ncclGetErrorString(result: ncclResult_t) -> *const c_char {
     }
 }
 
-pub unsafe fn ncclCommInitRank(comm: *mut ncclComm_t, nranks: c_int, commId: ncclUniqueId, rank: c_int) -> ncclResult_t {
+pub unsafe fn ncclCommInitRank(
+    comm: *mut ncclComm_t,
+    nranks: c_int,
+    commId: ncclUniqueId,
+    rank: c_int,
+) -> ncclResult_t {
     let r = forward!(ncclCommInitRank(comm, nranks, commId, rank));
     // SAFETY: `comm` is the caller's out-pointer, written by upstream on success.
     lifecycle::created(&[unsafe { read_out(comm) }], r);
     r
 }
 
-pub unsafe fn ncclCommInitRankConfig(comm: *mut ncclComm_t, nranks: c_int, commId: ncclUniqueId, rank: c_int, config: *mut ncclConfig_t) -> ncclResult_t {
+pub unsafe fn ncclCommInitRankConfig(
+    comm: *mut ncclComm_t,
+    nranks: c_int,
+    commId: ncclUniqueId,
+    rank: c_int,
+    config: *mut ncclConfig_t,
+) -> ncclResult_t {
     let r = forward!(ncclCommInitRankConfig(comm, nranks, commId, rank, config));
     // SAFETY: as above.
     lifecycle::created(&[unsafe { read_out(comm) }], r);
@@ -51,28 +62,55 @@ pub unsafe fn ncclCommInitAll(comm: *mut ncclComm_t, ndev: c_int, devlist: *cons
     r
 }
 
-pub unsafe fn ncclCommInitRankScalable(newcomm: *mut ncclComm_t, nranks: c_int, myrank: c_int, nId: c_int, commIds: *mut ncclUniqueId, config: *mut ncclConfig_t) -> ncclResult_t {
+pub unsafe fn ncclCommInitRankScalable(
+    newcomm: *mut ncclComm_t,
+    nranks: c_int,
+    myrank: c_int,
+    nId: c_int,
+    commIds: *mut ncclUniqueId,
+    config: *mut ncclConfig_t,
+) -> ncclResult_t {
     let r = forward!(ncclCommInitRankScalable(newcomm, nranks, myrank, nId, commIds, config));
     // SAFETY: as above.
     lifecycle::created(&[unsafe { read_out(newcomm) }], r);
     r
 }
 
-pub unsafe fn ncclCommSplit(comm: ncclComm_t, color: c_int, key: c_int, newcomm: *mut ncclComm_t, config: *mut ncclConfig_t) -> ncclResult_t {
+pub unsafe fn ncclCommSplit(
+    comm: ncclComm_t,
+    color: c_int,
+    key: c_int,
+    newcomm: *mut ncclComm_t,
+    config: *mut ncclConfig_t,
+) -> ncclResult_t {
     let r = forward!(ncclCommSplit(comm, color, key, newcomm, config));
     // SAFETY: as above; NCCL_SPLIT_NOCOLOR leaves NULL there, which `created` skips.
     lifecycle::created(&[unsafe { read_out(newcomm) }], r);
     r
 }
 
-pub unsafe fn ncclCommShrink(comm: ncclComm_t, excludeRanksList: *mut c_int, excludeRanksCount: c_int, newcomm: *mut ncclComm_t, config: *mut ncclConfig_t, shrinkFlags: c_int) -> ncclResult_t {
+pub unsafe fn ncclCommShrink(
+    comm: ncclComm_t,
+    excludeRanksList: *mut c_int,
+    excludeRanksCount: c_int,
+    newcomm: *mut ncclComm_t,
+    config: *mut ncclConfig_t,
+    shrinkFlags: c_int,
+) -> ncclResult_t {
     let r = forward!(ncclCommShrink(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags));
     // SAFETY: as above.
     lifecycle::created(&[unsafe { read_out(newcomm) }], r);
     r
 }
 
-pub unsafe fn ncclCommGrow(comm: ncclComm_t, nRanks: c_int, uniqueId: *const ncclUniqueId, rank: c_int, newcomm: *mut ncclComm_t, config: *mut ncclConfig_t) -> ncclResult_t {
+pub unsafe fn ncclCommGrow(
+    comm: ncclComm_t,
+    nRanks: c_int,
+    uniqueId: *const ncclUniqueId,
+    rank: c_int,
+    newcomm: *mut ncclComm_t,
+    config: *mut ncclConfig_t,
+) -> ncclResult_t {
     let r = forward!(ncclCommGrow(comm, nRanks, uniqueId, rank, newcomm, config));
     // SAFETY: as above.
     lifecycle::created(&[unsafe { read_out(newcomm) }], r);
@@ -129,29 +167,74 @@ fn bufs(send: *const c_void, recv: *mut c_void, stream: Stream) -> Buffers {
     Buffers { send, recv, stream }
 }
 
-pub unsafe fn ncclAllReduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, op: ncclRedOp_t, comm: ncclComm_t, stream: Stream) -> ncclResult_t {
+pub unsafe fn ncclAllReduce(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    op: ncclRedOp_t,
+    comm: ncclComm_t,
+    stream: Stream,
+) -> ncclResult_t {
     let call = CallDesc { coll: Coll::AllReduce, count, dtype: datatype, op };
-    comm::collective(comm, call, bufs(sendbuff, recvbuff, stream), || forward!(ncclAllReduce(sendbuff, recvbuff, count, datatype, op, comm, stream)))
+    comm::collective(comm, call, bufs(sendbuff, recvbuff, stream), || {
+        forward!(ncclAllReduce(sendbuff, recvbuff, count, datatype, op, comm, stream))
+    })
 }
 
-pub unsafe fn ncclAllGather(sendbuff: *const c_void, recvbuff: *mut c_void, sendcount: usize, datatype: ncclDataType_t, comm: ncclComm_t, stream: Stream) -> ncclResult_t {
+pub unsafe fn ncclAllGather(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    sendcount: usize,
+    datatype: ncclDataType_t,
+    comm: ncclComm_t,
+    stream: Stream,
+) -> ncclResult_t {
     let call = CallDesc { coll: Coll::AllGather, count: sendcount, dtype: datatype, op: ncclRedOp_t::Sum };
-    comm::collective(comm, call, bufs(sendbuff, recvbuff, stream), || forward!(ncclAllGather(sendbuff, recvbuff, sendcount, datatype, comm, stream)))
+    comm::collective(comm, call, bufs(sendbuff, recvbuff, stream), || {
+        forward!(ncclAllGather(sendbuff, recvbuff, sendcount, datatype, comm, stream))
+    })
 }
 
-pub unsafe fn ncclReduceScatter(sendbuff: *const c_void, recvbuff: *mut c_void, recvcount: usize, datatype: ncclDataType_t, op: ncclRedOp_t, comm: ncclComm_t, stream: Stream) -> ncclResult_t {
+pub unsafe fn ncclReduceScatter(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    recvcount: usize,
+    datatype: ncclDataType_t,
+    op: ncclRedOp_t,
+    comm: ncclComm_t,
+    stream: Stream,
+) -> ncclResult_t {
     let call = CallDesc { coll: Coll::ReduceScatter, count: recvcount, dtype: datatype, op };
-    comm::collective(comm, call, bufs(sendbuff, recvbuff, stream), || forward!(ncclReduceScatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream)))
+    comm::collective(comm, call, bufs(sendbuff, recvbuff, stream), || {
+        forward!(ncclReduceScatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream))
+    })
 }
 
-pub unsafe fn ncclAlltoAll(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, comm: ncclComm_t, stream: Stream) -> ncclResult_t {
+pub unsafe fn ncclAlltoAll(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    comm: ncclComm_t,
+    stream: Stream,
+) -> ncclResult_t {
     let call = CallDesc { coll: Coll::AllToAll, count, dtype: datatype, op: ncclRedOp_t::Sum };
-    comm::collective(comm, call, bufs(sendbuff, recvbuff, stream), || forward!(ncclAlltoAll(sendbuff, recvbuff, count, datatype, comm, stream)))
+    comm::collective(comm, call, bufs(sendbuff, recvbuff, stream), || {
+        forward!(ncclAlltoAll(sendbuff, recvbuff, count, datatype, comm, stream))
+    })
 }
 
 /// RCCL's older name of `ncclAlltoAll`. Forwards to whichever of the two the stock library
 /// has (NCCL only has `ncclAlltoAll`, old RCCL only `ncclAllToAll`).
-pub unsafe fn ncclAllToAll(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, comm: ncclComm_t, stream: Stream) -> ncclResult_t {
+pub unsafe fn ncclAllToAll(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    comm: ncclComm_t,
+    stream: Stream,
+) -> ncclResult_t {
     let call = CallDesc { coll: Coll::AllToAll, count, dtype: datatype, op: ncclRedOp_t::Sum };
     comm::collective(comm, call, bufs(sendbuff, recvbuff, stream), || {
         let has_old = crate::upstream::get().map(|u| u.fns.ncclAllToAll.is_some()).unwrap_or(false);

@@ -11,7 +11,7 @@ pub mod hooks;
 pub mod own;
 pub mod table;
 
-pub use boundary::{boundary, CReturn};
+pub use boundary::{CReturn, boundary};
 
 /// One exported function, as the tests and the C-ABI check see it.
 #[derive(Debug, Clone, Copy)]

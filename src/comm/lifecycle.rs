@@ -48,7 +48,9 @@ pub fn group_end(result: ncclResult_t) {
         match result {
             ncclResult_t::Success if !comms.is_empty() => setup(&comms),
             // Non-blocking communicators created in the group: set up once reported ready.
-            ncclResult_t::InProgress => comms.iter().filter_map(|&c| super::lookup(c)).for_each(|s| s.set_in_progress()),
+            ncclResult_t::InProgress => {
+                comms.iter().filter_map(|&c| super::lookup(c)).for_each(|s| s.set_in_progress())
+            }
             _ => {}
         }
     }
@@ -83,10 +85,10 @@ pub fn complete(comm: ncclComm_t) {
     if in_group() {
         return;
     }
-    if let Some(s) = super::lookup(comm) {
-        if s.take_in_progress() {
-            setup(&[comm]);
-        }
+    if let Some(s) = super::lookup(comm)
+        && s.take_in_progress()
+    {
+        setup(&[comm]);
     }
 }
 
@@ -94,10 +96,10 @@ pub fn complete(comm: ncclComm_t) {
 /// freeing waits for kernels in flight). On abort, kernels still waiting for a peer are told
 /// to stop first, so the abort returns promptly.
 pub fn destroyed(comm: ncclComm_t, abort: bool) {
-    if let Some(s) = super::remove(comm) {
-        if let (true, Some(setup)) = (abort, s.setup()) {
-            setup.request_abort();
-        }
+    if let Some(s) = super::remove(comm)
+        && let (true, Some(setup)) = (abort, s.setup())
+    {
+        setup.request_abort();
     }
 }
 

@@ -135,7 +135,12 @@ pub fn len() -> usize {
 
 /// Runs one intercepted collective: decides the route and runs rcclx's kernel, or calls
 /// `forward` (the upstream function with the caller's arguments).
-pub fn collective(comm: ncclComm_t, call: CallDesc, bufs: Buffers, forward: impl FnOnce() -> ncclResult_t) -> ncclResult_t {
+pub fn collective(
+    comm: ncclComm_t,
+    call: CallDesc,
+    bufs: Buffers,
+    forward: impl FnOnce() -> ncclResult_t,
+) -> ncclResult_t {
     let Some(state) = lookup(comm) else { return forward() };
     if state.setup().is_none() {
         lifecycle::complete(comm);

@@ -58,14 +58,30 @@ impl Stats {
         }
         format!(
             "ll {} calls {} B, flat {} calls {} B, tree {} calls {} B, fp8 {} calls {} B, forwarded {} calls {} B{}{}",
-            s.ddaLlCalls, s.ddaLlBytes, s.ddaFlatCalls, s.ddaFlatBytes, s.ddaTreeCalls, s.ddaTreeBytes, s.lowpCalls, s.lowpBytes,
-            s.forwardedCalls, s.forwardedBytes, if reasons.is_empty() { "" } else { " by reason:" }, reasons
+            s.ddaLlCalls,
+            s.ddaLlBytes,
+            s.ddaFlatCalls,
+            s.ddaFlatBytes,
+            s.ddaTreeCalls,
+            s.ddaTreeBytes,
+            s.lowpCalls,
+            s.lowpBytes,
+            s.forwardedCalls,
+            s.forwardedBytes,
+            if reasons.is_empty() { "" } else { " by reason:" },
+            reasons
         )
     }
 }
 
 /// A running sum of snapshots (process totals).
 pub struct Totals(parking_lot::Mutex<rcclxCommStats>);
+
+impl Default for Totals {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 impl Totals {
     pub const fn new() -> Self {

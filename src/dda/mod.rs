@@ -3,7 +3,7 @@
 //! `hip_kernels/dda.cuh`.
 
 use crate::intercept::{CallDesc, Route};
-use crate::types::{ncclResult_t, Stream};
+use crate::types::{Stream, ncclResult_t};
 
 use std::ffi::c_void;
 use std::fmt;
@@ -81,13 +81,17 @@ pub fn run(setup: &setup::Setup, route: Route, call: &CallDesc, bufs: &Buffers) 
         Route::DdaTree => Algo::Tree,
         Route::Lowp => return crate::lowp::launch::run(setup, call, bufs),
         Route::Upstream(_) => {
-            return Err(Error { code: ncclResult_t::InternalError, what: format!("route {route:?} is not a DDA route") });
+            return Err(Error {
+                code: ncclResult_t::InternalError,
+                what: format!("route {route:?} is not a DDA route"),
+            });
         }
     };
     let rt = crate::gpu::runtime().map_err(|e| Error { code: ncclResult_t(e.nccl_code()), what: e.to_string() })?;
     let elem = call.dtype.size().unwrap_or(1) as u64;
     let mut args = setup.args;
-    let (window, blocks, threads) = grid(algo, call.count as u64, elem, setup.facts.nranks as u64, args.half_bytes, setup.max_blocks);
+    let (window, blocks, threads) =
+        grid(algo, call.count as u64, elem, setup.facts.nranks as u64, args.half_bytes, setup.max_blocks);
     args.send = bufs.send as u64;
     args.recv = bufs.recv as u64;
     args.count = call.count as u64;

@@ -13,6 +13,7 @@
 //!    for peers in its own process (IPC cannot open a handle in the process that made it),
 //!    IPC for the others.
 //! 4. A second exchange of "my mappings worked": DDA is on iff it worked on every rank.
+//!
 //! Anything failing makes the communicator forward every call; it never fails the user's call.
 
 use super::{Algo, Error};
@@ -161,7 +162,7 @@ impl Record {
         r
     }
 }
-const _: () = assert!(RECORD_BYTES % 8 == 0);
+const _: () = assert!(RECORD_BYTES.is_multiple_of(8));
 
 /// Local resources of one rank before the verdict.
 struct Local {
@@ -295,7 +296,13 @@ pub fn run(comms: &[ncclComm_t]) {
             Some(state) => {
                 tracing::info!(
                     "comm {:p} rank {}/{} device {}: rcclx DDA on (staging {} B, {} blocks max) in {:?}",
-                    l.comm, l.rank, l.nranks, l.device, r0.staging_bytes, r0.max_blocks, started.elapsed()
+                    l.comm,
+                    l.rank,
+                    l.nranks,
+                    l.device,
+                    r0.staging_bytes,
+                    r0.max_blocks,
+                    started.elapsed()
                 );
                 state.set_setup(setup);
             }
@@ -305,17 +312,15 @@ pub fn run(comms: &[ncclComm_t]) {
 }
 
 fn call(name: &str, r: ncclResult_t) -> Result<(), Error> {
-    if r.is_ok() {
-        Ok(())
-    } else {
-        Err(Error { code: r, what: format!("{name} returned {}", r.0) })
-    }
+    if r.is_ok() { Ok(()) } else { Err(Error { code: r, what: format!("{name} returned {}", r.0) }) }
 }
 
 /// Rank, size and device of `comm`, from the stock library.
 fn query(comm: ncclComm_t) -> Result<Local, Error> {
     let u = upstream::get().map_err(|code| Error { code, what: "no stock library".into() })?;
-    let (Some(count), Some(user_rank), Some(cu_device)) = (u.fns.ncclCommCount, u.fns.ncclCommUserRank, u.fns.ncclCommCuDevice) else {
+    let (Some(count), Some(user_rank), Some(cu_device)) =
+        (u.fns.ncclCommCount, u.fns.ncclCommUserRank, u.fns.ncclCommCuDevice)
+    else {
         return Err(Error { code: ncclResult_t::InvalidUsage, what: "stock library lacks comm queries".into() });
     };
     let (mut n, mut r, mut d): (c_int, c_int, c_int) = (0, 0, 0);
@@ -378,7 +383,9 @@ fn prepare(l: &mut Local) {
             rec.capable = 1;
             l.res = Some(res);
         }
-        Err(e) => tracing::warn!("comm {:p} rank {}: rcclx kernels unavailable, forwarding every call: {e}", l.comm, l.rank),
+        Err(e) => {
+            tracing::warn!("comm {:p} rank {}: rcclx kernels unavailable, forwarding every call: {e}", l.comm, l.rank)
+        }
     }
 }
 
@@ -390,7 +397,12 @@ fn ll_units(ll_max: u64) -> u64 {
     ll_max.div_ceil(8).max(1)
 }
 
-fn allocate(device: i32, staging_bytes: usize, max_blocks: usize, ll_max: u64) -> Result<(Resources, String), gpu::Error> {
+fn allocate(
+    device: i32,
+    staging_bytes: usize,
+    max_blocks: usize,
+    ll_max: u64,
+) -> Result<(Resources, String), gpu::Error> {
     let rt = gpu::runtime()?;
     let arch = rt.device_info(device)?.arch;
     let module = rt.load_rcclx_module(device)?;
@@ -402,7 +414,8 @@ fn allocate(device: i32, staging_bytes: usize, max_blocks: usize, ll_max: u64) -
             }
         }
     }
-    let lowp_kernels = crate::lowp::launch::kernel_names().map(|n| rt.function(module, &n)).collect::<Result<Vec<_>, _>>()?;
+    let lowp_kernels =
+        crate::lowp::launch::kernel_names().map(|n| rt.function(module, &n)).collect::<Result<Vec<_>, _>>()?;
     let staging = rt.alloc(device, staging_bytes, MemKind::Normal)?;
     let flags = rt.alloc(device, max_blocks * FLAG_STRIDE * 4, MemKind::Uncached)?;
     // LL inbox: [2 parities][MAX_RANKS sources][units] x 16 bytes.
@@ -431,7 +444,11 @@ fn verdict(l: &Local, recs: &[Record]) -> Result<(), String> {
         if r.host != me.host {
             return Err("ranks on more than one host".into());
         }
-        if r.arch != recs[0].arch || r.staging_bytes != recs[0].staging_bytes || r.max_blocks != recs[0].max_blocks || r.ll_max != recs[0].ll_max {
+        if r.arch != recs[0].arch
+            || r.staging_bytes != recs[0].staging_bytes
+            || r.max_blocks != recs[0].max_blocks
+            || r.ll_max != recs[0].ll_max
+        {
             return Err(format!("rank {p} differs in GPU arch or buffer sizes"));
         }
     }
@@ -472,7 +489,9 @@ fn map_peers(l: &Local, recs: &[Record]) -> Result<PeerPtrs, gpu::Error> {
 /// upstream group; returns, per communicator, the `nranks * len` gathered bytes.
 fn exchange(locals: &[Local], bytes_of: impl Fn(usize, &Local) -> Vec<u8>, len: usize) -> Result<Vec<Vec<u8>>, Error> {
     let u = upstream::get().map_err(|code| Error { code, what: "no stock library".into() })?;
-    let (Some(all_gather), Some(group_start), Some(group_end)) = (u.fns.ncclAllGather, u.fns.ncclGroupStart, u.fns.ncclGroupEnd) else {
+    let (Some(all_gather), Some(group_start), Some(group_end)) =
+        (u.fns.ncclAllGather, u.fns.ncclGroupStart, u.fns.ncclGroupEnd)
+    else {
         return Err(Error { code: ncclResult_t::InvalidUsage, what: "stock library lacks ncclAllGather".into() });
     };
     let rt = gpu::runtime().map_err(gpu_err)?;
@@ -515,7 +534,10 @@ fn exchange(locals: &[Local], bytes_of: impl Fn(usize, &Local) -> Vec<u8>, len: 
     for (l, s) in locals.iter().zip(slots) {
         let _g = rt.device_guard(s.device).map_err(gpu_err)?;
         if !rt.wait_stream(s.stream, timeout).map_err(gpu_err)? {
-            return Err(Error { code: ncclResult_t::RemoteError, what: "setup exchange did not complete (a peer is missing)".into() });
+            return Err(Error {
+                code: ncclResult_t::RemoteError,
+                what: "setup exchange did not complete (a peer is missing)".into(),
+            });
         }
         let mut v = vec![0u8; len * l.nranks];
         s.recv.copy_to_host(&mut v).map_err(gpu_err)?;

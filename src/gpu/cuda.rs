@@ -105,19 +105,11 @@ pub(crate) struct Cuda {
 impl Cuda {
     /// Opens `libcuda.so.1`, resolves the entry points and runs `cuInit`.
     pub(crate) fn load() -> Result<Cuda, Error> {
-        let (lib, library) =
-            super::open_library(&[LIBRARY.to_string()]).map_err(Error::NoRuntime)?;
+        let (lib, library) = super::open_library(&[LIBRARY.to_string()]).map_err(Error::NoRuntime)?;
         // SAFETY: `lib` is libcuda and the list transcribes `cuda.h`; the library is never
         // unmapped.
-        let api =
-            unsafe { Api::load(&lib) }.map_err(|e| Error::NoRuntime(format!("{library} ({e})")))?;
-        let mut cuda = Cuda {
-            api,
-            library,
-            version: 0,
-            primary: Mutex::new(Vec::new()),
-            _lib: lib,
-        };
+        let api = unsafe { Api::load(&lib) }.map_err(|e| Error::NoRuntime(format!("{library} ({e})")))?;
+        let mut cuda = Cuda { api, library, version: 0, primary: Mutex::new(Vec::new()), _lib: lib };
         // SAFETY: cuInit has no preconditions; flags must be 0.
         match unsafe { (cuda.api.cuInit)(0) } {
             CUDA_SUCCESS => {}
@@ -130,35 +122,26 @@ impl Cuda {
         }
         let mut version = 0;
         // SAFETY: out-pointer to a local.
-        cuda.check("cuDriverGetVersion", unsafe {
-            (cuda.api.cuDriverGetVersion)(&mut version)
-        })?;
+        cuda.check("cuDriverGetVersion", unsafe { (cuda.api.cuDriverGetVersion)(&mut version) })?;
         cuda.version = version;
         Ok(cuda)
     }
 
     fn check(&self, call: &'static str, code: CUresult) -> Result<(), Error> {
-        if code == CUDA_SUCCESS {
-            Ok(())
-        } else {
-            Err(self.error(call, code))
-        }
+        if code == CUDA_SUCCESS { Ok(()) } else { Err(self.error(call, code)) }
     }
 
     fn device(&self, ordinal: i32) -> Result<CUdevice, Error> {
         let mut dev = 0;
         // SAFETY: out-pointer to a local.
-        self.check("cuDeviceGet", unsafe {
-            (self.api.cuDeviceGet)(&mut dev, ordinal)
-        })?;
+        self.check("cuDeviceGet", unsafe { (self.api.cuDeviceGet)(&mut dev, ordinal) })?;
         Ok(dev)
     }
 
     /// The primary context of `ordinal`, retained on first use and kept for the process's life.
     fn primary_context(&self, ordinal: i32) -> Result<Handle, Error> {
         let mut table = self.primary.lock();
-        let slot = usize::try_from(ordinal)
-            .map_err(|_| Error::InvalidArgument(format!("device {ordinal}")))?;
+        let slot = usize::try_from(ordinal).map_err(|_| Error::InvalidArgument(format!("device {ordinal}")))?;
         if table.len() <= slot {
             table.resize(slot + 1, 0);
         }
@@ -166,9 +149,7 @@ impl Cuda {
             let dev = self.device(ordinal)?;
             let mut ctx: Handle = std::ptr::null_mut();
             // SAFETY: out-pointer to a local; `dev` is a valid device.
-            self.check("cuDevicePrimaryCtxRetain", unsafe {
-                (self.api.cuDevicePrimaryCtxRetain)(&mut ctx, dev)
-            })?;
+            self.check("cuDevicePrimaryCtxRetain", unsafe { (self.api.cuDevicePrimaryCtxRetain)(&mut ctx, dev) })?;
             table[slot] = ctx as usize;
         }
         Ok(table[slot] as Handle)
@@ -177,9 +158,7 @@ impl Cuda {
     fn attribute(&self, attr: c_int, dev: CUdevice) -> Result<i32, Error> {
         let mut value = 0;
         // SAFETY: out-pointer to a local; `attr` is a valid CUdevice_attribute.
-        self.check("cuDeviceGetAttribute", unsafe {
-            (self.api.cuDeviceGetAttribute)(&mut value, attr, dev)
-        })?;
+        self.check("cuDeviceGetAttribute", unsafe { (self.api.cuDeviceGetAttribute)(&mut value, attr, dev) })?;
         Ok(value)
     }
 
@@ -195,11 +174,7 @@ impl Cuda {
             return None;
         }
         // SAFETY: on success `text` is a static NUL-terminated string owned by the driver.
-        Some(
-            unsafe { CStr::from_ptr(text) }
-                .to_string_lossy()
-                .into_owned(),
-        )
+        Some(unsafe { CStr::from_ptr(text) }.to_string_lossy().into_owned())
     }
 }
 
@@ -212,62 +187,42 @@ impl Backend for Cuda {
     }
 
     fn error(&self, call: &'static str, code: i32) -> Error {
-        let name = self
-            .error_text(self.api.cuGetErrorName, code)
-            .unwrap_or_else(|| "CUDA_ERROR_UNKNOWN_CODE".into());
-        let text = self
-            .error_text(self.api.cuGetErrorString, code)
-            .unwrap_or_else(|| "unrecognized error code".into());
-        Error::Runtime {
-            call,
-            detail: String::new(),
-            runtime: "cuda",
-            code,
-            message: format!("{name}: {text}"),
-        }
+        let name = self.error_text(self.api.cuGetErrorName, code).unwrap_or_else(|| "CUDA_ERROR_UNKNOWN_CODE".into());
+        let text = self.error_text(self.api.cuGetErrorString, code).unwrap_or_else(|| "unrecognized error code".into());
+        Error::Runtime { call, detail: String::new(), runtime: "cuda", code, message: format!("{name}: {text}") }
     }
 
     fn device_count(&self) -> Result<i32, Error> {
         let mut n = 0;
         // SAFETY: out-pointer to a local.
-        self.check("cuDeviceGetCount", unsafe {
-            (self.api.cuDeviceGetCount)(&mut n)
-        })?;
+        self.check("cuDeviceGetCount", unsafe { (self.api.cuDeviceGetCount)(&mut n) })?;
         Ok(n)
     }
 
     fn set_device(&self, device: i32) -> Result<(), Error> {
         let ctx = self.primary_context(device)?;
         // SAFETY: `ctx` is a retained primary context, which stays valid.
-        self.check("cuCtxSetCurrent", unsafe {
-            (self.api.cuCtxSetCurrent)(ctx)
-        })
+        self.check("cuCtxSetCurrent", unsafe { (self.api.cuCtxSetCurrent)(ctx) })
     }
 
     fn current_device(&self) -> Result<i32, Error> {
         let mut ctx: Handle = std::ptr::null_mut();
         // SAFETY: out-pointer to a local.
-        self.check("cuCtxGetCurrent", unsafe {
-            (self.api.cuCtxGetCurrent)(&mut ctx)
-        })?;
+        self.check("cuCtxGetCurrent", unsafe { (self.api.cuCtxGetCurrent)(&mut ctx) })?;
         if ctx.is_null() {
             // Like cudaGetDevice before any device was chosen.
             return Ok(0);
         }
         let mut dev = 0;
         // SAFETY: out-pointer to a local; a context is current.
-        self.check("cuCtxGetDevice", unsafe {
-            (self.api.cuCtxGetDevice)(&mut dev)
-        })?;
+        self.check("cuCtxGetDevice", unsafe { (self.api.cuCtxGetDevice)(&mut dev) })?;
         Ok(dev)
     }
 
     fn save_current(&self) -> Result<usize, Error> {
         let mut ctx: Handle = std::ptr::null_mut();
         // SAFETY: out-pointer to a local.
-        self.check("cuCtxGetCurrent", unsafe {
-            (self.api.cuCtxGetCurrent)(&mut ctx)
-        })?;
+        self.check("cuCtxGetCurrent", unsafe { (self.api.cuCtxGetCurrent)(&mut ctx) })?;
         Ok(ctx as usize)
     }
 
@@ -277,23 +232,17 @@ impl Backend for Cuda {
 
     fn restore_current(&self, saved: usize) -> Result<(), Error> {
         // SAFETY: `saved` is the context that was current (or null: none), from `save_current`.
-        self.check("cuCtxSetCurrent", unsafe {
-            (self.api.cuCtxSetCurrent)(saved as Handle)
-        })
+        self.check("cuCtxSetCurrent", unsafe { (self.api.cuCtxSetCurrent)(saved as Handle) })
     }
 
     fn device_info(&self, device: i32) -> Result<DeviceInfo, Error> {
         let dev = self.device(device)?;
         let mut name = [0u8; 256];
         // SAFETY: the buffer holds 256 bytes, as passed.
-        self.check("cuDeviceGetName", unsafe {
-            (self.api.cuDeviceGetName)(name.as_mut_ptr().cast(), 256, dev)
-        })?;
+        self.check("cuDeviceGetName", unsafe { (self.api.cuDeviceGetName)(name.as_mut_ptr().cast(), 256, dev) })?;
         let mut bus = [0u8; 64];
         // SAFETY: the buffer holds 64 bytes, as passed.
-        self.check("cuDeviceGetPCIBusId", unsafe {
-            (self.api.cuDeviceGetPCIBusId)(bus.as_mut_ptr().cast(), 64, dev)
-        })?;
+        self.check("cuDeviceGetPCIBusId", unsafe { (self.api.cuDeviceGetPCIBusId)(bus.as_mut_ptr().cast(), 64, dev) })?;
         let major = self.attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)?;
         let minor = self.attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)?;
         let sms = self.attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev)?;
@@ -311,9 +260,7 @@ impl Backend for Cuda {
         let (dev, peer) = (self.device(device)?, self.device(peer)?);
         let mut can = 0;
         // SAFETY: out-pointer to a local; both devices are valid.
-        self.check("cuDeviceCanAccessPeer", unsafe {
-            (self.api.cuDeviceCanAccessPeer)(&mut can, dev, peer)
-        })?;
+        self.check("cuDeviceCanAccessPeer", unsafe { (self.api.cuDeviceCanAccessPeer)(&mut can, dev, peer) })?;
         Ok(can != 0)
     }
 
@@ -332,9 +279,7 @@ impl Backend for Cuda {
         // NVIDIA.
         let mut ptr = 0;
         // SAFETY: out-pointer to a local.
-        self.check("cuMemAlloc_v2", unsafe {
-            (self.api.cuMemAlloc)(&mut ptr, bytes)
-        })?;
+        self.check("cuMemAlloc_v2", unsafe { (self.api.cuMemAlloc)(&mut ptr, bytes) })?;
         Ok(ptr)
     }
 
@@ -347,9 +292,7 @@ impl Backend for Cuda {
         let mut host: *mut c_void = std::ptr::null_mut();
         let flags = CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE;
         // SAFETY: out-pointer to a local.
-        self.check("cuMemHostAlloc", unsafe {
-            (self.api.cuMemHostAlloc)(&mut host, bytes, flags)
-        })?;
+        self.check("cuMemHostAlloc", unsafe { (self.api.cuMemHostAlloc)(&mut host, bytes, flags) })?;
         let mut dev = 0;
         // SAFETY: `host` was allocated with DEVICEMAP just above; flags must be 0.
         let rc = unsafe { (self.api.cuMemHostGetDevicePointer)(&mut dev, host, 0) };
@@ -363,94 +306,62 @@ impl Backend for Cuda {
 
     unsafe fn host_free(&self, ptr: *mut u8) -> Result<(), Error> {
         // SAFETY: the caller passes a pointer from cuMemHostAlloc that is no longer used.
-        self.check("cuMemFreeHost", unsafe {
-            (self.api.cuMemFreeHost)(ptr.cast())
-        })
+        self.check("cuMemFreeHost", unsafe { (self.api.cuMemFreeHost)(ptr.cast()) })
     }
 
-    unsafe fn memset_async(
-        &self,
-        dst: u64,
-        value: u8,
-        bytes: usize,
-        stream: *mut c_void,
-    ) -> Result<(), Error> {
+    unsafe fn memset_async(&self, dst: u64, value: u8, bytes: usize, stream: *mut c_void) -> Result<(), Error> {
         // SAFETY: the caller guarantees the range and the stream.
-        self.check("cuMemsetD8Async", unsafe {
-            (self.api.cuMemsetD8Async)(dst, value, bytes, stream)
-        })
+        self.check("cuMemsetD8Async", unsafe { (self.api.cuMemsetD8Async)(dst, value, bytes, stream) })
     }
 
-    unsafe fn memcpy_async(
-        &self,
-        dst: u64,
-        src: u64,
-        bytes: usize,
-        stream: *mut c_void,
-    ) -> Result<(), Error> {
+    unsafe fn memcpy_async(&self, dst: u64, src: u64, bytes: usize, stream: *mut c_void) -> Result<(), Error> {
         // SAFETY: the caller guarantees both ranges and the stream; unified addressing lets the
         // driver infer the direction.
-        self.check("cuMemcpyAsync", unsafe {
-            (self.api.cuMemcpyAsync)(dst, src, bytes, stream)
-        })
+        self.check("cuMemcpyAsync", unsafe { (self.api.cuMemcpyAsync)(dst, src, bytes, stream) })
     }
 
     unsafe fn memcpy_htod(&self, dst: u64, src: *const u8, bytes: usize) -> Result<(), Error> {
         // SAFETY: the caller guarantees both ranges.
-        self.check("cuMemcpyHtoD_v2", unsafe {
-            (self.api.cuMemcpyHtoD)(dst, src.cast(), bytes)
-        })
+        self.check("cuMemcpyHtoD_v2", unsafe { (self.api.cuMemcpyHtoD)(dst, src.cast(), bytes) })
     }
 
     unsafe fn memcpy_dtoh(&self, dst: *mut u8, src: u64, bytes: usize) -> Result<(), Error> {
         // SAFETY: the caller guarantees both ranges.
-        self.check("cuMemcpyDtoH_v2", unsafe {
-            (self.api.cuMemcpyDtoH)(dst.cast(), src, bytes)
-        })
+        self.check("cuMemcpyDtoH_v2", unsafe { (self.api.cuMemcpyDtoH)(dst.cast(), src, bytes) })
     }
 
     fn ipc_get_handle(&self, ptr: u64) -> Result<IpcHandle, Error> {
         let mut handle = IpcHandle([0; 64]);
         // SAFETY: out-pointer to a local of the handle's 64-byte C layout; the driver
         // validates `ptr`.
-        self.check("cuIpcGetMemHandle", unsafe {
-            (self.api.cuIpcGetMemHandle)(&mut handle, ptr)
-        })?;
+        self.check("cuIpcGetMemHandle", unsafe { (self.api.cuIpcGetMemHandle)(&mut handle, ptr) })?;
         Ok(handle)
     }
 
     fn ipc_open(&self, handle: &IpcHandle) -> Result<u64, Error> {
         let mut ptr = 0;
         // SAFETY: out-pointer to a local; the handle is passed by value with its C layout.
-        let rc = unsafe {
-            (self.api.cuIpcOpenMemHandle)(&mut ptr, *handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
-        };
+        let rc = unsafe { (self.api.cuIpcOpenMemHandle)(&mut ptr, *handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) };
         self.check("cuIpcOpenMemHandle_v2", rc)?;
         Ok(ptr)
     }
 
     unsafe fn ipc_close(&self, ptr: u64) -> Result<(), Error> {
         // SAFETY: the caller passes a pointer from cuIpcOpenMemHandle that is no longer used.
-        self.check("cuIpcCloseMemHandle", unsafe {
-            (self.api.cuIpcCloseMemHandle)(ptr)
-        })
+        self.check("cuIpcCloseMemHandle", unsafe { (self.api.cuIpcCloseMemHandle)(ptr) })
     }
 
     unsafe fn module_load(&self, image: *const u8) -> Result<*mut c_void, Error> {
         let mut module: Handle = std::ptr::null_mut();
         // SAFETY: the caller guarantees a complete code object at `image`.
-        self.check("cuModuleLoadData", unsafe {
-            (self.api.cuModuleLoadData)(&mut module, image.cast())
-        })?;
+        self.check("cuModuleLoadData", unsafe { (self.api.cuModuleLoadData)(&mut module, image.cast()) })?;
         Ok(module)
     }
 
     fn module_function(&self, module: *mut c_void, name: &CStr) -> Result<*mut c_void, Error> {
         let mut func: Handle = std::ptr::null_mut();
         // SAFETY: out-pointer to a local; `module` is a loaded module; `name` is NUL-terminated.
-        self.check("cuModuleGetFunction", unsafe {
-            (self.api.cuModuleGetFunction)(&mut func, module, name.as_ptr())
-        })?;
+        self.check("cuModuleGetFunction", unsafe { (self.api.cuModuleGetFunction)(&mut func, module, name.as_ptr()) })?;
         Ok(func)
     }
 
@@ -485,24 +396,18 @@ impl Backend for Cuda {
     fn stream_create(&self) -> Result<*mut c_void, Error> {
         let mut stream: Handle = std::ptr::null_mut();
         // SAFETY: out-pointer to a local.
-        self.check("cuStreamCreate", unsafe {
-            (self.api.cuStreamCreate)(&mut stream, CU_STREAM_NON_BLOCKING)
-        })?;
+        self.check("cuStreamCreate", unsafe { (self.api.cuStreamCreate)(&mut stream, CU_STREAM_NON_BLOCKING) })?;
         Ok(stream)
     }
 
     unsafe fn stream_destroy(&self, stream: *mut c_void) -> Result<(), Error> {
         // SAFETY: the caller passes a stream it created and no longer uses.
-        self.check("cuStreamDestroy_v2", unsafe {
-            (self.api.cuStreamDestroy)(stream)
-        })
+        self.check("cuStreamDestroy_v2", unsafe { (self.api.cuStreamDestroy)(stream) })
     }
 
     fn stream_synchronize(&self, stream: *mut c_void) -> Result<(), Error> {
         // SAFETY: `stream` is a valid stream (see `Stream::from_raw`).
-        self.check("cuStreamSynchronize", unsafe {
-            (self.api.cuStreamSynchronize)(stream)
-        })
+        self.check("cuStreamSynchronize", unsafe { (self.api.cuStreamSynchronize)(stream) })
     }
 
     fn stream_query(&self, stream: *mut c_void) -> Result<bool, Error> {
@@ -517,9 +422,7 @@ impl Backend for Cuda {
     fn stream_capture_status(&self, stream: *mut c_void) -> Result<CaptureStatus, Error> {
         let mut status = 0;
         // SAFETY: out-pointer to a local; `stream` is a valid stream.
-        self.check("cuStreamIsCapturing", unsafe {
-            (self.api.cuStreamIsCapturing)(stream, &mut status)
-        })?;
+        self.check("cuStreamIsCapturing", unsafe { (self.api.cuStreamIsCapturing)(stream, &mut status) })?;
         Ok(match status {
             CU_STREAM_CAPTURE_STATUS_NONE => CaptureStatus::None,
             CU_STREAM_CAPTURE_STATUS_ACTIVE => CaptureStatus::Active,
@@ -529,38 +432,28 @@ impl Backend for Cuda {
 
     fn stream_wait_event(&self, stream: *mut c_void, event: *mut c_void) -> Result<(), Error> {
         // SAFETY: both handles are valid; flags must be 0.
-        self.check("cuStreamWaitEvent", unsafe {
-            (self.api.cuStreamWaitEvent)(stream, event, 0)
-        })
+        self.check("cuStreamWaitEvent", unsafe { (self.api.cuStreamWaitEvent)(stream, event, 0) })
     }
 
     fn event_create(&self) -> Result<*mut c_void, Error> {
         let mut event: Handle = std::ptr::null_mut();
         // SAFETY: out-pointer to a local.
-        self.check("cuEventCreate", unsafe {
-            (self.api.cuEventCreate)(&mut event, CU_EVENT_DISABLE_TIMING)
-        })?;
+        self.check("cuEventCreate", unsafe { (self.api.cuEventCreate)(&mut event, CU_EVENT_DISABLE_TIMING) })?;
         Ok(event)
     }
 
     fn event_record(&self, event: *mut c_void, stream: *mut c_void) -> Result<(), Error> {
         // SAFETY: both handles are valid.
-        self.check("cuEventRecord", unsafe {
-            (self.api.cuEventRecord)(event, stream)
-        })
+        self.check("cuEventRecord", unsafe { (self.api.cuEventRecord)(event, stream) })
     }
 
     fn event_synchronize(&self, event: *mut c_void) -> Result<(), Error> {
         // SAFETY: `event` is valid.
-        self.check("cuEventSynchronize", unsafe {
-            (self.api.cuEventSynchronize)(event)
-        })
+        self.check("cuEventSynchronize", unsafe { (self.api.cuEventSynchronize)(event) })
     }
 
     unsafe fn event_destroy(&self, event: *mut c_void) -> Result<(), Error> {
         // SAFETY: the caller passes an event it created and no longer uses.
-        self.check("cuEventDestroy_v2", unsafe {
-            (self.api.cuEventDestroy)(event)
-        })
+        self.check("cuEventDestroy_v2", unsafe { (self.api.cuEventDestroy)(event) })
     }
 }

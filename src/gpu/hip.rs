@@ -135,12 +135,7 @@ const R0000: PropsLayout = PropsLayout {
 #[repr(C, align(16))]
 struct PropsBuffer([u8; 4096]);
 
-const LIBRARY_NAMES: [&str; 4] = [
-    "libamdhip64.so",
-    "libamdhip64.so.7",
-    "libamdhip64.so.6",
-    "libamdhip64.so.5",
-];
+const LIBRARY_NAMES: [&str; 4] = ["libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5"];
 
 pub(crate) struct Hip {
     api: Api,
@@ -161,20 +156,12 @@ impl Hip {
             dirs.push(format!("{}/lib/", root.trim_end_matches('/')));
         }
         dirs.push("/opt/rocm/lib/".to_string());
-        let candidates: Vec<String> = dirs
-            .iter()
-            .flat_map(|dir| LIBRARY_NAMES.iter().map(move |name| format!("{dir}{name}")))
-            .collect();
+        let candidates: Vec<String> =
+            dirs.iter().flat_map(|dir| LIBRARY_NAMES.iter().map(move |name| format!("{dir}{name}"))).collect();
         let (lib, library) = super::open_library(&candidates).map_err(Error::NoRuntime)?;
         // SAFETY: `lib` is libamdhip64 and the list transcribes its header; never unmapped.
-        let api =
-            unsafe { Api::load(&lib) }.map_err(|e| Error::NoRuntime(format!("{library} ({e})")))?;
-        let mut hip = Hip {
-            api,
-            library,
-            version: 0,
-            _lib: lib,
-        };
+        let api = unsafe { Api::load(&lib) }.map_err(|e| Error::NoRuntime(format!("{library} ({e})")))?;
+        let mut hip = Hip { api, library, version: 0, _lib: lib };
         // SAFETY: hipInit has no preconditions; flags must be 0.
         match unsafe { (hip.api.hipInit)(0) } {
             HIP_SUCCESS => {}
@@ -187,27 +174,17 @@ impl Hip {
         }
         let mut version = 0;
         // SAFETY: out-pointer to a local.
-        hip.check("hipDriverGetVersion", unsafe {
-            (hip.api.hipDriverGetVersion)(&mut version)
-        })?;
+        hip.check("hipDriverGetVersion", unsafe { (hip.api.hipDriverGetVersion)(&mut version) })?;
         hip.version = version;
         Ok(hip)
     }
 
     fn check(&self, call: &'static str, code: HipError) -> Result<(), Error> {
-        if code == HIP_SUCCESS {
-            Ok(())
-        } else {
-            Err(self.error(call, code))
-        }
+        if code == HIP_SUCCESS { Ok(()) } else { Err(self.error(call, code)) }
     }
 
     /// Fills `buf` with the device's property struct; returns the layout it has.
-    fn properties(
-        &self,
-        device: i32,
-        buf: &mut PropsBuffer,
-    ) -> Result<&'static PropsLayout, Error> {
+    fn properties(&self, device: i32, buf: &mut PropsBuffer) -> Result<&'static PropsLayout, Error> {
         let attempts = [
             (self.api.hipGetDevicePropertiesR0600, &R0600),
             (self.api.hipGetDevicePropertiesR0000, &R0000),
@@ -216,15 +193,10 @@ impl Hip {
         for (func, layout) in attempts {
             let Some(func) = func else { continue };
             // SAFETY: `buf` is larger than any version of the struct and suitably aligned.
-            self.check(layout.call, unsafe {
-                func(buf.0.as_mut_ptr().cast(), device)
-            })?;
+            self.check(layout.call, unsafe { func(buf.0.as_mut_ptr().cast(), device) })?;
             return Ok(layout);
         }
-        Err(Error::Unsupported {
-            call: "hipGetDeviceProperties",
-            runtime: "hip",
-        })
+        Err(Error::Unsupported { call: "hipGetDeviceProperties", runtime: "hip" })
     }
 }
 
@@ -253,18 +225,8 @@ impl Backend for Hip {
                 unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
             }
         };
-        let message = format!(
-            "{}: {}",
-            text(self.api.hipGetErrorName),
-            text(self.api.hipGetErrorString)
-        );
-        Error::Runtime {
-            call,
-            detail: String::new(),
-            runtime: "hip",
-            code,
-            message,
-        }
+        let message = format!("{}: {}", text(self.api.hipGetErrorName), text(self.api.hipGetErrorString));
+        Error::Runtime { call, detail: String::new(), runtime: "hip", code, message }
     }
 
     fn device_count(&self) -> Result<i32, Error> {
@@ -324,9 +286,7 @@ impl Backend for Hip {
     fn can_access_peer(&self, device: i32, peer: i32) -> Result<bool, Error> {
         let mut can = 0;
         // SAFETY: out-pointer to a local.
-        self.check("hipDeviceCanAccessPeer", unsafe {
-            (self.api.hipDeviceCanAccessPeer)(&mut can, device, peer)
-        })?;
+        self.check("hipDeviceCanAccessPeer", unsafe { (self.api.hipDeviceCanAccessPeer)(&mut can, device, peer) })?;
         Ok(can != 0)
     }
 
@@ -350,19 +310,15 @@ impl Backend for Hip {
         match kind {
             MemKind::Normal => {
                 // SAFETY: out-pointer to a local.
-                self.check("hipMalloc", unsafe {
-                    (self.api.hipMalloc)(&mut ptr, bytes)
-                })?;
+                self.check("hipMalloc", unsafe { (self.api.hipMalloc)(&mut ptr, bytes) })?;
             }
             MemKind::Uncached => {
-                let alloc = self.api.hipExtMallocWithFlags.ok_or(Error::Unsupported {
-                    call: "hipExtMallocWithFlags",
-                    runtime: "hip",
-                })?;
+                let alloc = self
+                    .api
+                    .hipExtMallocWithFlags
+                    .ok_or(Error::Unsupported { call: "hipExtMallocWithFlags", runtime: "hip" })?;
                 // SAFETY: out-pointer to a local; the flag is a documented allocation flag.
-                self.check("hipExtMallocWithFlags", unsafe {
-                    alloc(&mut ptr, bytes, HIP_DEVICE_MALLOC_UNCACHED)
-                })?;
+                self.check("hipExtMallocWithFlags", unsafe { alloc(&mut ptr, bytes, HIP_DEVICE_MALLOC_UNCACHED) })?;
             }
         }
         Ok(ptr as u64)
@@ -377,9 +333,7 @@ impl Backend for Hip {
         let mut host: *mut c_void = std::ptr::null_mut();
         let flags = HIP_HOST_MALLOC_MAPPED | HIP_HOST_MALLOC_PORTABLE | HIP_HOST_MALLOC_COHERENT;
         // SAFETY: out-pointer to a local.
-        self.check("hipHostMalloc", unsafe {
-            (self.api.hipHostMalloc)(&mut host, bytes, flags)
-        })?;
+        self.check("hipHostMalloc", unsafe { (self.api.hipHostMalloc)(&mut host, bytes, flags) })?;
         let mut dev: *mut c_void = std::ptr::null_mut();
         // SAFETY: `host` was allocated mapped just above; flags must be 0.
         let rc = unsafe { (self.api.hipHostGetDevicePointer)(&mut dev, host, 0) };
@@ -396,99 +350,57 @@ impl Backend for Hip {
         self.check("hipHostFree", unsafe { (self.api.hipHostFree)(ptr.cast()) })
     }
 
-    unsafe fn memset_async(
-        &self,
-        dst: u64,
-        value: u8,
-        bytes: usize,
-        stream: *mut c_void,
-    ) -> Result<(), Error> {
+    unsafe fn memset_async(&self, dst: u64, value: u8, bytes: usize, stream: *mut c_void) -> Result<(), Error> {
         // SAFETY: the caller guarantees the range and the stream.
-        let rc = unsafe {
-            (self.api.hipMemsetAsync)(dst as *mut c_void, c_int::from(value), bytes, stream)
-        };
+        let rc = unsafe { (self.api.hipMemsetAsync)(dst as *mut c_void, c_int::from(value), bytes, stream) };
         self.check("hipMemsetAsync", rc)
     }
 
-    unsafe fn memcpy_async(
-        &self,
-        dst: u64,
-        src: u64,
-        bytes: usize,
-        stream: *mut c_void,
-    ) -> Result<(), Error> {
+    unsafe fn memcpy_async(&self, dst: u64, src: u64, bytes: usize, stream: *mut c_void) -> Result<(), Error> {
         // SAFETY: the caller guarantees both ranges and the stream; hipMemcpyDefault infers the
         // direction from the (unified) addresses.
         let rc = unsafe {
-            (self.api.hipMemcpyAsync)(
-                dst as *mut c_void,
-                src as *const c_void,
-                bytes,
-                HIP_MEMCPY_DEFAULT,
-                stream,
-            )
+            (self.api.hipMemcpyAsync)(dst as *mut c_void, src as *const c_void, bytes, HIP_MEMCPY_DEFAULT, stream)
         };
         self.check("hipMemcpyAsync", rc)
     }
 
     unsafe fn memcpy_htod(&self, dst: u64, src: *const u8, bytes: usize) -> Result<(), Error> {
         // SAFETY: the caller guarantees both ranges.
-        let rc = unsafe {
-            (self.api.hipMemcpy)(
-                dst as *mut c_void,
-                src.cast(),
-                bytes,
-                HIP_MEMCPY_HOST_TO_DEVICE,
-            )
-        };
+        let rc = unsafe { (self.api.hipMemcpy)(dst as *mut c_void, src.cast(), bytes, HIP_MEMCPY_HOST_TO_DEVICE) };
         self.check("hipMemcpy", rc)
     }
 
     unsafe fn memcpy_dtoh(&self, dst: *mut u8, src: u64, bytes: usize) -> Result<(), Error> {
         // SAFETY: the caller guarantees both ranges.
-        let rc = unsafe {
-            (self.api.hipMemcpy)(
-                dst.cast(),
-                src as *const c_void,
-                bytes,
-                HIP_MEMCPY_DEVICE_TO_HOST,
-            )
-        };
+        let rc = unsafe { (self.api.hipMemcpy)(dst.cast(), src as *const c_void, bytes, HIP_MEMCPY_DEVICE_TO_HOST) };
         self.check("hipMemcpy", rc)
     }
 
     fn ipc_get_handle(&self, ptr: u64) -> Result<IpcHandle, Error> {
         let mut handle = IpcHandle([0; 64]);
         // SAFETY: out-pointer to a local of the handle's 64-byte C layout; HIP validates `ptr`.
-        self.check("hipIpcGetMemHandle", unsafe {
-            (self.api.hipIpcGetMemHandle)(&mut handle, ptr as *mut c_void)
-        })?;
+        self.check("hipIpcGetMemHandle", unsafe { (self.api.hipIpcGetMemHandle)(&mut handle, ptr as *mut c_void) })?;
         Ok(handle)
     }
 
     fn ipc_open(&self, handle: &IpcHandle) -> Result<u64, Error> {
         let mut ptr: *mut c_void = std::ptr::null_mut();
         // SAFETY: out-pointer to a local; the handle is passed by value with its C layout.
-        let rc = unsafe {
-            (self.api.hipIpcOpenMemHandle)(&mut ptr, *handle, HIP_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
-        };
+        let rc = unsafe { (self.api.hipIpcOpenMemHandle)(&mut ptr, *handle, HIP_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) };
         self.check("hipIpcOpenMemHandle", rc)?;
         Ok(ptr as u64)
     }
 
     unsafe fn ipc_close(&self, ptr: u64) -> Result<(), Error> {
         // SAFETY: the caller passes a pointer from hipIpcOpenMemHandle that is no longer used.
-        self.check("hipIpcCloseMemHandle", unsafe {
-            (self.api.hipIpcCloseMemHandle)(ptr as *mut c_void)
-        })
+        self.check("hipIpcCloseMemHandle", unsafe { (self.api.hipIpcCloseMemHandle)(ptr as *mut c_void) })
     }
 
     unsafe fn module_load(&self, image: *const u8) -> Result<*mut c_void, Error> {
         let mut module: Handle = std::ptr::null_mut();
         // SAFETY: the caller guarantees a complete code object at `image`.
-        self.check("hipModuleLoadData", unsafe {
-            (self.api.hipModuleLoadData)(&mut module, image.cast())
-        })?;
+        self.check("hipModuleLoadData", unsafe { (self.api.hipModuleLoadData)(&mut module, image.cast()) })?;
         Ok(module)
     }
 
@@ -532,24 +444,19 @@ impl Backend for Hip {
     fn stream_create(&self) -> Result<*mut c_void, Error> {
         let mut stream: Handle = std::ptr::null_mut();
         // SAFETY: out-pointer to a local.
-        let rc =
-            unsafe { (self.api.hipStreamCreateWithFlags)(&mut stream, HIP_STREAM_NON_BLOCKING) };
+        let rc = unsafe { (self.api.hipStreamCreateWithFlags)(&mut stream, HIP_STREAM_NON_BLOCKING) };
         self.check("hipStreamCreateWithFlags", rc)?;
         Ok(stream)
     }
 
     unsafe fn stream_destroy(&self, stream: *mut c_void) -> Result<(), Error> {
         // SAFETY: the caller passes a stream it created and no longer uses.
-        self.check("hipStreamDestroy", unsafe {
-            (self.api.hipStreamDestroy)(stream)
-        })
+        self.check("hipStreamDestroy", unsafe { (self.api.hipStreamDestroy)(stream) })
     }
 
     fn stream_synchronize(&self, stream: *mut c_void) -> Result<(), Error> {
         // SAFETY: `stream` is a valid stream (see `Stream::from_raw`).
-        self.check("hipStreamSynchronize", unsafe {
-            (self.api.hipStreamSynchronize)(stream)
-        })
+        self.check("hipStreamSynchronize", unsafe { (self.api.hipStreamSynchronize)(stream) })
     }
 
     fn stream_query(&self, stream: *mut c_void) -> Result<bool, Error> {
@@ -564,9 +471,7 @@ impl Backend for Hip {
     fn stream_capture_status(&self, stream: *mut c_void) -> Result<CaptureStatus, Error> {
         let mut status = 0;
         // SAFETY: out-pointer to a local; `stream` is a valid stream.
-        self.check("hipStreamIsCapturing", unsafe {
-            (self.api.hipStreamIsCapturing)(stream, &mut status)
-        })?;
+        self.check("hipStreamIsCapturing", unsafe { (self.api.hipStreamIsCapturing)(stream, &mut status) })?;
         Ok(match status {
             HIP_STREAM_CAPTURE_STATUS_NONE => CaptureStatus::None,
             HIP_STREAM_CAPTURE_STATUS_ACTIVE => CaptureStatus::Active,
@@ -576,39 +481,30 @@ impl Backend for Hip {
 
     fn stream_wait_event(&self, stream: *mut c_void, event: *mut c_void) -> Result<(), Error> {
         // SAFETY: both handles are valid; flags must be 0.
-        self.check("hipStreamWaitEvent", unsafe {
-            (self.api.hipStreamWaitEvent)(stream, event, 0)
-        })
+        self.check("hipStreamWaitEvent", unsafe { (self.api.hipStreamWaitEvent)(stream, event, 0) })
     }
 
     fn event_create(&self) -> Result<*mut c_void, Error> {
         let mut event: Handle = std::ptr::null_mut();
         // SAFETY: out-pointer to a local.
-        let rc =
-            unsafe { (self.api.hipEventCreateWithFlags)(&mut event, HIP_EVENT_DISABLE_TIMING) };
+        let rc = unsafe { (self.api.hipEventCreateWithFlags)(&mut event, HIP_EVENT_DISABLE_TIMING) };
         self.check("hipEventCreateWithFlags", rc)?;
         Ok(event)
     }
 
     fn event_record(&self, event: *mut c_void, stream: *mut c_void) -> Result<(), Error> {
         // SAFETY: both handles are valid.
-        self.check("hipEventRecord", unsafe {
-            (self.api.hipEventRecord)(event, stream)
-        })
+        self.check("hipEventRecord", unsafe { (self.api.hipEventRecord)(event, stream) })
     }
 
     fn event_synchronize(&self, event: *mut c_void) -> Result<(), Error> {
         // SAFETY: `event` is valid.
-        self.check("hipEventSynchronize", unsafe {
-            (self.api.hipEventSynchronize)(event)
-        })
+        self.check("hipEventSynchronize", unsafe { (self.api.hipEventSynchronize)(event) })
     }
 
     unsafe fn event_destroy(&self, event: *mut c_void) -> Result<(), Error> {
         // SAFETY: the caller passes an event it created and no longer uses.
-        self.check("hipEventDestroy", unsafe {
-            (self.api.hipEventDestroy)(event)
-        })
+        self.check("hipEventDestroy", unsafe { (self.api.hipEventDestroy)(event) })
     }
 }
 
@@ -630,10 +526,8 @@ mod tests {
     #[test]
     fn reads_fields_at_offsets() {
         let mut buf = [0u8; 2048];
-        buf[R0600.multiprocessor_count..R0600.multiprocessor_count + 4]
-            .copy_from_slice(&304i32.to_ne_bytes());
-        buf[R0600.gcn_arch_name..R0600.gcn_arch_name + 22]
-            .copy_from_slice(b"gfx942:sramecc+:xnack-");
+        buf[R0600.multiprocessor_count..R0600.multiprocessor_count + 4].copy_from_slice(&304i32.to_ne_bytes());
+        buf[R0600.gcn_arch_name..R0600.gcn_arch_name + 22].copy_from_slice(b"gfx942:sramecc+:xnack-");
         assert_eq!(read_i32(&buf, R0600.multiprocessor_count), 304);
         assert_eq!(c_buf_to_string(&buf[1160..1416]), "gfx942:sramecc+:xnack-");
     }

@@ -106,10 +106,7 @@ pub enum Error {
         message: String,
     },
     /// The loaded runtime lacks an optional entry point that this call needs.
-    Unsupported {
-        call: &'static str,
-        runtime: &'static str,
-    },
+    Unsupported { call: &'static str, runtime: &'static str },
     /// No embedded code object matches the device's architecture.
     NoCodeObject { arch: String, available: String },
     /// An argument was out of range (e.g. a copy larger than its buffer).
@@ -123,10 +120,7 @@ impl Error {
     pub fn nccl_code(&self) -> u32 {
         match self {
             Error::Runtime { .. } => 1,
-            Error::NoRuntime(_)
-            | Error::NoDevice
-            | Error::Unsupported { .. }
-            | Error::NoCodeObject { .. } => 2,
+            Error::NoRuntime(_) | Error::NoDevice | Error::Unsupported { .. } | Error::NoCodeObject { .. } => 2,
             Error::InvalidArgument(_) => 4,
         }
     }
@@ -144,17 +138,8 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::NoRuntime(tried) => write!(f, "no GPU runtime: {tried}"),
-            Error::NoDevice => write!(
-                f,
-                "no GPU device: a GPU runtime loaded but reports no device"
-            ),
-            Error::Runtime {
-                call,
-                detail,
-                runtime,
-                code,
-                message,
-            } => {
+            Error::NoDevice => write!(f, "no GPU device: a GPU runtime loaded but reports no device"),
+            Error::Runtime { call, detail, runtime, code, message } => {
                 write!(f, "{call}")?;
                 if !detail.is_empty() {
                     write!(f, "({detail})")?;
@@ -165,11 +150,7 @@ impl fmt::Display for Error {
                 write!(f, "{call} is not available in the loaded {runtime} runtime")
             }
             Error::NoCodeObject { arch, available } => {
-                let available = if available.is_empty() {
-                    "none"
-                } else {
-                    available.as_str()
-                };
+                let available = if available.is_empty() { "none" } else { available.as_str() };
                 write!(
                     f,
                     "no rcclx code object for GPU arch {arch} (embedded: {available}; \
@@ -401,22 +382,10 @@ pub(crate) trait Backend: Send + Sync {
 
     /// # Safety
     /// `dst..dst+bytes` is device-accessible memory that nothing else uses meanwhile.
-    unsafe fn memset_async(
-        &self,
-        dst: u64,
-        value: u8,
-        bytes: usize,
-        stream: *mut c_void,
-    ) -> Result<(), Error>;
+    unsafe fn memset_async(&self, dst: u64, value: u8, bytes: usize, stream: *mut c_void) -> Result<(), Error>;
     /// # Safety
     /// Both ranges are accessible from the stream's device and do not overlap.
-    unsafe fn memcpy_async(
-        &self,
-        dst: u64,
-        src: u64,
-        bytes: usize,
-        stream: *mut c_void,
-    ) -> Result<(), Error>;
+    unsafe fn memcpy_async(&self, dst: u64, src: u64, bytes: usize, stream: *mut c_void) -> Result<(), Error>;
     /// # Safety
     /// `src` is readable for `bytes`; `dst..dst+bytes` is device memory.
     unsafe fn memcpy_htod(&self, dst: u64, src: *const u8, bytes: usize) -> Result<(), Error>;
@@ -477,8 +446,7 @@ pub(crate) trait Backend: Send + Sync {
 pub(crate) unsafe fn symbol<T: Copy>(lib: &libloading::Library, name: &str) -> Result<T, String> {
     // SAFETY: the caller guarantees that `T` is the symbol's type.
     let sym = unsafe { lib.get::<T>(name.as_bytes()) };
-    sym.map(|s| *s)
-        .map_err(|e| format!("missing symbol {name} ({e})"))
+    sym.map(|s| *s).map_err(|e| format!("missing symbol {name} ({e})"))
 }
 
 /// Opens the first library of `candidates` that loads. A library already mapped into the process
@@ -505,10 +473,7 @@ pub(crate) fn open_library(candidates: &[String]) -> Result<(libloading::Library
             Err(e) => {
                 let why = e.to_string();
                 // dlerror() repeats the name: "libx.so: cannot open shared object file: ..."
-                let why = why
-                    .strip_prefix(&format!("{name}: "))
-                    .unwrap_or(&why)
-                    .to_string();
+                let why = why.strip_prefix(&format!("{name}: ")).unwrap_or(&why).to_string();
                 match failures.last_mut() {
                     Some((names, last)) if *last == why => names.push(name),
                     _ => failures.push((vec![name], why)),
@@ -516,10 +481,7 @@ pub(crate) fn open_library(candidates: &[String]) -> Result<(libloading::Library
             }
         }
     }
-    let parts: Vec<String> = failures
-        .iter()
-        .map(|(names, why)| format!("{} ({why})", names.join(", ")))
-        .collect();
+    let parts: Vec<String> = failures.iter().map(|(names, why)| format!("{} ({why})", names.join(", "))).collect();
     Err(parts.join(", "))
 }
 
@@ -547,10 +509,7 @@ static RELEASE_FAILURES: AtomicU32 = AtomicU32::new(0);
 /// [`Error::NoRuntime`] when no library loads and [`Error::NoDevice`] when one loads but sees no
 /// device. The outcome is cached: later calls return the same runtime or the same error.
 pub fn runtime() -> Result<&'static Runtime, Error> {
-    RUNTIME
-        .get_or_init(load_runtime)
-        .as_ref()
-        .map_err(Clone::clone)
+    RUNTIME.get_or_init(load_runtime).as_ref().map_err(Clone::clone)
 }
 
 /// How many times releasing a GPU resource failed in `Drop` so far (each failure is also logged
@@ -566,9 +525,7 @@ fn load_runtime() -> Result<Runtime, Error> {
         "cuda" => &[Vendor::Cuda],
         "hip" => &[Vendor::Hip],
         other => {
-            return Err(Error::NoRuntime(format!(
-                "RCCLX_GPU_RUNTIME={other} is not `cuda` or `hip`"
-            )));
+            return Err(Error::NoRuntime(format!("RCCLX_GPU_RUNTIME={other} is not `cuda` or `hip`")));
         }
     };
     let mut tried = Vec::new();
@@ -594,12 +551,7 @@ fn load_runtime() -> Result<Runtime, Error> {
                     backend.library(),
                     backend.driver_version()
                 );
-                return Ok(Runtime {
-                    vendor,
-                    backend,
-                    device_count,
-                    modules: Mutex::new(HashMap::new()),
-                });
+                return Ok(Runtime { vendor, backend, device_count, modules: Mutex::new(HashMap::new()) });
             }
             Err(Error::NoDevice) => {
                 tracing::debug!("gpu: {} loaded but sees no device", vendor.name());
@@ -612,11 +564,7 @@ fn load_runtime() -> Result<Runtime, Error> {
             Err(other) => tried.push(other.to_string()),
         }
     }
-    if saw_no_device {
-        Err(Error::NoDevice)
-    } else {
-        Err(Error::NoRuntime(format!("tried {}", tried.join(", "))))
-    }
+    if saw_no_device { Err(Error::NoDevice) } else { Err(Error::NoRuntime(format!("tried {}", tried.join(", ")))) }
 }
 
 impl Runtime {
@@ -641,10 +589,7 @@ impl Runtime {
         if (0..self.device_count).contains(&device) {
             Ok(())
         } else {
-            Err(Error::InvalidArgument(format!(
-                "device {device} (the runtime sees {} device(s))",
-                self.device_count
-            )))
+            Err(Error::InvalidArgument(format!("device {device} (the runtime sees {} device(s))", self.device_count)))
         }
     }
 
@@ -699,20 +644,13 @@ impl Runtime {
             return self.check_device(device);
         }
         let _guard = self.device_guard(device)?;
-        self.backend
-            .enable_peer_access(peer)
-            .map_err(|e| e.with_detail(format!("{device} -> {peer}")))
+        self.backend.enable_peer_access(peer).map_err(|e| e.with_detail(format!("{device} -> {peer}")))
     }
 
     // --- memory -------------------------------------------------------------------------------
 
     /// Allocates `bytes` (> 0) on `device`; freed when the buffer is dropped.
-    pub fn alloc(
-        &'static self,
-        device: i32,
-        bytes: usize,
-        kind: MemKind,
-    ) -> Result<DeviceBuffer, Error> {
+    pub fn alloc(&'static self, device: i32, bytes: usize, kind: MemKind) -> Result<DeviceBuffer, Error> {
         if bytes == 0 {
             return Err(Error::InvalidArgument("zero-byte device allocation".into()));
         }
@@ -721,22 +659,12 @@ impl Runtime {
             .backend
             .mem_alloc(bytes, kind)
             .map_err(|e| e.with_detail(format!("{bytes} bytes on device {device}")))?;
-        Ok(DeviceBuffer {
-            rt: self,
-            device,
-            ptr: DevicePtr(ptr),
-            bytes,
-            kind,
-        })
+        Ok(DeviceBuffer { rt: self, device, ptr: DevicePtr(ptr), bytes, kind })
     }
 
     /// Allocates `bytes` (> 0) of zeroed, pinned host memory mapped into `device`'s address space
     /// (for host-visible error words and flags).
-    pub fn alloc_host_mapped(
-        &'static self,
-        device: i32,
-        bytes: usize,
-    ) -> Result<HostMapped, Error> {
+    pub fn alloc_host_mapped(&'static self, device: i32, bytes: usize) -> Result<HostMapped, Error> {
         if bytes == 0 {
             return Err(Error::InvalidArgument("zero-byte host allocation".into()));
         }
@@ -744,26 +672,14 @@ impl Runtime {
         let (host, dev) = self.backend.host_alloc_mapped(bytes)?;
         // SAFETY: `host` was just allocated with `bytes` bytes and nothing else uses it yet.
         unsafe { std::ptr::write_bytes(host, 0, bytes) };
-        Ok(HostMapped {
-            rt: self,
-            device,
-            host,
-            dev: DevicePtr(dev),
-            bytes,
-        })
+        Ok(HostMapped { rt: self, device, host, dev: DevicePtr(dev), bytes })
     }
 
     /// Enqueues `bytes` bytes of `value` at `dst` on `stream`.
     ///
     /// # Safety
     /// `dst..dst+bytes` is device-accessible memory that no other work uses meanwhile.
-    pub unsafe fn memset_async(
-        &self,
-        dst: DevicePtr,
-        value: u8,
-        bytes: usize,
-        stream: Stream,
-    ) -> Result<(), Error> {
+    pub unsafe fn memset_async(&self, dst: DevicePtr, value: u8, bytes: usize, stream: Stream) -> Result<(), Error> {
         // SAFETY: forwarded from the caller.
         unsafe { self.backend.memset_async(dst.0, value, bytes, stream.0) }
     }
@@ -775,10 +691,7 @@ impl Runtime {
     /// As [`Runtime::memset_async`].
     pub unsafe fn memset(&self, dst: DevicePtr, value: u8, bytes: usize) -> Result<(), Error> {
         // SAFETY: forwarded from the caller.
-        unsafe {
-            self.backend
-                .memset_async(dst.0, value, bytes, Stream::NULL.0)
-        }?;
+        unsafe { self.backend.memset_async(dst.0, value, bytes, Stream::NULL.0) }?;
         self.backend.stream_synchronize(Stream::NULL.0)
     }
 
@@ -829,10 +742,7 @@ impl Runtime {
         }
         // SAFETY: `dst` is a writable slice of `Pod` values (any bytes are valid); `src` is valid
         // per the caller.
-        unsafe {
-            self.backend
-                .memcpy_dtoh(dst.as_mut_ptr().cast(), src.0, bytes)
-        }
+        unsafe { self.backend.memcpy_dtoh(dst.as_mut_ptr().cast(), src.0, bytes) }
     }
 
     // --- IPC ------------------------------------------------------------------------------------
@@ -850,15 +760,8 @@ impl Runtime {
     /// (use the pointer directly with peer access instead).
     pub fn open_ipc(&'static self, device: i32, handle: &IpcHandle) -> Result<IpcMapping, Error> {
         let _guard = self.device_guard(device)?;
-        let ptr = self
-            .backend
-            .ipc_open(handle)
-            .map_err(|e| e.with_detail(format!("on device {device}")))?;
-        Ok(IpcMapping {
-            rt: self,
-            device,
-            ptr: DevicePtr(ptr),
-        })
+        let ptr = self.backend.ipc_open(handle).map_err(|e| e.with_detail(format!("on device {device}")))?;
+        Ok(IpcMapping { rt: self, device, ptr: DevicePtr(ptr) })
     }
 
     // --- modules and launches -------------------------------------------------------------------
@@ -889,35 +792,21 @@ impl Runtime {
         let arch = self.device_info(device)?.arch;
         let Some(code) = kernels::for_arch(&arch) else {
             let available: Vec<&str> = kernels::CODE_OBJECTS.iter().map(|c| c.target).collect();
-            return Err(Error::NoCodeObject {
-                arch,
-                available: available.join(", "),
-            });
+            return Err(Error::NoCodeObject { arch, available: available.join(", ") });
         };
         // SAFETY: build.rs embeds complete code objects produced by the kernel compiler for
         // `code.target`, which matches this device's arch.
-        let module = unsafe { self.load_module(device, code.image) }.map_err(|e| {
-            e.with_detail(format!(
-                "rcclx code object {} on device {device}",
-                code.target
-            ))
-        })?;
-        tracing::debug!(
-            "gpu: loaded rcclx code object {} for {arch} on device {device}",
-            code.target
-        );
+        let module = unsafe { self.load_module(device, code.image) }
+            .map_err(|e| e.with_detail(format!("rcclx code object {} on device {device}", code.target)))?;
+        tracing::debug!("gpu: loaded rcclx code object {} for {arch} on device {device}", code.target);
         modules.insert(device, module);
         Ok(module)
     }
 
     /// The kernel `name` in `module`.
     pub fn function(&self, module: Module, name: &str) -> Result<Function, Error> {
-        let cname = CString::new(name)
-            .map_err(|_| Error::InvalidArgument(format!("kernel name {name:?}")))?;
-        let raw = self
-            .backend
-            .module_function(module.0, &cname)
-            .map_err(|e| e.with_detail(name))?;
+        let cname = CString::new(name).map_err(|_| Error::InvalidArgument(format!("kernel name {name:?}")))?;
+        let raw = self.backend.module_function(module.0, &cname).map_err(|e| e.with_detail(name))?;
         Ok(Function(raw))
     }
 
@@ -942,10 +831,7 @@ impl Runtime {
         // The runtimes take `void**` but only read the array.
         let args = args.as_ptr().cast_mut();
         // SAFETY: forwarded from the caller.
-        unsafe {
-            self.backend
-                .launch(func.0, grid, block, shared_bytes, stream.0, args)
-        }
+        unsafe { self.backend.launch(func.0, grid, block, shared_bytes, stream.0, args) }
     }
 
     // --- streams and events ---------------------------------------------------------------
@@ -1132,21 +1018,14 @@ impl DeviceBuffer {
         if bytes <= self.bytes {
             Ok(())
         } else {
-            Err(Error::InvalidArgument(format!(
-                "copy of {bytes} bytes into a {}-byte buffer",
-                self.bytes
-            )))
+            Err(Error::InvalidArgument(format!("copy of {bytes} bytes into a {}-byte buffer", self.bytes)))
         }
     }
 }
 
 impl fmt::Debug for DeviceBuffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "DeviceBuffer({:#x}, {} bytes, device {}, {:?})",
-            self.ptr.0, self.bytes, self.device, self.kind
-        )
+        write!(f, "DeviceBuffer({:#x}, {} bytes, device {}, {:?})", self.ptr.0, self.bytes, self.device, self.kind)
     }
 }
 
@@ -1240,11 +1119,7 @@ impl HostMapped {
 
 impl fmt::Debug for HostMapped {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "HostMapped({:p}, device {:#x}, {} bytes)",
-            self.host, self.dev.0, self.bytes
-        )
+        write!(f, "HostMapped({:p}, device {:#x}, {} bytes)", self.host, self.dev.0, self.bytes)
     }
 }
 
@@ -1269,17 +1144,8 @@ pub fn host_id() -> u64 {
     let text = match std::env::var("NCCL_HOSTID") {
         Ok(id) if !id.is_empty() => id,
         _ => {
-            let read = |path: &str| {
-                std::fs::read_to_string(path)
-                    .unwrap_or_default()
-                    .trim()
-                    .to_string()
-            };
-            format!(
-                "{}{}",
-                read("/proc/sys/kernel/hostname"),
-                read("/proc/sys/kernel/random/boot_id")
-            )
+            let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default().trim().to_string();
+            format!("{}{}", read("/proc/sys/kernel/hostname"), read("/proc/sys/kernel/random/boot_id"))
         }
     };
     fnv1a(text.as_bytes())
@@ -1287,9 +1153,7 @@ pub fn host_id() -> u64 {
 
 /// 64-bit FNV-1a: stable across builds and processes (unlike `std`'s `DefaultHasher`).
 fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3))
 }
 
 /// Reads a NUL-terminated string out of a fixed-size buffer (lossy, never fails).
@@ -1308,10 +1172,7 @@ mod tests {
         match runtime() {
             Ok(rt) => assert!(rt.device_count() > 0),
             Err(Error::NoRuntime(why)) => {
-                assert!(
-                    why.contains("libcuda.so.1") || why.contains("RCCLX_GPU_RUNTIME"),
-                    "{why}"
-                );
+                assert!(why.contains("libcuda.so.1") || why.contains("RCCLX_GPU_RUNTIME"), "{why}");
                 let text = Error::NoRuntime(why).to_string();
                 assert!(text.starts_with("no GPU runtime: "), "{text}");
             }
@@ -1346,42 +1207,21 @@ mod tests {
         assert_eq!(e.nccl_code(), 1);
         assert_eq!(Error::NoDevice.nccl_code(), 2);
         assert_eq!(Error::NoRuntime("tried x".into()).nccl_code(), 2);
-        assert_eq!(
-            Error::NoRuntime("tried x".into()).to_string(),
-            "no GPU runtime: tried x"
-        );
+        assert_eq!(Error::NoRuntime("tried x".into()).to_string(), "no GPU runtime: tried x");
         assert_eq!(Error::InvalidArgument("x".into()).nccl_code(), 4);
-        let e = Error::NoCodeObject {
-            arch: "gfx950".into(),
-            available: String::new(),
-        };
-        assert!(
-            e.to_string().contains("gfx950") && e.to_string().contains("none"),
-            "{e}"
-        );
+        let e = Error::NoCodeObject { arch: "gfx950".into(), available: String::new() };
+        assert!(e.to_string().contains("gfx950") && e.to_string().contains("none"), "{e}");
         assert_eq!(e.nccl_code(), 2);
-        let e = Error::Unsupported {
-            call: "hipExtMallocWithFlags",
-            runtime: "hip",
-        };
-        assert_eq!(
-            e.to_string(),
-            "hipExtMallocWithFlags is not available in the loaded hip runtime"
-        );
+        let e = Error::Unsupported { call: "hipExtMallocWithFlags", runtime: "hip" };
+        assert_eq!(e.to_string(), "hipExtMallocWithFlags is not available in the loaded hip runtime");
     }
 
     #[test]
     fn handle_sizes() {
         assert_eq!(std::mem::size_of::<IpcHandle>(), 64);
         assert_eq!(std::mem::size_of::<DevicePtr>(), 8);
-        assert_eq!(
-            std::mem::size_of::<Stream>(),
-            std::mem::size_of::<*mut c_void>()
-        );
-        assert_eq!(
-            std::mem::size_of::<Function>(),
-            std::mem::size_of::<*mut c_void>()
-        );
+        assert_eq!(std::mem::size_of::<Stream>(), std::mem::size_of::<*mut c_void>());
+        assert_eq!(std::mem::size_of::<Function>(), std::mem::size_of::<*mut c_void>());
         assert!(Stream::NULL.as_raw().is_null());
         assert_eq!(DevicePtr(0x1000).offset(16), DevicePtr(0x1010));
     }
@@ -1395,10 +1235,7 @@ mod tests {
 
     #[test]
     fn c_strings_from_buffers() {
-        assert_eq!(
-            c_buf_to_string(b"gfx942:sramecc+:xnack-\0\0junk"),
-            "gfx942:sramecc+:xnack-"
-        );
+        assert_eq!(c_buf_to_string(b"gfx942:sramecc+:xnack-\0\0junk"), "gfx942:sramecc+:xnack-");
         assert_eq!(c_buf_to_string(b"no-nul"), "no-nul");
     }
 }

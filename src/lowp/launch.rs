@@ -60,7 +60,8 @@ pub fn run(setup: &Setup, call: &CallDesc, bufs: &Buffers) -> Result<(), Error> 
         .ok_or_else(|| internal(format!("no FP8 kernel for {:?} {:?}", call.coll, call.dtype)))?;
     let rt = crate::gpu::runtime().map_err(gpu_err)?;
     let mut args: KernelArgs = setup.args;
-    let (window, blocks) = grid(call.coll, call.count as u64, setup.facts.nranks as u64, args.half_bytes, setup.max_blocks);
+    let (window, blocks) =
+        grid(call.coll, call.count as u64, setup.facts.nranks as u64, args.half_bytes, setup.max_blocks);
     args.send = bufs.send as u64;
     args.recv = bufs.recv as u64;
     args.count = call.count as u64;
@@ -107,7 +108,10 @@ mod tests {
         assert_eq!(kernel_names().count(), 12);
         let names: Vec<String> = kernel_names().collect();
         assert_eq!(names[kernel_index(Coll::AllToAll, ncclDataType_t::Float16).unwrap()], "rcclx_lowp_alltoall_f16");
-        assert_eq!(names[kernel_index(Coll::AllReduce, ncclDataType_t::Bfloat16).unwrap()], "rcclx_lowp_allreduce_bf16");
+        assert_eq!(
+            names[kernel_index(Coll::AllReduce, ncclDataType_t::Bfloat16).unwrap()],
+            "rcclx_lowp_allreduce_bf16"
+        );
         assert!(kernel_index(Coll::AllReduce, ncclDataType_t::Int32).is_none());
     }
 }
