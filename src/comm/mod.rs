@@ -158,7 +158,11 @@ pub fn collective(
         state.count(route, bytes);
         return forward();
     }
-    match crate::dda::run(setup, route, &call, &bufs) {
+    let launched = match route {
+        Route::Lowp => crate::lowp::launch::run(setup, &call, &bufs),
+        _ => crate::dda::run(setup, route, &call, &bufs),
+    };
+    match launched {
         Ok(()) => {
             state.count(route, bytes);
             ncclResult_t::Success

@@ -73,14 +73,13 @@ pub fn grid(algo: Algo, count: u64, elem_bytes: u64, nranks: u64, half_bytes: u6
     (window, blocks as u32, block_threads as u32)
 }
 
-/// Runs `call` on rcclx's kernels along `route` (never `Route::Upstream`).
+/// Runs `call` on the DDA kernel of `route` (LL, flat or tree; FP8 is `lowp::launch::run`).
 pub fn run(setup: &setup::Setup, route: Route, call: &CallDesc, bufs: &Buffers) -> Result<(), Error> {
     let algo = match route {
         Route::DdaLl => Algo::Ll,
         Route::DdaFlat => Algo::Flat,
         Route::DdaTree => Algo::Tree,
-        Route::Lowp => return crate::lowp::launch::run(setup, call, bufs),
-        Route::Upstream(_) => {
+        Route::Lowp | Route::Upstream(_) => {
             return Err(Error {
                 code: ncclResult_t::InternalError,
                 what: format!("route {route:?} is not a DDA route"),
