@@ -6,7 +6,7 @@
 #
 # Environment:
 #   NRANKS=2          ranks (GPUs) to use; 4 and 8 need that many GPUs
-#   STEPS="..."       subset of: info selftest check stress graph timeout lowp bench lpbench torch
+#   STEPS="..."       subset of: info selftest check stress graph timeout lowp lpgraph bench lpbench torch
 #   RCCLX_UPSTREAM_LIB  stock libnccl.so.2 (default: the one of python3's nvidia-nccl wheel)
 #   RCCLX_ARTIFACTS   folder with librcclx.so, gpu_selftest, lowp_accuracy and bench/ (default .carry)
 # Every command runs under `timeout`; logs go to OUTDIR (default bench/results/<date>-gpu),
@@ -17,7 +17,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 N=${NRANKS:-2}
 OUT=${1:-bench/results/$(date +%F)-gpu}
 ART=${RCCLX_ARTIFACTS:-.carry}
-STEPS=${STEPS:-info selftest check stress graph timeout lowp bench lpbench torch}
+STEPS=${STEPS:-info selftest check stress graph timeout lowp lpgraph bench lpbench torch}
 mkdir -p "$OUT"
 LIB=$(readlink -f "$ART/librcclx.so")
 B=$ART/bench
@@ -82,6 +82,14 @@ if step lowp; then
   run lowp-accuracy-procs 600 "$ART/lowp_accuracy" --procs "$N" ${LOWP_ARGS:-}
   run lowp-accuracy-1proc 600 "$ART/lowp_accuracy" --one-process ${LOWP_ARGS:-}
   run lowp-toggle 300 "$ART/lowp_accuracy" --toggle
+fi
+
+# FP8 under CUDA graph capture: one graph of mixed-size AllReduces on the FP8 path, inputs
+# regenerated inside the graph, 1000 replays, then checked against the stock result within the
+# FP8 error (|err| <= 0.2 * sum|inputs| per element; the bound of src/lowp/codec.rs is about
+# 0.13 for 2 ranks) and bit-identical on every rank.
+if step lpgraph; then
+  run lp-graph-replay 300 env RCCL_LOW_PRECISION_ENABLE=1 RCCLX_LP_MIN_BYTES=0 "$B/rcclx_check" --libs "$LIBS" -P "$N" -g 1 --coll all_reduce -d bfloat16,float -o sum --counts 1,1023,65536,1048581,3000007 --graph --graph-replays 1000 --rel-tol 0.2
 fi
 
 # Speed: stock and rcclx side by side in one process per run (ratio = stock / rcclx time).
