@@ -185,6 +185,13 @@ mod tests {
     }
 
     #[test]
+    fn empty_upstream_path_means_unset() {
+        let (c, w) = parse(&[("RCCLX_UPSTREAM_LIB", "")]);
+        assert_eq!(c.upstream_lib, None);
+        assert!(w.is_empty(), "{w:?}");
+    }
+
+    #[test]
     fn every_variable_is_documented_once() {
         let mut names: Vec<_> = VARIABLES.iter().map(|v| v.0).collect();
         names.sort();
