@@ -15,7 +15,7 @@ use crate::types::ncclResult_t;
 use parking_lot::Mutex;
 use std::cell::Cell;
 use std::collections::HashSet;
-use std::ffi::{CStr, c_char, c_int, c_void};
+use std::ffi::{CStr, c_int, c_void};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -246,26 +246,4 @@ fn unsafe_zeroed_dl_info() -> libc::Dl_info {
         dli_sname: std::ptr::null(),
         dli_saddr: std::ptr::null_mut(),
     }
-}
-
-/// The upstream's `ncclGetVersion`, if available.
-pub fn version() -> Option<c_int> {
-    let f = get().ok()?.fns.ncclGetVersion?;
-    let mut v: c_int = 0;
-    // SAFETY: ncclGetVersion writes one int through a valid pointer.
-    let r = guarded(|| unsafe { f(&mut v) });
-    r.is_ok().then_some(v)
-}
-
-/// For log lines: a C string or "(null)".
-///
-/// # Safety
-///
-/// `p` is null or points to a NUL-terminated string valid for reads.
-pub unsafe fn cstr_or_null(p: *const c_char) -> String {
-    if p.is_null() {
-        return "(null)".into();
-    }
-    // SAFETY: callers pass NUL-terminated strings from the C API.
-    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
 }

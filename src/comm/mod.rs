@@ -128,11 +128,6 @@ pub fn process_stats() -> crate::abi::own::rcclxCommStats {
     t.snapshot()
 }
 
-/// Number of communicators rcclx tracks (tests).
-pub fn len() -> usize {
-    table().read().len()
-}
-
 /// Runs one intercepted collective: decides the route and runs rcclx's kernel, or calls
 /// `forward` (the upstream function with the caller's arguments).
 pub fn collective(
