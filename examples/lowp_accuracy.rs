@@ -73,9 +73,8 @@ const STALL_LIMIT: Duration = Duration::from_secs(300);
 const MAX_NOTES: usize = 5;
 /// Ranks supported (fixed-size arrays in the bound computation).
 const MAX_RANKS: usize = 8;
-/// Elements per LP window of AllReduce with the default 16 MiB staging buffer (8 MiB per half,
-/// 1 code byte + 4/128 scale bytes per element).
-const WINDOW_ELEMS: f64 = 8.0 * 1024.0 * 1024.0 / (1.0 + 4.0 / 128.0);
+/// Bytes of one staging half with the default staging buffer of an FP8 communicator.
+const DEFAULT_HALF_BYTES: u64 = rcclx::dda::setup::DEFAULT_STAGING_LOWP / 2;
 const MI: usize = 1024 * 1024;
 /// Count of the `--toggle` calls.
 const TOGGLE_COUNT: usize = 64 * 1024 + 3;
@@ -180,10 +179,21 @@ impl Case {
     }
 }
 
-/// Element count that spans 3 LP windows and one element more (default staging size).
+/// Elements per window of `op`'s FP8 kernel with the default staging size (rcclx's own grid).
+fn window_elems(op: Op, n: usize) -> u64 {
+    use rcclx::intercept::Coll;
+    let coll = match op {
+        Op::AllReduce => Coll::AllReduce,
+        Op::ReduceScatter => Coll::ReduceScatter,
+        Op::AllGather => Coll::AllGather,
+        Op::AlltoAll | Op::AllToAllRccl => Coll::AllToAll,
+    };
+    rcclx::lowp::launch::grid(coll, u64::MAX, n as u64, DEFAULT_HALF_BYTES, 128).0
+}
+
+/// Element count that spans 3 of the largest LP windows and one element more (default staging).
 fn windows_count(op: Op, n: usize) -> usize {
-    let slots = if matches!(op, Op::ReduceScatter) || op.is_a2a() { n } else { 1 };
-    (3.0 * WINDOW_ELEMS / slots as f64) as usize + 1
+    3 * window_elems(op, n) as usize + 1
 }
 
 /// The case list, in run order (groups; each group runs out-of-place then in-place).
@@ -331,13 +341,7 @@ const USAGE: &str = "usage: lowp_accuracy [--procs N | --one-process | --toggle]
 
 fn set_default_env(no_lp: bool) {
     let lp = if no_lp { "0" } else { "1" };
-    // RCCLX_LP_FORCE=1: every FP8 kernel is checked, also those rcclx does not pick by default.
-    for (k, v) in [
-        ("RCCL_LOW_PRECISION_ENABLE", lp),
-        ("RCCLX_LP_MIN_BYTES", "0"),
-        ("RCCLX_LP_FORCE", "1"),
-        ("NCCL_NVLS_ENABLE", "0"),
-    ] {
+    for (k, v) in [("RCCL_LOW_PRECISION_ENABLE", lp), ("RCCLX_LP_MIN_BYTES", "0"), ("NCCL_NVLS_ENABLE", "0")] {
         let forced = no_lp && k == "RCCL_LOW_PRECISION_ENABLE";
         if forced || std::env::var_os(k).is_none() {
             // SAFETY: called at the start of main, before any other thread exists.
@@ -351,20 +355,13 @@ fn set_default_env(no_lp: bool) {
 fn expect_lp(op: Op, io: Io, count: usize, n: usize) -> bool {
     let (c, _) = rcclx::config::Config::from_lookup(|k| std::env::var(k).ok());
     let sw = rcclx::intercept::LowpSwitches::from_config(&c);
-    use rcclx::intercept::Coll;
-    let (on, coll) = match op {
-        Op::AllReduce => (sw.all_reduce, Coll::AllReduce),
-        Op::ReduceScatter => (sw.reduce_scatter, Coll::ReduceScatter),
-        Op::AllGather => (sw.all_gather, Coll::AllGather),
-        Op::AlltoAll | Op::AllToAllRccl => (sw.all_to_all, Coll::AllToAll),
+    let on = match op {
+        Op::AllReduce => sw.all_reduce,
+        Op::ReduceScatter => sw.reduce_scatter,
+        Op::AllGather => sw.all_gather,
+        Op::AlltoAll | Op::AllToAllRccl => sw.all_to_all,
     };
-    let dtype = match io {
-        Io::F32 => rcclx::types::ncclDataType_t::Float32,
-        Io::Bf16 => rcclx::types::ncclDataType_t::Bfloat16,
-        Io::F16 => rcclx::types::ncclDataType_t::Float16,
-    };
-    let measured = c.lp_force || rcclx::intercept::lowp_measured_faster(coll, dtype);
-    on && measured && !c.disable && op.lp_bytes(count, n, io) >= c.lp_min_bytes
+    on && !c.disable && op.lp_bytes(count, n, io) >= c.lp_min_bytes
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1166,7 +1163,10 @@ fn header(opts: &Opts, rt: &Runtime) {
     for c in CRITERIA {
         println!("INFO   - {c}");
     }
-    println!("INFO multi-window counts assume the default 16 MiB staging (window {} elements)", WINDOW_ELEMS as u64);
+    println!(
+        "INFO multi-window counts assume the default staging size (largest AllReduce window {} elements per rank)",
+        window_elems(Op::AllReduce, 2)
+    );
 }
 
 fn run_one_process(opts: &Opts, rt: &'static Runtime) -> ExitCode {

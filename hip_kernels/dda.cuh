@@ -20,6 +20,11 @@
 // Why one barrier per window is enough for reuse (flat; tree likewise for its first barrier):
 // window s+2 overwrites the half that window s used. A rank writes it only after passing the
 // barrier of window s+1, which every peer reaches only after finishing its reads of window s.
+// That holds per block because a position belongs to the same block in every window of a call
+// (slicing never depends on the window's length). Across calls: a rank that finished a call
+// passed a barrier (or received LL data) of it from every peer, so a peer is at most one call
+// behind; window counters are kept equal on all blocks (rcclx_seq_store), so the next call's
+// first window writes the other half than the one that peer may still read.
 //
 // Accumulation order: ranks 0, 1, ..., n-1, in float for fp16/bf16 (rounded once at the end),
 // native otherwise; identical on every rank, so every rank's output is bit-identical.
@@ -48,10 +53,11 @@ struct RcclxDdaArgs {
   uint32_t* seq;               // this rank's per-block window counters
   uint32_t* status;            // host-mapped: [0] error (RCCLX_STATUS_*), [1] abort request
   uint64_t ll_units;           // 16-byte LL units per (parity, source rank) slot of an inbox
+  uint64_t seq_slots;          // entries of `seq` (the largest grid)
   int32_t rank;
   int32_t nranks;
 };
-RCCLX_ASSERT_SIZE(RcclxDdaArgs, 272);
+RCCLX_ASSERT_SIZE(RcclxDdaArgs, 280);
 
 // ---- element types and ops ---------------------------------------------------------------
 
@@ -119,6 +125,7 @@ RCCLX_DEV bool rcclx_dda_wait(const RcclxDdaArgs& a, const uint32_t* flag, uint3
 // one thread per peer after __syncthreads (cumulative over the block's writes), acquire by
 // the same threads before the closing __syncthreads. Returns false on timeout/abort.
 RCCLX_DEV bool rcclx_dda_barrier(const RcclxDdaArgs& a, uint32_t value, uint64_t deadline, int* s_fail) {
+  rcclx_block_release_sys();
   __syncthreads();
   const int p = threadIdx.x;
   if (p < a.nranks) {
@@ -127,6 +134,24 @@ RCCLX_DEV bool rcclx_dda_barrier(const RcclxDdaArgs& a, uint32_t value, uint64_t
   }
   __syncthreads();
   return *s_fail == 0;
+}
+
+// ---- window counters ---------------------------------------------------------------------
+
+// Every block starts from its own counter; at the end each stores its final value and block 0
+// stores the same value for the counters this grid did not launch. All counters thus stay
+// equal whatever grid each call had, so a call's first window always uses the other parity
+// half than the previous call's last window, on every block: a peer still finishing the
+// previous call (at most one call behind, see below) reads only that other half.
+RCCLX_DEV uint32_t rcclx_seq_load(const RcclxDdaArgs& a, uint32_t* s_seq, int* s_fail) {
+  if (threadIdx.x == 0) { *s_seq = a.seq[blockIdx.x]; *s_fail = 0; }
+  __syncthreads();
+  return *s_seq;
+}
+RCCLX_DEV void rcclx_seq_store(const RcclxDdaArgs& a, uint32_t seq) {
+  if (threadIdx.x == 0) a.seq[blockIdx.x] = seq;
+  if (blockIdx.x == 0)
+    for (uint64_t b = gridDim.x + threadIdx.x; b < a.seq_slots; b += blockDim.x) a.seq[b] = seq;
 }
 
 // ---- slicing: which block/thread handles which vector -----------------------------------
@@ -253,9 +278,7 @@ template <typename T, int OP>
 RCCLX_DEV void rcclx_dda_flat(const RcclxDdaArgs& a) {
   __shared__ uint32_t s_seq;
   __shared__ int s_fail;
-  if (threadIdx.x == 0) { s_seq = a.seq[blockIdx.x]; s_fail = 0; }
-  __syncthreads();
-  uint32_t seq = s_seq;
+  uint32_t seq = rcclx_seq_load(a, &s_seq, &s_fail);
   const uint64_t deadline = rcclx_deadline_after(a.timeout_ns);
   const T* send = (const T*)a.send;
   T* recv = (T*)a.recv;
@@ -268,7 +291,7 @@ RCCLX_DEV void rcclx_dda_flat(const RcclxDdaArgs& a) {
     if (!rcclx_dda_barrier(a, seq * 4 + 1, deadline, &s_fail)) { ++seq; break; }
     rcclx_reduce_range<T, OP>(a, half_off, 0, n, recv + base, (T*)nullptr);
   }
-  if (threadIdx.x == 0) a.seq[blockIdx.x] = seq;
+  rcclx_seq_store(a, seq);
 }
 
 template <typename T, int OP>
@@ -276,17 +299,18 @@ RCCLX_DEV void rcclx_dda_tree(const RcclxDdaArgs& a) {
   constexpr int N = RcclxVec<T>::N;
   __shared__ uint32_t s_seq;
   __shared__ int s_fail;
-  if (threadIdx.x == 0) { s_seq = a.seq[blockIdx.x]; s_fail = 0; }
-  __syncthreads();
-  uint32_t seq = s_seq;
+  uint32_t seq = rcclx_seq_load(a, &s_seq, &s_fail);
   const uint64_t deadline = rcclx_deadline_after(a.timeout_ns);
   const T* send = (const T*)a.send;
   T* recv = (T*)a.recv;
   const int n_r = a.nranks;
+  // Chunk c = elements [c*C, min((c+1)*C, n)) of a window; C is a whole number of vectors and
+  // the same in every window of the call (also the short last one), so a position belongs to
+  // the same block in every window, which the reuse argument above needs.
+  const uint64_t first_window = a.count < a.window_elems ? a.count : a.window_elems;
+  const uint64_t C = ((first_window + n_r - 1) / n_r + N - 1) / N * N;
   for (uint64_t base = 0; base < a.count; base += a.window_elems, ++seq) {
     const uint64_t n = a.count - base < a.window_elems ? a.count - base : a.window_elems;
-    // Chunk c = elements [c*C, min((c+1)*C, n)); C is a whole number of vectors.
-    const uint64_t C = ((n + n_r - 1) / n_r + N - 1) / N * N;
     const uint64_t half_off = (uint64_t)(seq & 1) * a.half_bytes;
     T* mine = (T*)(a.staging[a.rank] + half_off);
     // Copy-in, sliced per chunk so that block b handles the same positions of every chunk.
@@ -308,7 +332,7 @@ RCCLX_DEV void rcclx_dda_tree(const RcclxDdaArgs& a) {
       if (first < n) rcclx_gather_range<T>(a, c, half_off, first, (n - first < C ? n - first : C), recv + base);
     }
   }
-  if (threadIdx.x == 0) a.seq[blockIdx.x] = seq;
+  rcclx_seq_store(a, seq);
 }
 
 // LL one-shot (small messages): no barrier and no fence. Each 8-byte word carries 4 payload
@@ -329,9 +353,7 @@ RCCLX_DEV void rcclx_dda_ll(const RcclxDdaArgs& a) {
   constexpr int PER = 8 / sizeof(T) > 0 ? 8 / sizeof(T) : 1;  // elements per unit
   __shared__ uint32_t s_seq;
   __shared__ int s_fail;
-  if (threadIdx.x == 0) { s_seq = a.seq[blockIdx.x]; s_fail = 0; }
-  __syncthreads();
-  const uint32_t seq = s_seq;
+  const uint32_t seq = rcclx_seq_load(a, &s_seq, &s_fail);
   const uint32_t flag = seq + 1;
   const uint64_t deadline = rcclx_deadline_after(a.timeout_ns);
   const uint64_t bytes = a.count * sizeof(T);
@@ -392,8 +414,7 @@ RCCLX_DEV void rcclx_dda_ll(const RcclxDdaArgs& a) {
         if (u * 8 + b < bytes) recv[u * 8 + b] = (unsigned char)(res.w[b >> 2] >> (8 * (b & 3)));
     }
   }
-  __syncthreads();
-  if (threadIdx.x == 0) a.seq[blockIdx.x] = seq + 1;
+  rcclx_seq_store(a, seq + 1);
 }
 
 // Instantiation: one kernel per (algorithm, type, op), named rcclx_allreduce_<algo>_<type>_<op>.

@@ -9,89 +9,123 @@
 // x' = decode(code) * scale. NaN/Inf inputs encode as NaN. E4M3 is OCP on NVIDIA and gfx950
 // and FNUZ on gfx942 (the native conversion; every rank of a node has the same arch).
 //
-// Work split: 8 lanes handle one 128-element block (16 elements each, one 16-byte code load);
-// a lane group's amax is reduced with xor shuffles. Block k of a range belongs to lane group
-// k of the grid, so the same GPU block touches the same positions in every phase and on every
-// rank, which is all the per-block barriers need (see dda.cuh).
+// Push, not pull: every byte crossing NVLink/xGMI is a store into a peer's staging (posted
+// writes need no round trip, so a few in flight fill the link); every load is local.
 //
-// Staging half layout per window: codes (1 byte/element) then scales (4 bytes per block).
-//   AllReduce: W elements (W a multiple of 128 * nranks): codes [0, W), scales [W, W + W/32).
-//   ReduceScatter, AllToAll: nranks chunk slots of Wc elements: codes of chunk c at c*Wc,
-//     scales at nranks*Wc + c*(Wc/128)*4.  AllGather: one slot of Wc elements.
-// Accumulation: f32, ranks 0..n-1 in order; AllReduce output is the owner's re-quantized sum,
-// so every rank's output is bit-identical. Tails: the last block of a range is short; its
-// missing elements count as 0 and are never stored. Graph capture: as dda.cuh (no per-call
-// kernel arguments beyond the user's buffers and counts).
+// Lanes: 8 lanes handle one 128-element block, 16 elements each; the group's amax is reduced
+// with xor shuffles. With N elements per 16-byte vector, lane i's vector j holds the block's
+// elements j*8N + i*N + [0, N): each load/store instruction of a lane group covers 128
+// consecutive bytes. Lane i's 16 codes are the 16 bytes at i*16 of the block's codes (code
+// j*N + t is element j*8N + i*N + t), one 16-byte access. This order is internal to rcclx:
+// writer and reader are both these kernels. Block k of a range belongs to lane group k of the
+// grid, and every range of a call has fixed positions in every window, so a position is
+// always handled by the same GPU block on every rank: all the per-block barriers need.
+//
+// Staging half layout (windows are multiples of 512 elements): slots of `wc` elements, codes (1 byte/element) of slot c at c*wc, then
+// the scales (4 bytes per block) of slot c at slots*wc + c*(wc/128)*4.
+//   AllReduce (window W, chunk capacity Cw = W / nranks): region A = nranks slots of Cw, slot p
+//     receives rank p's codes of this rank's chunk; region B (at W*33/32 rounded up to 256
+//     bytes) = nranks slots of
+//     Cw, slot c receives owner c's reduced codes of chunk c.
+//   ReduceScatter, AllGather, AllToAll: nranks slots of W, slot p receives rank p's codes.
+// Accumulation: f32, ranks 0..n-1 in order, every contribution (own too) quantized; the
+// AllReduce output is the owner's re-quantized sum, so every rank's output is bit-identical.
+// Tails: the last block of a range is short; its missing elements count as 0 and are never
+// stored. Graph capture: as dda.cuh (no per-call kernel arguments beyond buffers and counts).
 #pragma once
 
 #define RCCLX_QBLOCK 128
 #define RCCLX_QLANES 8  // lanes per block: 16 elements each
 
 RCCLX_DEV bool rcclx_isfinite(float x) { return (rcclx_f32_as_u32(x) & 0x7f800000u) != 0x7f800000u; }
-
-// Lane-group loop: block k of [0, nqb) to lane group k of the grid. The bound is uniform per
-// warp (all lanes run the shuffles); `active` says whether this lane's block exists.
-#define RCCLX_FOR_QBLOCK(k, active, nqb)                                                          \
-  for (uint64_t k##_0 = ((uint64_t)blockIdx.x * blockDim.x + (threadIdx.x & ~(RCCLX_WARP_SIZE - 1))) / RCCLX_QLANES; \
-       k##_0 < (nqb); k##_0 += (uint64_t)gridDim.x * blockDim.x / RCCLX_QLANES)                   \
-    for (uint64_t k = k##_0 + (threadIdx.x & (RCCLX_WARP_SIZE - 1)) / RCCLX_QLANES, k##_once = 1; k##_once; k##_once = 0) \
-      for (bool active = k < (nqb); k##_once; k##_once = 0)
-
 RCCLX_DEV int rcclx_qlane() { return threadIdx.x & (RCCLX_QLANES - 1); }
+#define RCCLX_MIN(x, y) ((x) < (y) ? (x) : (y))
 
-// order: n/a. Max over the 8 lanes of a block group.
-RCCLX_DEV float rcclx_group_max(float v) {
-  v = rcclx_fmaxf(v, rcclx_shfl_xor_f32(v, 1));
-  v = rcclx_fmaxf(v, rcclx_shfl_xor_f32(v, 2));
-  v = rcclx_fmaxf(v, rcclx_shfl_xor_f32(v, 4));
-  return v;
+// Which threads handle which block. Block k of any range belongs to GPU block
+// (k / 32) % gridDim (the same on every rank and in every window: all the per-block barriers
+// need). Inside a GPU block, its blocks are handled by one or both halves of 256 threads (32
+// lane groups each): a pipelined phase gives each half its own range, so one half encodes and
+// pushes the next window while the other decodes the current one (link and local memory busy
+// at once); any other phase splits its range's steps between the two halves.
+#define RCCLX_QHALF 256
+#define RCCLX_QGROUPS (RCCLX_QHALF / RCCLX_QLANES)
+// Calls body(k, active, k2, active2) for this half's blocks of [0, nqb): step j covers blocks
+// (j * gridDim + blockIdx) * 32 + [0, 32); a call takes steps j and j + `halves` (two blocks
+// per lane group, so that twice the loads are in flight). The trip count is uniform per warp
+// (all lanes run the shuffles); `active` says whether this lane's block exists.
+template <typename F>
+RCCLX_DEV void rcclx_qloop(uint64_t nqb, int half, int halves, F&& body) {
+  const uint64_t g = (threadIdx.x % RCCLX_QHALF) / RCCLX_QLANES;
+  const uint64_t next = (uint64_t)halves * gridDim.x * RCCLX_QGROUPS;
+  for (uint64_t j = (uint64_t)half * gridDim.x * RCCLX_QGROUPS + (uint64_t)blockIdx.x * RCCLX_QGROUPS; j < nqb; j += 2 * next)
+    body(j + g, j + g < nqb, j + next + g, j + next + g < nqb);
+}
+// Element (relative to its block) of this lane's value c.
+template <typename T>
+RCCLX_DEV uint64_t rcclx_qpos(int c) {
+  constexpr int N = RcclxVec<T>::N;
+  return (uint64_t)(c / N) * 8 * N + rcclx_qlane() * N + c % N;
 }
 
-// Loads this lane's 16 elements [first, first + 16) of src (positions >= n read as 0).
+// Loads this lane's 16 values of the block at element `blk` of src (positions >= n read as 0).
 template <typename T>
-RCCLX_DEV void rcclx_load16(const T* src, uint64_t first, uint64_t n, float v[16]) {
+RCCLX_DEV void rcclx_load16(const T* src, uint64_t blk, uint64_t n, float v[16]) {
   typedef RcclxElt<T> E;
-  if (first + 16 <= n && rcclx_aligned16(src + first)) {
-    typename RcclxVec<T>::U u[16 / RcclxVec<T>::N];
+  constexpr int N = RcclxVec<T>::N;
+  const T* p = src + blk;
+  if (blk + RCCLX_QBLOCK <= n && rcclx_aligned16(p)) {
+    typename RcclxVec<T>::U u[16 / N];
 #pragma unroll
-    for (int i = 0; i < 16 / RcclxVec<T>::N; ++i) u[i].v = rcclx_ld16((const rcclx_u32x4*)(src + first) + i);
+    for (int j = 0; j < 16 / N; ++j) u[j].v = rcclx_ld16((const rcclx_u32x4*)(p + j * 8 * N + rcclx_qlane() * N));
 #pragma unroll
-    for (int i = 0; i < 16; ++i) v[i] = (float)E::load(u[i / RcclxVec<T>::N].e[i % RcclxVec<T>::N]);
+    for (int c = 0; c < 16; ++c) v[c] = (float)E::load(u[c / N].e[c % N]);
   } else {
 #pragma unroll
-    for (int i = 0; i < 16; ++i) v[i] = first + i < n ? (float)E::load(src[first + i]) : 0.f;
+    for (int c = 0; c < 16; ++c) {
+      const uint64_t i = blk + rcclx_qpos<T>(c);
+      v[c] = i < n ? (float)E::load(src[i]) : 0.f;
+    }
   }
 }
 
-// Stores this lane's 16 elements at [first, first + 16) of dst (positions >= n skipped).
+// Stores this lane's 16 values of the block at element `blk` of dst (positions >= n skipped).
 template <typename T>
-RCCLX_DEV void rcclx_store16(T* dst, uint64_t first, uint64_t n, const float v[16]) {
+RCCLX_DEV void rcclx_store16(T* dst, uint64_t blk, uint64_t n, const float v[16]) {
   typedef RcclxElt<T> E;
-  if (first + 16 <= n && rcclx_aligned16(dst + first)) {
-    typename RcclxVec<T>::U u[16 / RcclxVec<T>::N];
+  constexpr int N = RcclxVec<T>::N;
+  T* p = dst + blk;
+  if (blk + RCCLX_QBLOCK <= n && rcclx_aligned16(p)) {
+    typename RcclxVec<T>::U u[16 / N];
 #pragma unroll
-    for (int i = 0; i < 16; ++i) u[i / RcclxVec<T>::N].e[i % RcclxVec<T>::N] = E::store((typename E::A)v[i]);
+    for (int c = 0; c < 16; ++c) u[c / N].e[c % N] = E::store((typename E::A)v[c]);
 #pragma unroll
-    for (int i = 0; i < 16 / RcclxVec<T>::N; ++i) rcclx_st16((rcclx_u32x4*)(dst + first) + i, u[i].v);
+    for (int j = 0; j < 16 / N; ++j) rcclx_st16((rcclx_u32x4*)(p + j * 8 * N + rcclx_qlane() * N), u[j].v);
   } else {
 #pragma unroll
-    for (int i = 0; i < 16; ++i)
-      if (first + i < n) dst[first + i] = E::store((typename E::A)v[i]);
+    for (int c = 0; c < 16; ++c) {
+      const uint64_t i = blk + rcclx_qpos<T>(c);
+      if (i < n) dst[i] = E::store((typename E::A)v[c]);
+    }
   }
 }
 
-// Quantizes this lane's 16 values of a block (the group computes the block's amax) and
-// writes 16 codes at `codes` and, from lane 0, the scale at `*scale_out`. All lanes of the
-// warp must call it (active or not); inactive lanes pass zeros and write nothing.
-RCCLX_DEV void rcclx_quantize16(const float v[16], bool active, uint8_t* codes, float* scale_out) {
+// One lane's share of an encoded block: its 16 codes and the block's scale.
+struct RcclxQ16 {
+  rcclx_u32x4 codes;
+  float scale;
+};
+
+// Encodes this lane's 16 values; the lane group computes the block's amax. Every lane of the
+// warp must call it (inactive lanes pass zeros).
+RCCLX_DEV RcclxQ16 rcclx_quantize16(const float v[16]) {
   float amax = 0.f;
 #pragma unroll
   for (int i = 0; i < 16; ++i)
     if (rcclx_isfinite(v[i])) amax = rcclx_fmaxf(amax, rcclx_fabsf(v[i]));
-  amax = rcclx_group_max(amax);
-  if (!active) return;
+  amax = rcclx_fmaxf(amax, rcclx_shfl_xor_f32(amax, 1));
+  amax = rcclx_fmaxf(amax, rcclx_shfl_xor_f32(amax, 2));
+  amax = rcclx_fmaxf(amax, rcclx_shfl_xor_f32(amax, 4));
   const bool zero = !(amax >= 1e-30f);
-  const float scale = zero ? 0.f : amax / RCCLX_FP8_MAX;
   const float inv = zero ? 0.f : RCCLX_FP8_MAX / amax;
   uint32_t w[4];
 #pragma unroll
@@ -107,27 +141,25 @@ RCCLX_DEV void rcclx_quantize16(const float v[16], bool active, uint8_t* codes, 
     }
     w[q] = word;
   }
-  rcclx_u32x4 c;
-  c.x = w[0];
-  c.y = w[1];
-  c.z = w[2];
-  c.w = w[3];
-  rcclx_st16((rcclx_u32x4*)codes, c);
-  if (rcclx_qlane() == 0) *scale_out = scale;
+  RcclxQ16 r;
+  r.codes.x = w[0];
+  r.codes.y = w[1];
+  r.codes.z = w[2];
+  r.codes.w = w[3];
+  r.scale = zero ? 0.f : amax / RCCLX_FP8_MAX;
+  return r;
 }
 
-// Decodes 16 codes with their block scale (adds into acc if ACC, else overwrites).
+// Decodes 16 codes: v = decoded (ACC false) or v += decoded (ACC true).
 template <bool ACC>
-RCCLX_DEV void rcclx_dequantize16(const uint8_t* codes, const float* scale_in, float v[16]) {
-  const rcclx_u32x4 c = rcclx_ld16((const rcclx_u32x4*)codes);
-  const float scale = *scale_in;
-  const uint32_t w[4] = {c.x, c.y, c.z, c.w};
+RCCLX_DEV void rcclx_decode16(const RcclxQ16& q, float v[16]) {
+  const uint32_t w[4] = {q.codes.x, q.codes.y, q.codes.z, q.codes.w};
 #pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const rcclx_f32x4 f = rcclx_e4m3x4_to_f32x4(w[q]);
-    const float d[4] = {f.x * scale, f.y * scale, f.z * scale, f.w * scale};
+  for (int i = 0; i < 4; ++i) {
+    const rcclx_f32x4 f = rcclx_e4m3x4_to_f32x4(w[i]);
+    const float d[4] = {f.x * q.scale, f.y * q.scale, f.z * q.scale, f.w * q.scale};
 #pragma unroll
-    for (int i = 0; i < 4; ++i) v[q * 4 + i] = ACC ? v[q * 4 + i] + d[i] : d[i];
+    for (int e = 0; e < 4; ++e) v[i * 4 + e] = ACC ? v[i * 4 + e] + d[e] : d[e];
   }
 }
 
@@ -135,206 +167,301 @@ struct RcclxQSlot {
   uint8_t* codes;
   float* scales;
 };
-// Slot `c` of a staging half that holds `slots` slots of `wc` elements each.
-RCCLX_DEV RcclxQSlot rcclx_qslot(char* half, uint64_t wc, int slots, int c) {
+// Slot `c` of a region at `base` that holds `slots` slots of `wc` elements each.
+RCCLX_DEV RcclxQSlot rcclx_qslot(char* base, uint64_t wc, int slots, int c) {
   RcclxQSlot s;
-  s.codes = (uint8_t*)half + (uint64_t)c * wc;
-  s.scales = (float*)((uint8_t*)half + (uint64_t)slots * wc) + (uint64_t)c * (wc / RCCLX_QBLOCK);
+  s.codes = (uint8_t*)base + (uint64_t)c * wc;
+  s.scales = (float*)((uint8_t*)base + (uint64_t)slots * wc) + (uint64_t)c * (wc / RCCLX_QBLOCK);
   return s;
 }
+// Writes this lane's share of block k of slot s. Warp-collective (all lanes call it, inactive
+// ones too): the scales of the 4 consecutive blocks of 32 lanes leave as one 16-byte store,
+// because a 4-byte store to a peer costs nearly as much link time as a 128-byte one. The first
+// of those blocks has k % 4 == 0 (rcclx_qloop) and scale arrays are 16-byte aligned (windows
+// are multiples of 512 elements); scales of blocks past the range are 0 and never read.
+RCCLX_DEV void rcclx_put16(RcclxQSlot s, uint64_t k, const RcclxQ16& q, bool active) {
+  if (active) rcclx_st16((rcclx_u32x4*)(s.codes + k * RCCLX_QBLOCK + rcclx_qlane() * 16), q.codes);
+  rcclx_f32x4 four;
+  four.x = q.scale;
+  four.y = rcclx_shfl_xor_f32(q.scale, 8);
+  four.z = rcclx_shfl_xor_f32(q.scale, 16);
+  four.w = rcclx_shfl_xor_f32(q.scale, 24);
+  if (active && (threadIdx.x & 31) == 0) rcclx_st16_f32((rcclx_f32x4*)(s.scales + k), four);
+}
+RCCLX_DEV RcclxQ16 rcclx_get16(RcclxQSlot s, uint64_t k) {
+  RcclxQ16 q;
+  q.codes = rcclx_ld16((const rcclx_u32x4*)(s.codes + k * RCCLX_QBLOCK + rcclx_qlane() * 16));
+  q.scale = s.scales[k];
+  return q;
+}
 
-// Quantizes elements [0, n) of src into slot s (block k of the range -> lane group k).
+// Encodes blocks k and k2 of src[0, n) and writes them to slot dst(d) for d < ndst (peer
+// staging: remote stores). If `own` is set, the decoded values also go to own[0, n).
+template <typename T, typename D>
+RCCLX_DEV void rcclx_push2(const T* src, uint64_t n, const D& dst, int ndst, T* own, uint64_t k, bool a,
+                           uint64_t k2, bool a2) {
+  float v[16], u[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) v[i] = u[i] = 0.f;
+  if (a) rcclx_load16<T>(src, k * RCCLX_QBLOCK, n, v);
+  if (a2) rcclx_load16<T>(src, k2 * RCCLX_QBLOCK, n, u);
+  const RcclxQ16 q = rcclx_quantize16(v), q2 = rcclx_quantize16(u);
+  for (int d = 0; d < ndst; ++d) {
+    const RcclxQSlot to = dst(d);
+    rcclx_put16(to, k, q, a);
+    rcclx_put16(to, k2, q2, a2);
+  }
+  if (own) {
+    if (a) { rcclx_decode16<false>(q, v); rcclx_store16<T>(own, k * RCCLX_QBLOCK, n, v); }
+    if (a2) { rcclx_decode16<false>(q2, u); rcclx_store16<T>(own, k2 * RCCLX_QBLOCK, n, u); }
+  }
+}
+template <typename T, typename D>
+RCCLX_DEV void rcclx_push_range(const T* src, uint64_t n, const D& dst, int ndst, T* own, int half, int halves) {
+  rcclx_qloop((n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK, half, halves, [&](uint64_t k, bool a, uint64_t k2, bool a2) {
+    rcclx_push2<T>(src, n, dst, ndst, own, k, a, k2, a2);
+  });
+}
+
+// Decodes elements [0, n) of (local) slot s into dst.
 template <typename T>
-RCCLX_DEV void rcclx_quantize_range(const T* src, uint64_t n, RcclxQSlot s) {
-  const uint64_t nqb = (n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK;
-  RCCLX_FOR_QBLOCK(k, active, nqb) {
+RCCLX_DEV void rcclx_pull_range(RcclxQSlot s, uint64_t n, T* dst, int half, int halves) {
+  rcclx_qloop((n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK, half, halves, [&](uint64_t k, bool a, uint64_t k2, bool a2) {
+    RcclxQ16 q, q2;
+    if (a) q = rcclx_get16(s, k);
+    if (a2) q2 = rcclx_get16(s, k2);
     float v[16];
-    const uint64_t first = k * RCCLX_QBLOCK + rcclx_qlane() * 16;
-    if (active) rcclx_load16<T>(src, first, n, v);
-    else for (int i = 0; i < 16; ++i) v[i] = 0.f;
-    rcclx_quantize16(v, active, s.codes + first, s.scales + k);
-  }
+    if (a) { rcclx_decode16<false>(q, v); rcclx_store16<T>(dst, k * RCCLX_QBLOCK, n, v); }
+    if (a2) { rcclx_decode16<false>(q2, v); rcclx_store16<T>(dst, k2 * RCCLX_QBLOCK, n, v); }
+  });
 }
 
-// Decodes elements [0, n) of slot s into dst. No shuffles here, so each lane group simply
-// walks its blocks, two per step so that two code loads (often over NVLink) are in flight.
+// Copies elements [0, n) of src to dst exactly.
 template <typename T>
-RCCLX_DEV void rcclx_dequantize_range(RcclxQSlot s, uint64_t n, T* dst) {
-  const uint64_t nqb = (n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK;
-  const uint64_t stride = (uint64_t)gridDim.x * blockDim.x / RCCLX_QLANES;
-  const uint64_t lane_off = rcclx_qlane() * 16;
-  for (uint64_t k = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) / RCCLX_QLANES; k < nqb; k += 2 * stride) {
-    const uint64_t k2 = k + stride;
-    float v[16], w[16];
-    rcclx_dequantize16<false>(s.codes + k * RCCLX_QBLOCK + lane_off, s.scales + k, v);
-    if (k2 < nqb) rcclx_dequantize16<false>(s.codes + k2 * RCCLX_QBLOCK + lane_off, s.scales + k2, w);
-    rcclx_store16<T>(dst, k * RCCLX_QBLOCK + lane_off, n, v);
-    if (k2 < nqb) rcclx_store16<T>(dst, k2 * RCCLX_QBLOCK + lane_off, n, w);
-  }
+RCCLX_DEV void rcclx_copy_qrange(const T* src, uint64_t n, T* dst, int half, int halves) {
+  rcclx_qloop((n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK, half, halves, [&](uint64_t k, bool a, uint64_t k2, bool a2) {
+    float v[16], u[16];
+    if (a) rcclx_load16<T>(src, k * RCCLX_QBLOCK, n, v);
+    if (a2) rcclx_load16<T>(src, k2 * RCCLX_QBLOCK, n, u);
+    if (a) rcclx_store16<T>(dst, k * RCCLX_QBLOCK, n, v);
+    if (a2) rcclx_store16<T>(dst, k2 * RCCLX_QBLOCK, n, u);
+  });
 }
 
-#define RCCLX_LP_PROLOGUE                                                   \
-  __shared__ uint32_t s_seq;                                                \
-  __shared__ int s_fail;                                                    \
-  if (threadIdx.x == 0) { s_seq = a.seq[blockIdx.x]; s_fail = 0; }          \
-  __syncthreads();                                                          \
-  uint32_t seq = s_seq;                                                     \
-  const uint64_t deadline = rcclx_deadline_after(a.timeout_ns);             \
-  const int nr = a.nranks;
-#define RCCLX_LP_EPILOGUE \
-  if (threadIdx.x == 0) a.seq[blockIdx.x] = seq;
-#define RCCLX_MIN(x, y) ((x) < (y) ? (x) : (y))
-
-// AllReduce: quantize -> barrier -> owner reduces its chunk in f32 and re-quantizes in place
-// -> barrier -> everyone decodes every chunk. count = elements per rank.
+// Block k of a reduction: the sum over ranks in order of the quantized contributions, own
+// from src (quantized here), rank p's from slot p of the local region `in` (slots of wc).
+// Every lane of the warp calls it; inactive lanes get zeros.
 template <typename T>
-RCCLX_DEV void rcclx_lowp_allreduce(const RcclxDdaArgs& a) {
-  RCCLX_LP_PROLOGUE
-  const T* send = (const T*)a.send;
-  T* recv = (T*)a.recv;
-  const uint64_t W = a.window_elems;
-  for (uint64_t base = 0; base < a.count; base += W, ++seq) {
-    const uint64_t n = RCCLX_MIN(a.count - base, W);
-    const uint64_t nqb = (n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK;
-    const uint64_t C = (nqb + nr - 1) / nr;  // blocks per chunk
-    const uint64_t half_off = (uint64_t)(seq & 1) * a.half_bytes;
-    // Codes of the whole window in slot 0 (W elements), chunks at multiples of C blocks.
-    const RcclxQSlot mine = rcclx_qslot(a.staging[a.rank] + half_off, W, 1, 0);
-    for (int c = 0; c < nr; ++c) {
-      const uint64_t first = c * C * RCCLX_QBLOCK;
-      if (first >= n) break;
-      RcclxQSlot s = mine;
-      s.codes += first;
-      s.scales += c * C;
-      rcclx_quantize_range<T>(send + base + first, RCCLX_MIN(n - first, C * RCCLX_QBLOCK), s);
-    }
-    if (!rcclx_dda_barrier(a, seq * 4 + 1, deadline, &s_fail)) { ++seq; break; }
-    {
-      const uint64_t first = a.rank * C * RCCLX_QBLOCK;
-      const uint64_t len = first < n ? RCCLX_MIN(n - first, C * RCCLX_QBLOCK) : 0;
-      const uint64_t cb = (len + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK;
-      RCCLX_FOR_QBLOCK(j, active, cb) {
-        const uint64_t k = a.rank * C + j;  // block index in the window
-        const uint64_t off = k * RCCLX_QBLOCK + rcclx_qlane() * 16;
-        float v[16];
-        if (active) {
-          const RcclxQSlot p0 = rcclx_qslot(a.staging[0] + half_off, W, 1, 0);
-          rcclx_dequantize16<false>(p0.codes + off, p0.scales + k, v);
-          for (int p = 1; p < nr; ++p) {
-            const RcclxQSlot pp = rcclx_qslot(a.staging[p] + half_off, W, 1, 0);
-            rcclx_dequantize16<true>(pp.codes + off, pp.scales + k, v);
-          }
-        } else {
-          for (int i = 0; i < 16; ++i) v[i] = 0.f;
-        }
-        // Elements past n are zero in every input, so their sum is 0: harmless in amax.
-        rcclx_quantize16(v, active, mine.codes + off, mine.scales + k);
-        if (active) {
-          // Decode what the peers will decode, so every rank's output is identical. The
-          // lane group's own writes are visible to itself (same lanes, program order).
-          rcclx_dequantize16<false>(mine.codes + off, mine.scales + k, v);
-          rcclx_store16<T>(recv + base, off, n, v);
-        }
-      }
-    }
-    if (!rcclx_dda_barrier(a, seq * 4 + 2, deadline, &s_fail)) { ++seq; break; }
-    for (int i = 1; i < nr; ++i) {
-      const int c = (a.rank + i) % nr;
-      const uint64_t first = c * C * RCCLX_QBLOCK;
-      if (first >= n) continue;
-      RcclxQSlot s = rcclx_qslot(a.staging[c] + half_off, W, 1, 0);
-      s.codes += first;
-      s.scales += c * C;
-      rcclx_dequantize_range<T>(s, RCCLX_MIN(n - first, C * RCCLX_QBLOCK), recv + base + first);
-    }
+RCCLX_DEV void rcclx_reduce16(const RcclxDdaArgs& a, const T* src, uint64_t k, uint64_t n, bool active,
+                              char* in, uint64_t wc, float v[16]) {
+  RcclxQ16 q[RCCLX_MAX_RANKS];
+#pragma unroll
+  for (int p = 0; p < RCCLX_MAX_RANKS; ++p)  // loads first
+    if (active && p < a.nranks && p != a.rank) q[p] = rcclx_get16(rcclx_qslot(in, wc, a.nranks, p), k);
+#pragma unroll
+  for (int i = 0; i < 16; ++i) v[i] = 0.f;
+  if (active) rcclx_load16<T>(src, k * RCCLX_QBLOCK, n, v);
+  const RcclxQ16 mine = rcclx_quantize16(v);
+  if (!active) return;
+#pragma unroll
+  for (int p = 0; p < RCCLX_MAX_RANKS; ++p) {
+    if (p >= a.nranks) break;
+    const RcclxQ16 x = p == a.rank ? mine : q[p];
+    if (p == 0) rcclx_decode16<false>(x, v);
+    else rcclx_decode16<true>(x, v);
   }
-  RCCLX_LP_EPILOGUE
 }
 
-// ReduceScatter: count = elements per rank output; input chunk c at c*count.
-template <typename T>
-RCCLX_DEV void rcclx_lowp_reducescatter(const RcclxDdaArgs& a) {
-  RCCLX_LP_PROLOGUE
-  const T* send = (const T*)a.send;
-  T* recv = (T*)a.recv;
-  const uint64_t W = a.window_elems;  // per chunk
-  for (uint64_t base = 0; base < a.count; base += W, ++seq) {
-    const uint64_t n = RCCLX_MIN(a.count - base, W);
-    const uint64_t nqb = (n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK;
-    const uint64_t half_off = (uint64_t)(seq & 1) * a.half_bytes;
-    char* mine = a.staging[a.rank] + half_off;
-    for (int c = 0; c < nr; ++c) rcclx_quantize_range<T>(send + c * a.count + base, n, rcclx_qslot(mine, W, nr, c));
-    if (!rcclx_dda_barrier(a, seq * 4 + 1, deadline, &s_fail)) { ++seq; break; }
-    RCCLX_FOR_QBLOCK(k, active, nqb) {
-      if (active) {
-        const uint64_t off = k * RCCLX_QBLOCK + rcclx_qlane() * 16;
-        float v[16];
-        const RcclxQSlot s0 = rcclx_qslot(a.staging[0] + half_off, W, nr, a.rank);
-        rcclx_dequantize16<false>(s0.codes + off, s0.scales + k, v);
-        for (int p = 1; p < nr; ++p) {
-          const RcclxQSlot sp = rcclx_qslot(a.staging[p] + half_off, W, nr, a.rank);
-          rcclx_dequantize16<true>(sp.codes + off, sp.scales + k, v);
-        }
-        rcclx_store16<T>(recv + base, off, n, v);
-      }
-    }
-  }
-  RCCLX_LP_EPILOGUE
-}
+// Offset of AllReduce's region B in a staging half: after region A (W codes and W/128
+// scales), rounded up to 256 bytes so that its 16-byte accesses stay aligned.
+RCCLX_DEV uint64_t rcclx_lowp_region_b(uint64_t W) { return (W / RCCLX_QBLOCK * (RCCLX_QBLOCK + 4) + 255) & ~(uint64_t)255; }
 
-// AllGather: count = elements per rank; output chunk c at c*count. Every rank (the sender
-// too) decodes every chunk, so all ranks hold the same tensor.
+#define RCCLX_LP_PROLOGUE                                      \
+  __shared__ uint32_t s_seq;                                   \
+  __shared__ int s_fail;                                       \
+  const uint32_t seq = rcclx_seq_load(a, &s_seq, &s_fail);     \
+  const uint64_t deadline = rcclx_deadline_after(a.timeout_ns); \
+  const int nr = a.nranks;                                     \
+  const T* send = (const T*)a.send;                            \
+  T* recv = (T*)a.recv;                                        \
+  const uint64_t W = a.window_elems;                           \
+  const uint64_t nwin = (a.count + W - 1) / W;                 \
+  /* window s: elements [s*W, s*W + len(s)), staging half (seq + s) & 1 */ \
+  auto len = [&](uint64_t s) { return RCCLX_MIN(a.count - s * W, W); };   \
+  auto half_of = [&](uint64_t s) { return (uint64_t)((seq + s) & 1) * a.half_bytes; }; \
+  const int my_half = threadIdx.x / RCCLX_QHALF;
+#define RCCLX_LP_BARRIER(s, k) \
+  if (!rcclx_dda_barrier(a, (uint32_t)(seq + (s)) * 4 + (k), deadline, &s_fail)) break;
+// Runs phase A (this window's tail or the next window's push) on half 0 and phase B on
+// half 1 when both exist; otherwise the one that exists on the whole block.
+#define RCCLX_LP_OVERLAP(has_a, A, B)                   \
+  if (has_a) {                                          \
+    if (my_half == 0) { const int h = 0, hs = 1; A; }   \
+    else { const int h = 0, hs = 1; B; }                \
+  } else {                                              \
+    const int h = my_half, hs = 2; B;                   \
+  }
+
+// AllGather: count = elements per rank; output chunk c at c*count. Window s: push -> barrier
+// -> decode, overlapped with the push of window s + 1. A rank's own chunk is the decode of
+// its own codes, like every peer's copy of it, so all ranks hold the same tensor.
 template <typename T>
 RCCLX_DEV void rcclx_lowp_allgather(const RcclxDdaArgs& a) {
   RCCLX_LP_PROLOGUE
-  const T* send = (const T*)a.send;
-  T* recv = (T*)a.recv;
-  const uint64_t W = a.window_elems;
-  for (uint64_t base = 0; base < a.count; base += W, ++seq) {
-    const uint64_t n = RCCLX_MIN(a.count - base, W);
-    const uint64_t half_off = (uint64_t)(seq & 1) * a.half_bytes;
-    rcclx_quantize_range<T>(send + base, n, rcclx_qslot(a.staging[a.rank] + half_off, W, 1, 0));
-    if (!rcclx_dda_barrier(a, seq * 4 + 1, deadline, &s_fail)) { ++seq; break; }
-    for (int i = 0; i < nr; ++i) {
-      const int c = (a.rank + 1 + i) % nr;  // own chunk last: in place, it overwrites the input
-      rcclx_dequantize_range<T>(rcclx_qslot(a.staging[c] + half_off, W, 1, 0), n, recv + c * a.count + base);
+  // In place the own output chunk is the input: each lane rewrites only what it just read.
+  auto push = [&](uint64_t s, int h, int hs) {
+    rcclx_push_range<T>(send + s * W, len(s),
+                        [&](int d) { return rcclx_qslot(a.staging[(a.rank + 1 + d) % nr] + half_of(s), W, nr, a.rank); },
+                        nr - 1, recv + a.rank * a.count + s * W, h, hs);
+  };
+  auto pull = [&](uint64_t s, int h, int hs) {
+    for (int i = 1; i < nr; ++i) {
+      const int p = (a.rank + i) % nr;
+      rcclx_pull_range<T>(rcclx_qslot(a.staging[a.rank] + half_of(s), W, nr, p), len(s), recv + p * a.count + s * W, h, hs);
     }
+  };
+  if (nwin) push(0, my_half, 2);
+  for (uint64_t s = 0; s < nwin; ++s) {
+    RCCLX_LP_BARRIER(s, 1)
+    RCCLX_LP_OVERLAP(s + 1 < nwin, push(s + 1, h, hs), pull(s, h, hs))
   }
-  RCCLX_LP_EPILOGUE
+  rcclx_seq_store(a, seq + (uint32_t)nwin);
 }
 
 // AllToAll: count = elements per peer; input chunk p goes to rank p, output chunk p comes
-// from rank p. The chunk a rank keeps is copied exactly.
+// from rank p. The chunk a rank keeps is copied exactly. Pipelined as AllGather.
 template <typename T>
 RCCLX_DEV void rcclx_lowp_alltoall(const RcclxDdaArgs& a) {
   RCCLX_LP_PROLOGUE
-  const T* send = (const T*)a.send;
-  T* recv = (T*)a.recv;
-  const uint64_t W = a.window_elems;
-  for (uint64_t base = 0; base < a.count; base += W, ++seq) {
-    const uint64_t n = RCCLX_MIN(a.count - base, W);
-    const uint64_t half_off = (uint64_t)(seq & 1) * a.half_bytes;
-    char* mine = a.staging[a.rank] + half_off;
-    for (int c = 0; c < nr; ++c)
-      if (c != a.rank) rcclx_quantize_range<T>(send + c * a.count + base, n, rcclx_qslot(mine, W, nr, c));
-    if (!rcclx_dda_barrier(a, seq * 4 + 1, deadline, &s_fail)) { ++seq; break; }
+  auto push = [&](uint64_t s, int h, int hs) {
+    for (int i = 1; i < nr; ++i) {
+      const int c = (a.rank + i) % nr;
+      rcclx_push_range<T>(send + c * a.count + s * W, len(s),
+                          [&](int) { return rcclx_qslot(a.staging[c] + half_of(s), W, nr, a.rank); }, 1, (T*)nullptr, h, hs);
+    }
+  };
+  // In place, output chunk p of window s is input chunk p of window s, read by the push of
+  // window s before the barrier.
+  auto pull = [&](uint64_t s, int h, int hs) {
     for (int i = 1; i < nr; ++i) {
       const int p = (a.rank + i) % nr;
-      rcclx_dequantize_range<T>(rcclx_qslot(a.staging[p] + half_off, W, nr, a.rank), n, recv + p * a.count + base);
+      rcclx_pull_range<T>(rcclx_qslot(a.staging[a.rank] + half_of(s), W, nr, p), len(s), recv + p * a.count + s * W, h, hs);
     }
-    if (send != recv) {
-      const uint64_t nqb = (n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK;
-      RCCLX_FOR_QBLOCK(k, active, nqb) {
-        if (active) {
-          float v[16];
-          const uint64_t off = k * RCCLX_QBLOCK + rcclx_qlane() * 16;
-          rcclx_load16<T>(send + a.rank * a.count + base, off, n, v);
-          rcclx_store16<T>(recv + a.rank * a.count + base, off, n, v);
-        }
-      }
-    }
+    const uint64_t own = a.rank * a.count + s * W;
+    if (send != recv) rcclx_copy_qrange<T>(send + own, len(s), recv + own, h, hs);
+  };
+  if (nwin) push(0, my_half, 2);
+  for (uint64_t s = 0; s < nwin; ++s) {
+    RCCLX_LP_BARRIER(s, 1)
+    RCCLX_LP_OVERLAP(s + 1 < nwin, push(s + 1, h, hs), pull(s, h, hs))
   }
-  RCCLX_LP_EPILOGUE
+  rcclx_seq_store(a, seq + (uint32_t)nwin);
+}
+
+// ReduceScatter: count = elements per rank output; input chunk c at c*count. Window s: push
+// each chunk to its owner -> barrier -> reduce, overlapped with the push of window s + 1.
+template <typename T>
+RCCLX_DEV void rcclx_lowp_reducescatter(const RcclxDdaArgs& a) {
+  RCCLX_LP_PROLOGUE
+  auto push = [&](uint64_t s, int h, int hs) {
+    for (int i = 1; i < nr; ++i) {
+      const int c = (a.rank + i) % nr;
+      rcclx_push_range<T>(send + c * a.count + s * W, len(s),
+                          [&](int) { return rcclx_qslot(a.staging[c] + half_of(s), W, nr, a.rank); }, 1, (T*)nullptr, h, hs);
+    }
+  };
+  auto reduce = [&](uint64_t s, int h, int hs) {
+    const uint64_t n = len(s);
+    const T* mine = send + a.rank * a.count + s * W;
+    char* in = a.staging[a.rank] + half_of(s);
+    rcclx_qloop((n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK, h, hs, [&](uint64_t k, bool act, uint64_t k2, bool act2) {
+      float v[16];
+      rcclx_reduce16<T>(a, mine, k, n, act, in, W, v);
+      if (act) rcclx_store16<T>(recv + s * W, k * RCCLX_QBLOCK, n, v);
+      rcclx_reduce16<T>(a, mine, k2, n, act2, in, W, v);
+      if (act2) rcclx_store16<T>(recv + s * W, k2 * RCCLX_QBLOCK, n, v);
+    });
+  };
+  if (nwin) push(0, my_half, 2);
+  for (uint64_t s = 0; s < nwin; ++s) {
+    RCCLX_LP_BARRIER(s, 1)
+    RCCLX_LP_OVERLAP(s + 1 < nwin, push(s + 1, h, hs), reduce(s, h, hs))
+  }
+  rcclx_seq_store(a, seq + (uint32_t)nwin);
+}
+
+// AllReduce: window s = push each chunk's codes to its owner (region A) -> owner reduces its
+// chunk in f32, re-quantizes, pushes the codes to every peer (region B) and decodes them itself
+// -> everyone decodes the other chunks. Pipelined with one barrier X(s) per window: before
+// X(s) half 0 reduces window s while half 1 pushes window s + 1 and decodes window s - 1.
+//   Reuse: push(s+1) overwrites region A of window s-1, which peers reduced before X(s-1);
+//   reduce(s) overwrites region B of window s-2, which peers decoded before X(s-1); what this
+//   rank reads before X(s) is rewritten by peers only after X(s).
+// count = elements per rank.
+template <typename T>
+RCCLX_DEV void rcclx_lowp_allreduce(const RcclxDdaArgs& a) {
+  RCCLX_LP_PROLOGUE
+  const uint64_t Cw = W / nr;  // slot capacity (elements)
+  const uint64_t region_b = rcclx_lowp_region_b(W);
+  // Chunk length in blocks, the same in every window of the call (positions stay fixed).
+  const uint64_t Cb = ((RCCLX_MIN(a.count, W) + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK + nr - 1) / nr;
+  auto chunk_len = [&](uint64_t s, int c) -> uint64_t {
+    const uint64_t first = (uint64_t)c * Cb * RCCLX_QBLOCK, n = len(s);
+    return first < n ? RCCLX_MIN(n - first, Cb * RCCLX_QBLOCK) : 0;
+  };
+  auto push = [&](uint64_t s, int h, int hs) {
+    for (int i = 1; i < nr; ++i) {
+      const int c = (a.rank + i) % nr;
+      rcclx_push_range<T>(send + s * W + c * Cb * RCCLX_QBLOCK, chunk_len(s, c),
+                          [&](int) { return rcclx_qslot(a.staging[c] + half_of(s), Cw, nr, a.rank); }, 1, (T*)nullptr, h, hs);
+    }
+  };
+  auto reduce = [&](uint64_t s, int h, int hs) {
+    const uint64_t first = s * W + (uint64_t)a.rank * Cb * RCCLX_QBLOCK, n = chunk_len(s, a.rank);
+    char* in = a.staging[a.rank] + half_of(s);
+    auto one = [&](uint64_t k, bool act) {
+      float v[16];
+      rcclx_reduce16<T>(a, send + first, k, n, act, in, Cw, v);
+      // Positions past n are zero in every input, so their sum is 0: harmless in amax.
+      const RcclxQ16 q = rcclx_quantize16(v);
+      for (int i = 1; i < nr; ++i)
+        rcclx_put16(rcclx_qslot(a.staging[(a.rank + i) % nr] + half_of(s) + region_b, Cw, nr, a.rank), k, q, act);
+      if (!act) return;
+      // Decode what the peers decode, so that every rank's output is identical.
+      rcclx_decode16<false>(q, v);
+      rcclx_store16<T>(recv + first, k * RCCLX_QBLOCK, n, v);
+    };
+    rcclx_qloop((n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK, h, hs, [&](uint64_t k, bool act, uint64_t k2, bool act2) {
+      one(k, act);
+      one(k2, act2);
+    });
+  };
+  auto pull = [&](uint64_t s, int h, int hs) {
+    for (int i = 1; i < nr; ++i) {
+      const int c = (a.rank + i) % nr;
+      const uint64_t n = chunk_len(s, c);
+      if (n) rcclx_pull_range<T>(rcclx_qslot(a.staging[a.rank] + half_of(s) + region_b, Cw, nr, c), n,
+                                 recv + s * W + c * Cb * RCCLX_QBLOCK, h, hs);
+    }
+  };
+  // Barrier values: seq*4+1 after the first push, then (seq+s)*4+2 for X(s): monotonic, and
+  // below the next call's first value.
+  bool ok = nwin == 0;
+  if (nwin) {
+    push(0, my_half, 2);
+    ok = rcclx_dda_barrier(a, seq * 4 + 1, deadline, &s_fail);
+  }
+  for (uint64_t s = 0; ok && s < nwin; ++s) {
+    if (my_half == 0) {
+      reduce(s, 0, 1);
+    } else {
+      if (s + 1 < nwin) push(s + 1, 0, 1);
+      if (s > 0) pull(s - 1, 0, 1);
+    }
+    ok = rcclx_dda_barrier(a, (uint32_t)(seq + s) * 4 + 2, deadline, &s_fail);
+  }
+  if (ok && nwin) pull(nwin - 1, my_half, 2);
+  rcclx_seq_store(a, seq + (uint32_t)nwin);
 }
 
 #define RCCLX_LP_KERNEL(COLL, TNAME, T)                                                   \

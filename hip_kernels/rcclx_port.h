@@ -157,6 +157,11 @@ RCCLX_DEV uint32_t rcclx_atomic_add_gpu_u32(uint32_t* p, uint32_t v) {
 // order: seq_cst fence, sys: all earlier loads/stores of this thread are ordered before all
 // later ones, as seen by any agent (peer GPUs, CPU). (__threadfence_system)
 RCCLX_DEV void rcclx_fence_sys() { __builtin_amdgcn_fence(__ATOMIC_SEQ_CST, ""); }
+// order: release, sys, by every thread of a block before a block barrier after which one
+// thread publishes a flag. why: the AMDGPU model does not make one wave's system-scope release
+// cover stores other waves issued before a workgroup barrier (it waits for its own wave's
+// stores only), so each wave waits for its own stores here.
+RCCLX_DEV void rcclx_block_release_sys() { __builtin_amdgcn_fence(__ATOMIC_RELEASE, ""); }
 // order: seq_cst fence, device scope (this GPU only). (__threadfence)
 RCCLX_DEV void rcclx_fence_gpu() { __builtin_amdgcn_fence(__ATOMIC_SEQ_CST, "agent"); }
 
@@ -314,6 +319,9 @@ RCCLX_DEV uint32_t rcclx_atomic_add_gpu_u32(uint32_t* p, uint32_t v) { return at
 // order: seq_cst fence, sys (fence.sc.sys): all earlier loads/stores of this thread are
 // ordered before all later ones, as seen by any agent (peer GPUs, CPU).
 RCCLX_DEV void rcclx_fence_sys() { __threadfence_system(); }
+// order: none needed on NVIDIA: bar.sync orders the block's stores before the flag thread's
+// st.release.sys, and PTX release is cumulative over them (NCCL's pattern).
+RCCLX_DEV void rcclx_block_release_sys() {}
 // order: seq_cst fence, device scope (this GPU only).
 RCCLX_DEV void rcclx_fence_gpu() { __threadfence(); }
 

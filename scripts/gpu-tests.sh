@@ -105,7 +105,7 @@ if step lpbench; then
   export RCCL_LOW_PRECISION_ENABLE=1
   for c in all_reduce all_gather reduce_scatter alltoall; do
     for dt in bfloat16 float; do
-      run lpbench-$c-P${N}-$dt 300 "$B/${c}_perf" --libs "$LIBS" -P "$N" -g 1 -b 1M -e 256M -f 4 -n 20 -w 5 -c 0 -d $dt
+      run lpbench-$c-P${N}-$dt 300 "$B/${c}_perf" --libs "$LIBS" -P "$N" -g 1 -b 4M -e 256M -f 2 -n 20 -w 5 -c 0 -d $dt
     done
   done
   unset RCCL_LOW_PRECISION_ENABLE

@@ -109,7 +109,7 @@ config_table! {
     dda_all_to_all_max_bytes: u64 = 0, "RCCL_DDA_ALL_TO_ALL_MAX_BYTES", "AllToAll: DDA up to this many bytes (0: off)";
     dda_ll_max_bytes: Option<u64> = None, "RCCLX_DDA_LL_MAX_BYTES", "AllReduce: LL one-shot (no barrier) up to this many bytes, at most 1M (default by rank count)";
     dda_max_blocks: u64 = 128, "RCCL_DDA_MAX_BLOCKS", "grid cap of DDA and FP8 kernels";
-    dda_sendbuf_bytes: u64 = 16 * MIB, "RCCL_DDA_SENDBUF_BYTES", "per-rank staging buffer of DDA";
+    dda_sendbuf_bytes: Option<u64> = None, "RCCL_DDA_SENDBUF_BYTES", "per-rank staging buffer of DDA and FP8 (default 16 MiB, 32 MiB when an FP8 switch is on)";
     lp_enable: bool = false, "RCCL_LOW_PRECISION_ENABLE", "1: FP8 for AllGather, AllReduce, ReduceScatter, AllToAll";
     lp_all_gather: bool = false, "RCCL_LOW_PRECISION_ENABLE_ALLGATHER", "1: FP8 AllGather";
     lp_all_reduce: bool = false, "RCCL_LOW_PRECISION_ENABLE_ALLREDUCE", "1: FP8 AllReduce";
@@ -117,7 +117,6 @@ config_table! {
     lp_all_to_all: bool = false, "RCCL_LOW_PRECISION_ENABLE_ALLTOALL", "1: FP8 AllToAll";
     lp_enable_init: bool = false, "RCCL_LOW_PRECISION_ENABLE_INIT", "1: allocate FP8 buffers when a communicator is created";
     lp_min_bytes: u64 = 16 * MIB, "RCCLX_LP_MIN_BYTES", "FP8 only for messages of at least this many bytes";
-    lp_force: bool = false, "RCCLX_LP_FORCE", "1: FP8 also for collective/type pairs that measured slower than the stock library (AllGather fp32, AllToAll)";
 }
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
@@ -164,7 +163,7 @@ mod tests {
         ]);
         assert!(w.is_empty(), "{w:?}");
         assert!(c.disable && c.lp_enable);
-        assert_eq!(c.dda_sendbuf_bytes, 32 * MIB);
+        assert_eq!(c.dda_sendbuf_bytes, Some(32 * MIB));
         assert_eq!(c.dda_flat_max_bytes, Some(204_800));
         assert_eq!(c.lp_min_bytes, 4096);
         assert_eq!(c.upstream_lib.as_deref(), Some("/x/libnccl.so.2"));

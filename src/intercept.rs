@@ -93,8 +93,6 @@ pub struct Thresholds {
     pub flat_max_bytes: u64,
     pub tree_max_bytes: u64,
     pub lp_min_bytes: u64,
-    /// FP8 for every enabled collective and type, also where it measured slower.
-    pub lp_force: bool,
 }
 
 /// Default AllReduce crossovers by rank count: (LL max, flat max, tree max) in bytes.
@@ -116,7 +114,6 @@ impl Thresholds {
             flat_max_bytes: c.dda_flat_max_bytes.unwrap_or(row.2),
             tree_max_bytes: c.dda_tree_max_bytes.unwrap_or(row.3),
             lp_min_bytes: c.lp_min_bytes,
-            lp_force: c.lp_force,
         }
     }
 }
@@ -176,20 +173,6 @@ pub fn lowp_dtype(t: ncclDataType_t) -> bool {
     matches!(t, ncclDataType_t::Float32 | ncclDataType_t::Bfloat16 | ncclDataType_t::Float16)
 }
 
-/// (collective, input type) pairs whose FP8 kernel measured faster than the stock library at
-/// and above `RCCLX_LP_MIN_BYTES` (2x H200, bench/results/2026-11-29-h200x2/lpbench-*).
-/// FP8 AllGather of fp32 and FP8 AllToAll measured slower (0.64-0.92x at 64-256 MiB), so they
-/// stay on the stock library unless `RCCLX_LP_FORCE=1`: rcclx must never be slower where it
-/// intercepts. fp16 moves the same bytes as bf16 and follows it (not measured separately).
-pub fn lowp_measured_faster(coll: Coll, t: ncclDataType_t) -> bool {
-    use ncclDataType_t as T;
-    match coll {
-        Coll::AllReduce | Coll::ReduceScatter => lowp_dtype(t),
-        Coll::AllGather => matches!(t, T::Bfloat16 | T::Float16),
-        Coll::AllToAll => false,
-    }
-}
-
 /// The decision. Pure; see the module doc for why only rank-independent inputs enter.
 pub fn decide(call: &CallDesc, comm: &CommFacts, th: &Thresholds) -> Route {
     use Route::Upstream as Up;
@@ -201,12 +184,7 @@ pub fn decide(call: &CallDesc, comm: &CommFacts, th: &Thresholds) -> Route {
         return Up(Reason::NotSetUp);
     }
     // FP8 first (as RCCLX): large messages of float types, op sum.
-    if comm.lowp.get(call.coll)
-        && lowp_dtype(call.dtype)
-        && (th.lp_force || lowp_measured_faster(call.coll, call.dtype))
-        && call.op == ncclRedOp_t::Sum
-        && bytes >= th.lp_min_bytes
-    {
+    if comm.lowp.get(call.coll) && lowp_dtype(call.dtype) && call.op == ncclRedOp_t::Sum && bytes >= th.lp_min_bytes {
         return Route::Lowp;
     }
     match call.coll {
@@ -306,7 +284,6 @@ mod tests {
                         }
                         Route::Lowp => {
                             assert!(lowp && lowp_dtype(call.dtype) && call.op == ncclRedOp_t::Sum, "{call:?}");
-                            assert!(lowp_measured_faster(call.coll, call.dtype), "{call:?}");
                             assert!(call.bytes(nranks).unwrap() >= th.lp_min_bytes);
                         }
                         Route::Upstream(_) => {}
@@ -392,22 +369,20 @@ mod tests {
     }
 
     #[test]
-    fn fp8_only_where_measured_faster_unless_forced() {
-        let mut th = th();
-        let f = facts(2, true);
-        let call = |coll, dtype| CallDesc { coll, count: 64 << 20, dtype, op: ncclRedOp_t::Sum };
-        assert_eq!(
-            decide(&call(Coll::AllToAll, ncclDataType_t::Bfloat16), &f, &th),
-            Route::Upstream(Reason::Collective)
+    fn fp8_for_every_collective_and_float_type_when_switched_on() {
+        let th = th();
+        let call = |coll, dtype, op| CallDesc { coll, count: 64 << 20, dtype, op };
+        for coll in [Coll::AllReduce, Coll::AllGather, Coll::ReduceScatter, Coll::AllToAll] {
+            for dtype in [ncclDataType_t::Float32, ncclDataType_t::Bfloat16, ncclDataType_t::Float16] {
+                assert_eq!(decide(&call(coll, dtype, ncclRedOp_t::Sum), &facts(2, true), &th), Route::Lowp);
+                assert_ne!(decide(&call(coll, dtype, ncclRedOp_t::Sum), &facts(2, false), &th), Route::Lowp);
+            }
+            assert_ne!(decide(&call(coll, ncclDataType_t::Int32, ncclRedOp_t::Sum), &facts(2, true), &th), Route::Lowp);
+        }
+        assert_ne!(
+            decide(&call(Coll::AllReduce, ncclDataType_t::Float32, ncclRedOp_t::Max), &facts(2, true), &th),
+            Route::Lowp
         );
-        assert_eq!(
-            decide(&call(Coll::AllGather, ncclDataType_t::Float32), &f, &th),
-            Route::Upstream(Reason::Collective)
-        );
-        assert_eq!(decide(&call(Coll::AllGather, ncclDataType_t::Bfloat16), &f, &th), Route::Lowp);
-        assert_eq!(decide(&call(Coll::ReduceScatter, ncclDataType_t::Float32), &f, &th), Route::Lowp);
-        th.lp_force = true;
-        assert_eq!(decide(&call(Coll::AllToAll, ncclDataType_t::Float32), &f, &th), Route::Lowp);
     }
 
     #[test]

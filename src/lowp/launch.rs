@@ -32,16 +32,29 @@ pub fn kernel_names() -> impl Iterator<Item = String> {
     COLL_NAMES.iter().flat_map(|c| TYPE_NAMES.iter().map(move |t| format!("rcclx_lowp_{c}_{t}")))
 }
 
+/// Windows a message is cut into at least (when that leaves windows of `MIN_WINDOW` or more):
+/// the kernels overlap one window's link traffic with another's local work, which needs
+/// several windows.
+const PIPELINE_WINDOWS: u64 = 4;
+const MIN_WINDOW: u64 = 2 << 20;
+
 /// Window (elements per rank and window, as the kernel expects) and block count. Depends only
-/// on the call and the agreed sizes, so it is identical on every rank.
+/// on the call and the agreed sizes, so it is identical on every rank. A staging half holds
+/// `nranks` slots of a window (one per sending rank), or for AllReduce two regions of a window
+/// each (incoming chunks, then reduced chunks).
 pub fn grid(coll: Coll, count: u64, nranks: u64, half_bytes: u64, max_blocks: u32) -> (u64, u32) {
     let slots = match coll {
-        Coll::ReduceScatter | Coll::AllToAll => nranks,
-        Coll::AllReduce | Coll::AllGather => 1,
+        Coll::AllReduce => 2,
+        _ => nranks,
     };
-    let unit = if coll == Coll::AllReduce { BLOCK * nranks } else { BLOCK };
-    let per_slot = half_bytes * WIRE_DEN / WIRE_NUM / slots;
-    let window = (per_slot / unit).max(1) * unit;
+    // Whole groups of 4 FP8 blocks per slot: the kernels store 4 scales at once.
+    let unit = if coll == Coll::AllReduce { 4 * BLOCK * nranks } else { 4 * BLOCK };
+    // AllReduce's region B starts 256-byte aligned (`rcclx_lowp_region_b`).
+    let usable = if coll == Coll::AllReduce { half_bytes.saturating_sub(256) } else { half_bytes };
+    let per_slot = usable * WIRE_DEN / WIRE_NUM / slots;
+    let largest = (per_slot / unit).max(1) * unit;
+    let pipelined = count.div_ceil(PIPELINE_WINDOWS).max(MIN_WINDOW).next_multiple_of(unit);
+    let window = largest.min(pipelined);
     let blocks_per_phase = match coll {
         Coll::AllReduce => count.min(window).div_ceil(BLOCK).div_ceil(nranks),
         _ => count.min(window).div_ceil(BLOCK),
@@ -92,11 +105,16 @@ mod tests {
             for n in 2..=8u64 {
                 let half = 8u64 << 20;
                 let (w, b) = grid(coll, 1 << 30, n, half, 64);
-                let slots = if matches!(coll, Coll::ReduceScatter | Coll::AllToAll) { n } else { 1 };
-                assert!(slots * (w + w / BLOCK * 4) <= half, "{coll:?} n={n} w={w}");
-                assert_eq!(w % BLOCK, 0);
+                let (small, _) = grid(coll, 1 << 22, n, half, 64);
+                assert!(small <= w && small * PIPELINE_WINDOWS >= (1 << 22).min(w), "{coll:?} n={n}: pipelined");
+                assert!(n > 2 || small < w, "{coll:?} n={n}: 4 Mi elements are cut into more windows");
+                let slots = if coll == Coll::AllReduce { 2 } else { n };
+                let region = w + w / BLOCK * 4;
+                let used = if coll == Coll::AllReduce { region.next_multiple_of(256) + region } else { slots * region };
+                assert!(used <= half, "{coll:?} n={n} w={w}");
+                assert_eq!(w % (4 * BLOCK), 0);
                 if coll == Coll::AllReduce {
-                    assert_eq!(w % (BLOCK * n), 0);
+                    assert_eq!(w % (4 * BLOCK * n), 0);
                 }
                 assert!((1..=64).contains(&b));
             }
