@@ -84,12 +84,13 @@ if step lowp; then
   run lowp-toggle 300 "$ART/lowp_accuracy" --toggle
 fi
 
-# FP8 under CUDA graph capture: one graph of mixed-size AllReduces on the FP8 path, inputs
-# regenerated inside the graph, 1000 replays, then checked against the stock result within the
-# FP8 error (|err| <= 0.2 * sum|inputs| per element; the bound of src/lowp/codec.rs is about
-# 0.13 for 2 ranks) and bit-identical on every rank.
+# FP8 under CUDA graph capture: per collective, one graph of mixed-size calls on the FP8 path,
+# inputs regenerated inside the graph, 1000 replays, then checked against the stock result
+# within the FP8 error (|err| <= 0.2 * sum|inputs| per element for the reductions, the bound of
+# src/lowp/codec.rs being about 0.13 for 2 ranks; 0.2 * (|x| + 0.01) for AllGather and
+# AllToAll) and, for AllReduce, bit-identical on every rank.
 if step lpgraph; then
-  run lp-graph-replay 300 env RCCL_LOW_PRECISION_ENABLE=1 RCCLX_LP_MIN_BYTES=0 "$B/rcclx_check" --libs "$LIBS" -P "$N" -g 1 --coll all_reduce -d bfloat16,float -o sum --counts 1,1023,65536,1048581,3000007 --graph --graph-replays 1000 --rel-tol 0.2
+  run lp-graph-replay 300 env RCCL_LOW_PRECISION_ENABLE=1 RCCLX_LP_MIN_BYTES=0 "$B/rcclx_check" --libs "$LIBS" -P "$N" -g 1 --coll all_reduce,all_gather,reduce_scatter,alltoall -d bfloat16,float -o sum --counts 1,1023,65536,1048581,3000007 --graph --graph-replays 1000 --rel-tol 0.2
 fi
 
 # Speed: stock and rcclx side by side in one process per run (ratio = stock / rcclx time).

@@ -80,8 +80,9 @@ static uint64_t ulpTolFor(const Case& c) {
   return c.op == OP_AVG && c.type->isFloat ? 2 : 0;
 }
 static double relTolFor(const Case& c) {
-  if (!c.type->isFloat || c.op == OP_MIN || c.op == OP_MAX || c.op == OP_NONE) return 0;
-  if (O.relTol >= 0) return O.relTol;
+  if (!c.type->isFloat || c.op == OP_MIN || c.op == OP_MAX) return 0;
+  if (O.relTol >= 0) return O.relTol;  // AllGather/AllToAll too: lossy (FP8) transports
+  if (c.op == OP_NONE) return 0;
   return c.gp.nranks <= 2 ? 0 : c.gp.nranks * epsOf(c.type->type);
 }
 
@@ -91,7 +92,9 @@ template <class T> static void refAt(const Case& c, size_t k, double* ref, doubl
   if (c.coll == COLL_AG || c.coll == COLL_A2A) {
     size_t j = c.j0 + (c.coll == COLL_A2A ? (size_t)c.rank * c.count : 0) + k % c.count;
     *ref = Tr<T>::toD(genVal<T>(c.gp, c.seed, (int)(k / c.count), j));
-    *scale = 0;
+    // Copies: relative to the element, plus a floor far below the inputs' spread (|x| <= 4)
+    // for elements near zero.
+    *scale = fabs(*ref) + 0.01;
     return;
   }
   const size_t j = c.j0 + (c.coll == COLL_RS ? (size_t)c.rank * c.count : 0) + k;
@@ -506,7 +509,8 @@ static void usage() {
          "  --inplace both|0|1   out-of-place, in-place or both (both)\n"
          "  --random-seed S      seed of the inputs (1)\n"
          "  --ulp-tol K          floating-point tolerance in ULPs (auto: 2 for avg, else 0)\n"
-         "  --rel-tol X          also accept |A-B| <= X*sum|inputs| (auto: 0 with <= 2 ranks, else nranks*eps)\n"
+         "  --rel-tol X          also accept |A-B| <= X*sum|inputs| (AllGather/AllToAll: X*(|input| + 0.01))\n"
+         "                       (auto: 0 with <= 2 ranks, else nranks*eps; copies exact)\n"
          "  --expect-bitwise-identical-ranks 0|1   all_reduce output of B identical on all ranks (1)\n"
          "  --random-sizes K     K back-to-back calls of random counts in [1, max(--counts)] and random\n"
          "                       alignments (B), checked against A every 1000 calls\n"
