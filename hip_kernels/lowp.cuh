@@ -17,16 +17,16 @@
 // elements j*8N + i*N + [0, N): each load/store instruction of a lane group covers 128
 // consecutive bytes. Lane i's 16 codes are the 16 bytes at i*16 of the block's codes (code
 // j*N + t is element j*8N + i*N + t), one 16-byte access. This order is internal to rcclx:
-// writer and reader are both these kernels. Block k of a range belongs to lane group k of the
-// grid, and every range of a call has fixed positions in every window, so a position is
-// always handled by the same GPU block on every rank: all the per-block barriers need.
+// writer and reader are both these kernels. Block k of a range belongs to one GPU block
+// (rcclx_qloop), and every range of a call has fixed positions in every window, so a position
+// is always handled by the same GPU block on every rank: all the per-block barriers need.
 //
-// Staging half layout (windows are multiples of 512 elements): slots of `wc` elements, codes (1 byte/element) of slot c at c*wc, then
-// the scales (4 bytes per block) of slot c at slots*wc + c*(wc/128)*4.
+// Staging half layout (windows are multiples of 512 elements): slots of `wc` elements, codes
+// (1 byte/element) of slot c at c*wc, then the scales (4 bytes per block) of slot c at
+// slots*wc + c*(wc/128)*4.
 //   AllReduce (window W, chunk capacity Cw = W / nranks): region A = nranks slots of Cw, slot p
 //     receives rank p's codes of this rank's chunk; region B (at W*33/32 rounded up to 256
-//     bytes) = nranks slots of
-//     Cw, slot c receives owner c's reduced codes of chunk c.
+//     bytes) = nranks slots of Cw, slot c receives owner c's reduced codes of chunk c.
 //   ReduceScatter, AllGather, AllToAll: nranks slots of W, slot p receives rank p's codes.
 // Accumulation: f32, ranks 0..n-1 in order, every contribution (own too) quantized; the
 // AllReduce output is the owner's re-quantized sum, so every rank's output is bit-identical.
@@ -49,6 +49,7 @@ RCCLX_DEV int rcclx_qlane() { return threadIdx.x & (RCCLX_QLANES - 1); }
 // at once); any other phase splits its range's steps between the two halves.
 #define RCCLX_QHALF 256
 #define RCCLX_QGROUPS (RCCLX_QHALF / RCCLX_QLANES)
+static_assert(RCCLX_DDA_THREADS == 2 * RCCLX_QHALF, "FP8 kernels run as two half-blocks");
 // Calls body(k, active, k2, active2) for this half's blocks of [0, nqb): step j covers blocks
 // (j * gridDim + blockIdx) * 32 + [0, 32); a call takes steps j and j + `halves` (two blocks
 // per lane group, so that twice the loads are in flight). The trip count is uniform per warp
@@ -288,23 +289,29 @@ RCCLX_DEV uint64_t rcclx_lowp_region_b(uint64_t W) { return (W / RCCLX_QBLOCK * 
   const uint64_t nwin = (a.count + W - 1) / W;                 \
   /* window s: elements [s*W, s*W + len(s)), staging half (seq + s) & 1 */ \
   auto len = [&](uint64_t s) { return RCCLX_MIN(a.count - s * W, W); };   \
-  auto half_of = [&](uint64_t s) { return (uint64_t)((seq + s) & 1) * a.half_bytes; }; \
+  auto half_of = [&](uint64_t s) { return (uint64_t)((seq + s) & 1) * a.half_bytes; };
+// Pipeline of AllGather, AllToAll and ReduceScatter: push window 0; then for each window s:
+// barrier, then half 0 pushes window s + 1 while half 1 finishes window s (decode or reduce),
+// or the whole block finishes the last window. Reuse: push(s+1) overwrites what peers
+// finished before the barrier of window s; what this rank reads in finish(s) is rewritten by
+// peers only after the barrier of window s + 1.
+template <typename P, typename F>
+RCCLX_DEV void rcclx_lp_pipeline(const RcclxDdaArgs& a, uint32_t seq, uint64_t nwin, uint64_t deadline,
+                                 int* s_fail, P&& push, F&& finish) {
   const int my_half = threadIdx.x / RCCLX_QHALF;
-#define RCCLX_LP_BARRIER(s, k) \
-  if (!rcclx_dda_barrier(a, (uint32_t)(seq + (s)) * 4 + (k), deadline, &s_fail)) break;
-// Runs phase A (this window's tail or the next window's push) on half 0 and phase B on
-// half 1 when both exist; otherwise the one that exists on the whole block.
-#define RCCLX_LP_OVERLAP(has_a, A, B)                   \
-  if (has_a) {                                          \
-    if (my_half == 0) { const int h = 0, hs = 1; A; }   \
-    else { const int h = 0, hs = 1; B; }                \
-  } else {                                              \
-    const int h = my_half, hs = 2; B;                   \
+  if (nwin) push(0, my_half, 2);
+  for (uint64_t s = 0; s < nwin; ++s) {
+    if (!rcclx_dda_barrier(a, (uint32_t)(seq + s) * 4 + 1, deadline, s_fail)) break;
+    if (s + 1 == nwin) finish(s, my_half, 2);
+    else if (my_half == 0) push(s + 1, 0, 1);
+    else finish(s, 0, 1);
   }
+  rcclx_seq_store(a, seq + (uint32_t)nwin);
+}
 
 // AllGather: count = elements per rank; output chunk c at c*count. Window s: push -> barrier
-// -> decode, overlapped with the push of window s + 1. A rank's own chunk is the decode of
-// its own codes, like every peer's copy of it, so all ranks hold the same tensor.
+// -> decode (rcclx_lp_pipeline). A rank's own chunk is the decode of its own codes, like every
+// peer's copy of it, so all ranks hold the same tensor.
 template <typename T>
 RCCLX_DEV void rcclx_lowp_allgather(const RcclxDdaArgs& a) {
   RCCLX_LP_PROLOGUE
@@ -320,16 +327,11 @@ RCCLX_DEV void rcclx_lowp_allgather(const RcclxDdaArgs& a) {
       rcclx_pull_range<T>(rcclx_qslot(a.staging[a.rank] + half_of(s), W, nr, p), len(s), recv + p * a.count + s * W, h, hs);
     }
   };
-  if (nwin) push(0, my_half, 2);
-  for (uint64_t s = 0; s < nwin; ++s) {
-    RCCLX_LP_BARRIER(s, 1)
-    RCCLX_LP_OVERLAP(s + 1 < nwin, push(s + 1, h, hs), pull(s, h, hs))
-  }
-  rcclx_seq_store(a, seq + (uint32_t)nwin);
+  rcclx_lp_pipeline(a, seq, nwin, deadline, &s_fail, push, pull);
 }
 
 // AllToAll: count = elements per peer; input chunk p goes to rank p, output chunk p comes
-// from rank p. The chunk a rank keeps is copied exactly. Pipelined as AllGather.
+// from rank p. The chunk a rank keeps is copied exactly (rcclx_lp_pipeline).
 template <typename T>
 RCCLX_DEV void rcclx_lowp_alltoall(const RcclxDdaArgs& a) {
   RCCLX_LP_PROLOGUE
@@ -350,16 +352,11 @@ RCCLX_DEV void rcclx_lowp_alltoall(const RcclxDdaArgs& a) {
     const uint64_t own = a.rank * a.count + s * W;
     if (send != recv) rcclx_copy_qrange<T>(send + own, len(s), recv + own, h, hs);
   };
-  if (nwin) push(0, my_half, 2);
-  for (uint64_t s = 0; s < nwin; ++s) {
-    RCCLX_LP_BARRIER(s, 1)
-    RCCLX_LP_OVERLAP(s + 1 < nwin, push(s + 1, h, hs), pull(s, h, hs))
-  }
-  rcclx_seq_store(a, seq + (uint32_t)nwin);
+  rcclx_lp_pipeline(a, seq, nwin, deadline, &s_fail, push, pull);
 }
 
 // ReduceScatter: count = elements per rank output; input chunk c at c*count. Window s: push
-// each chunk to its owner -> barrier -> reduce, overlapped with the push of window s + 1.
+// each chunk to its owner -> barrier -> reduce (rcclx_lp_pipeline).
 template <typename T>
 RCCLX_DEV void rcclx_lowp_reducescatter(const RcclxDdaArgs& a) {
   RCCLX_LP_PROLOGUE
@@ -382,12 +379,7 @@ RCCLX_DEV void rcclx_lowp_reducescatter(const RcclxDdaArgs& a) {
       if (act2) rcclx_store16<T>(recv + s * W, k2 * RCCLX_QBLOCK, n, v);
     });
   };
-  if (nwin) push(0, my_half, 2);
-  for (uint64_t s = 0; s < nwin; ++s) {
-    RCCLX_LP_BARRIER(s, 1)
-    RCCLX_LP_OVERLAP(s + 1 < nwin, push(s + 1, h, hs), reduce(s, h, hs))
-  }
-  rcclx_seq_store(a, seq + (uint32_t)nwin);
+  rcclx_lp_pipeline(a, seq, nwin, deadline, &s_fail, push, reduce);
 }
 
 // AllReduce: window s = push each chunk's codes to its owner (region A) -> owner reduces its
@@ -446,6 +438,7 @@ RCCLX_DEV void rcclx_lowp_allreduce(const RcclxDdaArgs& a) {
   };
   // Barrier values: seq*4+1 after the first push, then (seq+s)*4+2 for X(s): monotonic, and
   // below the next call's first value.
+  const int my_half = threadIdx.x / RCCLX_QHALF;
   bool ok = nwin == 0;
   if (nwin) {
     push(0, my_half, 2);
