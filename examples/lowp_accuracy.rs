@@ -1180,23 +1180,13 @@ fn run_one_process(opts: &Opts, rt: &'static Runtime) -> ExitCode {
     };
     let (fmt, _) = fp8_format(rt);
     let mut tally = Tally { passed: 0, failed: 0 };
-    let all = cases(opts);
-    let mut i = 0;
-    while i < all.len() {
-        let g = all[i].g;
-        let lp = expect_lp(g.op, g.io, g.count, n);
-        progress(&format!("prepare {} {} {} {}", g.op.name(), g.io.name(), g.count, g.dist.name()));
-        let p = prepare(&g, n, fmt, opts.seed, lp);
-        while i < all.len() && same_group(&all[i].g, &g) {
-            let case = all[i];
-            let mut notes = Vec::new();
-            let rs = comms.run_case(rt, &case, &p, &mut |s| notes.push(s));
-            let (ok, line) = judge(&case, lp, &rs);
-            tally.record(ok, &line);
-            notes.iter().for_each(|s| println!("    {s}"));
-            i += 1;
-        }
-    }
+    for_each_prepared(&cases(opts), n, fmt, opts.seed, |_, case, p, lp, _| {
+        let mut notes = Vec::new();
+        let rs = comms.run_case(rt, case, p, &mut |s| notes.push(s));
+        let (ok, line) = judge(case, lp, &rs);
+        tally.record(ok, &line);
+        notes.iter().for_each(|s| println!("    {s}"));
+    });
     comms.destroy();
     tally.finish()
 }
@@ -1207,41 +1197,58 @@ fn run_host_check(opts: &Opts) -> ExitCode {
     let mut tally = Tally { passed: 0, failed: 0 };
     let all = cases(opts);
     println!("INFO host check: the codec model is fed through the checks as the GPU output ({} cases)", all.len());
+    for_each_prepared(&all, n, Fp8Format::E4m3fn, opts.seed, |_, case, p, lp, prep| {
+        let g = case.g;
+        let mut notes = Vec::new();
+        let rs: Vec<RankResult> = (0..n)
+            .map(|r| {
+                let mut x = evaluate(p, r, g.io, &to_bytes(g.io, &p.model[p.out(r)]), &mut |s| notes.push(s));
+                x.lp_delta = lp as u64;
+                x
+            })
+            .collect();
+        let (mut ok, mut line) = judge(case, lp, &rs);
+        // The checks must catch a wrong element: 4 ulps off, and a NaN.
+        let m = &p.model[p.out(0)];
+        let k = (0..m.len()).max_by(|&a, &b| m[a].abs().total_cmp(&m[b].abs())).unwrap_or(0);
+        for (what, bad) in [("4 ulp", m[k] + 4.0 * g.io.ulp(m[k])), ("NaN", f32::NAN)] {
+            let mut v = m.clone();
+            v[k] = bad;
+            let x = evaluate(p, 0, g.io, &to_bytes(g.io, &v), &mut |_| {});
+            if x.mism == 0 || (bad.is_nan() && x.nonfinite == 0) {
+                ok = false;
+                line = format!("FAIL{} -- a {what} error at element {k} went unnoticed", &line[4..]);
+            }
+        }
+        tally.record(ok, &format!("{line} [host {prep:.2} s]"));
+        notes.iter().for_each(|s| println!("    {s}"));
+    });
+    tally.finish()
+}
+
+/// Walks `all` in order and calls `each(index, case, inputs, lp, prepare_seconds)`; the inputs
+/// and model outputs are prepared once per group (consecutive cases of one op, type, count and
+/// distribution share them).
+fn for_each_prepared(
+    all: &[Case],
+    n: usize,
+    fmt: Fp8Format,
+    seed: u64,
+    mut each: impl FnMut(usize, &Case, &Prepared, bool, f64),
+) {
     let mut i = 0;
     while i < all.len() {
         let g = all[i].g;
         let lp = expect_lp(g.op, g.io, g.count, n);
+        progress(&format!("prepare {} {} {} {}", g.op.name(), g.io.name(), g.count, g.dist.name()));
         let t = Instant::now();
-        let p = prepare(&g, n, Fp8Format::E4m3fn, opts.seed, lp);
+        let p = prepare(&g, n, fmt, seed, lp);
         let prep = t.elapsed().as_secs_f64();
         while i < all.len() && same_group(&all[i].g, &g) {
-            let mut notes = Vec::new();
-            let rs: Vec<RankResult> = (0..n)
-                .map(|r| {
-                    let mut x = evaluate(&p, r, g.io, &to_bytes(g.io, &p.model[p.out(r)]), &mut |s| notes.push(s));
-                    x.lp_delta = lp as u64;
-                    x
-                })
-                .collect();
-            let (mut ok, mut line) = judge(&all[i], lp, &rs);
-            // The checks must catch a wrong element: 4 ulps off, and a NaN.
-            let m = &p.model[p.out(0)];
-            let k = (0..m.len()).max_by(|&a, &b| m[a].abs().total_cmp(&m[b].abs())).unwrap_or(0);
-            for (what, bad) in [("4 ulp", m[k] + 4.0 * g.io.ulp(m[k])), ("NaN", f32::NAN)] {
-                let mut v = m.clone();
-                v[k] = bad;
-                let x = evaluate(&p, 0, g.io, &to_bytes(g.io, &v), &mut |_| {});
-                if x.mism == 0 || (bad.is_nan() && x.nonfinite == 0) {
-                    ok = false;
-                    line = format!("FAIL{} -- a {what} error at element {k} went unnoticed", &line[4..]);
-                }
-            }
-            tally.record(ok, &format!("{line} [host {prep:.2} s]"));
-            notes.iter().for_each(|s| println!("    {s}"));
+            each(i, &all[i], &p, lp, prep);
             i += 1;
         }
     }
-    tally.finish()
 }
 
 fn same_group(a: &Group, b: &Group) -> bool {
@@ -1514,19 +1521,10 @@ fn run_child(opts: &Opts, rank: usize, rt: &'static Runtime) -> ExitCode {
     };
     let comms = Comms { ranks: vec![rank], comms: vec![comm], streams: vec![stream], nranks: n };
     let (fmt, _) = fp8_format(rt);
-    let all = cases(opts);
-    let mut i = 0;
-    while i < all.len() {
-        let g = all[i].g;
-        let lp = expect_lp(g.op, g.io, g.count, n);
-        progress(&format!("prepare {} {} {} {}", g.op.name(), g.io.name(), g.count, g.dist.name()));
-        let p = prepare(&g, n, fmt, opts.seed, lp);
-        while i < all.len() && same_group(&all[i].g, &g) {
-            let rs = comms.run_case(rt, &all[i], &p, &mut |s| println!("NOTE {s}"));
-            println!("RESULT {i} {}", rs[0].to_line());
-            i += 1;
-        }
-    }
+    for_each_prepared(&cases(opts), n, fmt, opts.seed, |i, case, p, _, _| {
+        let rs = comms.run_case(rt, case, p, &mut |s| println!("NOTE {s}"));
+        println!("RESULT {i} {}", rs[0].to_line());
+    });
     comms.destroy();
     println!("DONE");
     ExitCode::SUCCESS

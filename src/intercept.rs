@@ -334,36 +334,21 @@ mod tests {
     fn thresholds_are_inclusive() {
         let th = th();
         let f = facts(2, true);
-        let ar = |bytes: u64| {
+        let route = |dtype, bytes: u64| {
             decide(
-                &CallDesc {
-                    coll: Coll::AllReduce,
-                    count: (bytes / 4) as usize,
-                    dtype: ncclDataType_t::Int32,
-                    op: ncclRedOp_t::Sum,
-                },
+                &CallDesc { coll: Coll::AllReduce, count: (bytes / 4) as usize, dtype, op: ncclRedOp_t::Sum },
                 &f,
                 &th,
             )
         };
+        let ar = |bytes| route(ncclDataType_t::Int32, bytes);
         assert_eq!(ar(th.ll_max_bytes), Route::DdaLl);
         assert_eq!(ar(th.ll_max_bytes + 4), Route::DdaFlat);
         assert_eq!(ar(th.flat_max_bytes), Route::DdaFlat);
         assert_eq!(ar(th.flat_max_bytes + 4), Route::DdaTree);
         assert_eq!(ar(th.tree_max_bytes), Route::DdaTree);
         assert_eq!(ar(th.tree_max_bytes + 4), Route::Upstream(Reason::Size));
-        let lp = |bytes: u64| {
-            decide(
-                &CallDesc {
-                    coll: Coll::AllReduce,
-                    count: (bytes / 4) as usize,
-                    dtype: ncclDataType_t::Float32,
-                    op: ncclRedOp_t::Sum,
-                },
-                &f,
-                &th,
-            )
-        };
+        let lp = |bytes| route(ncclDataType_t::Float32, bytes);
         assert_eq!(lp(th.lp_min_bytes), Route::Lowp);
         assert_ne!(lp(th.lp_min_bytes - 4), Route::Lowp);
     }
