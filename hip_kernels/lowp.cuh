@@ -1,8 +1,8 @@
 // Low-precision (FP8) collectives: block-scaled E4M3 on the wire, FP32 arithmetic.
-// Shares the DDA machinery (dda.cuh): the same staging buffers, flags, per-block window
+// Shares the DDA machinery (common.cuh): the same staging buffers, flags, per-block window
 // counters and barriers, so DDA and FP8 calls interleave on a communicator freely.
 //
-// Codec (identical to the CPU reference, src/lowp/codec.rs): blocks of 128 consecutive
+// Codec (identical to the CPU reference, gpu-tests/src/codec.rs): blocks of 128 consecutive
 // elements, one f32 scale each. amax = max |x| over the block's finite values; if
 // amax < 1e-30 the block is all zero (scale 0); else scale = amax / FP8_MAX and
 // inv = FP8_MAX / amax (IEEE divisions), code = e4m3_satfinite_rne(x * inv) and
@@ -31,7 +31,7 @@
 // Accumulation: f32, ranks 0..n-1 in order, every contribution (own too) quantized; the
 // AllReduce output is the owner's re-quantized sum, so every rank's output is bit-identical.
 // Tails: the last block of a range is short; its missing elements count as 0 and are never
-// stored. Graph capture: as dda.cuh (no per-call kernel arguments beyond buffers and counts).
+// stored. Graph capture: as common.cuh (no per-call kernel arguments beyond buffers and counts).
 #pragma once
 
 #define RCCLX_QBLOCK 128
@@ -49,7 +49,7 @@ RCCLX_DEV int rcclx_qlane() { return threadIdx.x & (RCCLX_QLANES - 1); }
 // at once); any other phase splits its range's steps between the two halves.
 #define RCCLX_QHALF 256
 #define RCCLX_QGROUPS (RCCLX_QHALF / RCCLX_QLANES)
-static_assert(RCCLX_DDA_THREADS == 2 * RCCLX_QHALF, "FP8 kernels run as two half-blocks");
+static_assert(RCCLX_THREADS == 2 * RCCLX_QHALF, "FP8 kernels run as two half-blocks");
 // Calls body(k, active, k2, active2) for this half's blocks of [0, nqb): step j covers blocks
 // (j * gridDim + blockIdx) * 32 + [0, 32); a call takes steps j and j + `halves` (two blocks
 // per lane group, so that twice the loads are in flight). The trip count is uniform per warp
@@ -71,7 +71,7 @@ RCCLX_DEV uint64_t rcclx_qpos(int c) {
 // Loads this lane's 16 values of the block at element `blk` of src (positions >= n read as 0).
 template <typename T>
 RCCLX_DEV void rcclx_load16(const T* src, uint64_t blk, uint64_t n, float v[16]) {
-  typedef RcclxElt<T> E;
+  typedef RcclxF32<T> E;
   constexpr int N = RcclxVec<T>::N;
   const T* p = src + blk;
   if (blk + RCCLX_QBLOCK <= n && rcclx_aligned16(p)) {
@@ -92,20 +92,20 @@ RCCLX_DEV void rcclx_load16(const T* src, uint64_t blk, uint64_t n, float v[16])
 // Stores this lane's 16 values of the block at element `blk` of dst (positions >= n skipped).
 template <typename T>
 RCCLX_DEV void rcclx_store16(T* dst, uint64_t blk, uint64_t n, const float v[16]) {
-  typedef RcclxElt<T> E;
+  typedef RcclxF32<T> E;
   constexpr int N = RcclxVec<T>::N;
   T* p = dst + blk;
   if (blk + RCCLX_QBLOCK <= n && rcclx_aligned16(p)) {
     typename RcclxVec<T>::U u[16 / N];
 #pragma unroll
-    for (int c = 0; c < 16; ++c) u[c / N].e[c % N] = E::store((typename E::A)v[c]);
+    for (int c = 0; c < 16; ++c) u[c / N].e[c % N] = E::store(v[c]);
 #pragma unroll
     for (int j = 0; j < 16 / N; ++j) rcclx_st16((rcclx_u32x4*)(p + j * 8 * N + rcclx_qlane() * N), u[j].v);
   } else {
 #pragma unroll
     for (int c = 0; c < 16; ++c) {
       const uint64_t i = blk + rcclx_qpos<T>(c);
-      if (i < n) dst[i] = E::store((typename E::A)v[c]);
+      if (i < n) dst[i] = E::store(v[c]);
     }
   }
 }
@@ -253,7 +253,7 @@ RCCLX_DEV void rcclx_copy_qrange(const T* src, uint64_t n, T* dst, int half, int
 // from src (quantized here), rank p's from slot p of the local region `in` (slots of wc).
 // Every lane of the warp calls it; inactive lanes get zeros.
 template <typename T>
-RCCLX_DEV void rcclx_reduce16(const RcclxDdaArgs& a, const T* src, uint64_t k, uint64_t n, bool active,
+RCCLX_DEV void rcclx_reduce16(const RcclxArgs& a, const T* src, uint64_t k, uint64_t n, bool active,
                               char* in, uint64_t wc, float v[16]) {
   RcclxQ16 q[RCCLX_MAX_RANKS];
 #pragma unroll
@@ -281,7 +281,7 @@ RCCLX_DEV uint64_t rcclx_lowp_region_b(uint64_t W) { return (W / RCCLX_QBLOCK * 
   __shared__ uint32_t s_seq;                                   \
   __shared__ int s_fail;                                       \
   const uint32_t seq = rcclx_seq_load(a, &s_seq, &s_fail);     \
-  const uint64_t deadline = rcclx_deadline_after(a.timeout_ns); \
+  const uint64_t deadline = rcclx_call_deadline(a);            \
   const int nr = a.nranks;                                     \
   const T* send = (const T*)a.send;                            \
   T* recv = (T*)a.recv;                                        \
@@ -296,12 +296,12 @@ RCCLX_DEV uint64_t rcclx_lowp_region_b(uint64_t W) { return (W / RCCLX_QBLOCK * 
 // finished before the barrier of window s; what this rank reads in finish(s) is rewritten by
 // peers only after the barrier of window s + 1.
 template <typename P, typename F>
-RCCLX_DEV void rcclx_lp_pipeline(const RcclxDdaArgs& a, uint32_t seq, uint64_t nwin, uint64_t deadline,
+RCCLX_DEV void rcclx_lp_pipeline(const RcclxArgs& a, uint32_t seq, uint64_t nwin, uint64_t deadline,
                                  int* s_fail, P&& push, F&& finish) {
   const int my_half = threadIdx.x / RCCLX_QHALF;
   if (nwin) push(0, my_half, 2);
   for (uint64_t s = 0; s < nwin; ++s) {
-    if (!rcclx_dda_barrier(a, (uint32_t)(seq + s) * 4 + 1, deadline, s_fail)) break;
+    if (!rcclx_barrier(a, (uint32_t)(seq + s) * 4 + 1, deadline, s_fail)) break;
     if (s + 1 == nwin) finish(s, my_half, 2);
     else if (my_half == 0) push(s + 1, 0, 1);
     else finish(s, 0, 1);
@@ -309,11 +309,21 @@ RCCLX_DEV void rcclx_lp_pipeline(const RcclxDdaArgs& a, uint32_t seq, uint64_t n
   rcclx_seq_store(a, seq + (uint32_t)nwin);
 }
 
+// Decodes, for every peer p, slot p of this rank's staging half at `half_off` (n elements of a
+// window of W) into out + p * count (AllGather's and AllToAll's receive side).
+template <typename T>
+RCCLX_DEV void rcclx_pull_peer_slots(const RcclxArgs& a, uint64_t half_off, uint64_t W, uint64_t n, T* out, int h, int hs) {
+  for (int i = 1; i < a.nranks; ++i) {
+    const int p = (a.rank + i) % a.nranks;
+    rcclx_pull_range<T>(rcclx_qslot(a.staging[a.rank] + half_off, W, a.nranks, p), n, out + p * a.count, h, hs);
+  }
+}
+
 // AllGather: count = elements per rank; output chunk c at c*count. Window s: push -> barrier
 // -> decode (rcclx_lp_pipeline). A rank's own chunk is the decode of its own codes, like every
 // peer's copy of it, so all ranks hold the same tensor.
 template <typename T>
-RCCLX_DEV void rcclx_lowp_allgather(const RcclxDdaArgs& a) {
+RCCLX_DEV void rcclx_allgather_lowp(const RcclxArgs& a) {
   RCCLX_LP_PROLOGUE
   // In place the own output chunk is the input: each lane rewrites only what it just read.
   auto push = [&](uint64_t s, int h, int hs) {
@@ -321,19 +331,14 @@ RCCLX_DEV void rcclx_lowp_allgather(const RcclxDdaArgs& a) {
                         [&](int d) { return rcclx_qslot(a.staging[(a.rank + 1 + d) % nr] + half_of(s), W, nr, a.rank); },
                         nr - 1, recv + a.rank * a.count + s * W, h, hs);
   };
-  auto pull = [&](uint64_t s, int h, int hs) {
-    for (int i = 1; i < nr; ++i) {
-      const int p = (a.rank + i) % nr;
-      rcclx_pull_range<T>(rcclx_qslot(a.staging[a.rank] + half_of(s), W, nr, p), len(s), recv + p * a.count + s * W, h, hs);
-    }
-  };
+  auto pull = [&](uint64_t s, int h, int hs) { rcclx_pull_peer_slots<T>(a, half_of(s), W, len(s), recv + s * W, h, hs); };
   rcclx_lp_pipeline(a, seq, nwin, deadline, &s_fail, push, pull);
 }
 
 // AllToAll: count = elements per peer; input chunk p goes to rank p, output chunk p comes
 // from rank p. The chunk a rank keeps is copied exactly (rcclx_lp_pipeline).
 template <typename T>
-RCCLX_DEV void rcclx_lowp_alltoall(const RcclxDdaArgs& a) {
+RCCLX_DEV void rcclx_alltoall_lowp(const RcclxArgs& a) {
   RCCLX_LP_PROLOGUE
   auto push = [&](uint64_t s, int h, int hs) {
     for (int i = 1; i < nr; ++i) {
@@ -345,10 +350,7 @@ RCCLX_DEV void rcclx_lowp_alltoall(const RcclxDdaArgs& a) {
   // In place, output chunk p of window s is input chunk p of window s, read by the push of
   // window s before the barrier.
   auto pull = [&](uint64_t s, int h, int hs) {
-    for (int i = 1; i < nr; ++i) {
-      const int p = (a.rank + i) % nr;
-      rcclx_pull_range<T>(rcclx_qslot(a.staging[a.rank] + half_of(s), W, nr, p), len(s), recv + p * a.count + s * W, h, hs);
-    }
+    rcclx_pull_peer_slots<T>(a, half_of(s), W, len(s), recv + s * W, h, hs);
     const uint64_t own = a.rank * a.count + s * W;
     if (send != recv) rcclx_copy_qrange<T>(send + own, len(s), recv + own, h, hs);
   };
@@ -358,7 +360,7 @@ RCCLX_DEV void rcclx_lowp_alltoall(const RcclxDdaArgs& a) {
 // ReduceScatter: count = elements per rank output; input chunk c at c*count. Window s: push
 // each chunk to its owner -> barrier -> reduce (rcclx_lp_pipeline).
 template <typename T>
-RCCLX_DEV void rcclx_lowp_reducescatter(const RcclxDdaArgs& a) {
+RCCLX_DEV void rcclx_reducescatter_lowp(const RcclxArgs& a) {
   RCCLX_LP_PROLOGUE
   auto push = [&](uint64_t s, int h, int hs) {
     for (int i = 1; i < nr; ++i) {
@@ -391,7 +393,7 @@ RCCLX_DEV void rcclx_lowp_reducescatter(const RcclxDdaArgs& a) {
 //   rank reads before X(s) is rewritten by peers only after X(s).
 // count = elements per rank.
 template <typename T>
-RCCLX_DEV void rcclx_lowp_allreduce(const RcclxDdaArgs& a) {
+RCCLX_DEV void rcclx_allreduce_lowp(const RcclxArgs& a) {
   RCCLX_LP_PROLOGUE
   const uint64_t Cw = W / nr;  // slot capacity (elements)
   const uint64_t region_b = rcclx_lowp_region_b(W);
@@ -442,7 +444,7 @@ RCCLX_DEV void rcclx_lowp_allreduce(const RcclxDdaArgs& a) {
   bool ok = nwin == 0;
   if (nwin) {
     push(0, my_half, 2);
-    ok = rcclx_dda_barrier(a, seq * 4 + 1, deadline, &s_fail);
+    ok = rcclx_barrier(a, seq * 4 + 1, deadline, &s_fail);
   }
   for (uint64_t s = 0; ok && s < nwin; ++s) {
     if (my_half == 0) {
@@ -451,22 +453,8 @@ RCCLX_DEV void rcclx_lowp_allreduce(const RcclxDdaArgs& a) {
       if (s + 1 < nwin) push(s + 1, 0, 1);
       if (s > 0) pull(s - 1, 0, 1);
     }
-    ok = rcclx_dda_barrier(a, (uint32_t)(seq + s) * 4 + 2, deadline, &s_fail);
+    ok = rcclx_barrier(a, (uint32_t)(seq + s) * 4 + 2, deadline, &s_fail);
   }
   if (ok && nwin) pull(nwin - 1, my_half, 2);
   rcclx_seq_store(a, seq + (uint32_t)nwin);
 }
-
-#define RCCLX_LP_KERNEL(COLL, TNAME, T)                                                   \
-  extern "C" __global__ void __launch_bounds__(RCCLX_DDA_THREADS)                          \
-      rcclx_lowp_##COLL##_##TNAME(RcclxDdaArgs a) {                                        \
-    rcclx_lowp_##COLL<T>(a);                                                               \
-  }
-#define RCCLX_LP_TYPES(COLL)              \
-  RCCLX_LP_KERNEL(COLL, f32, float)       \
-  RCCLX_LP_KERNEL(COLL, bf16, rcclx_bf16) \
-  RCCLX_LP_KERNEL(COLL, f16, rcclx_half)
-RCCLX_LP_TYPES(allreduce)
-RCCLX_LP_TYPES(reducescatter)
-RCCLX_LP_TYPES(allgather)
-RCCLX_LP_TYPES(alltoall)

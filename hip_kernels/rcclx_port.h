@@ -4,7 +4,7 @@
 // keywords __global__ / __device__ / __shared__ / __launch_bounds__ / __restrict__ and
 // threadIdx / blockIdx / blockDim / gridDim / __syncthreads(), which work on both).
 //
-// Compilers (see build.rs and shared/reference/toolchain.md):
+// Compilers (see build/toolchain.rs):
 //   NVIDIA  nvcc 13.0 (__CUDACC__)                       -> sm_90 cubin + compute_90 PTX
 //   AMD     clang -x hip --cuda-device-only -nogpuinc    -> gfx942 (clang >= 19), gfx950 (clang >= 20)
 //           (__HIP__). No ROCm headers or device libraries: everything below is a clang builtin.
@@ -194,6 +194,25 @@ RCCLX_DEV uint16_t rcclx_f32_to_f16_rne(float f) {
   return __builtin_bit_cast(uint16_t, (_Float16)f);
 }
 
+// ---- element arithmetic of the reductions ----------------------------------------------
+// order: n/a (pure). The reduction steps of the stock library, one rounding each. On AMD
+// through f32 (exact for fp16/bf16 inputs, then one RNE rounding: the same value as a native
+// fp16/bf16 operation). Not checked against RCCL on hardware yet.
+RCCLX_DEV float rcclx_max_f32(float a, float b) { return __builtin_fmaxf(a, b); }
+RCCLX_DEV float rcclx_min_f32(float a, float b) { return __builtin_fminf(a, b); }
+RCCLX_DEV double rcclx_max_f64(double a, double b) { return __builtin_fmax(a, b); }
+RCCLX_DEV double rcclx_min_f64(double a, double b) { return __builtin_fmin(a, b); }
+RCCLX_DEV uint16_t rcclx_f32_to_bf16_rne(float f);
+RCCLX_DEV float rcclx_bf16_to_f32(uint16_t h);
+RCCLX_DEV uint16_t rcclx_f16_add(uint16_t a, uint16_t b) { return rcclx_f32_to_f16_rne(rcclx_f16_to_f32(a) + rcclx_f16_to_f32(b)); }
+RCCLX_DEV uint16_t rcclx_f16_mul(uint16_t a, uint16_t b) { return rcclx_f32_to_f16_rne(rcclx_f16_to_f32(a) * rcclx_f16_to_f32(b)); }
+RCCLX_DEV uint16_t rcclx_f16_max(uint16_t a, uint16_t b) { return rcclx_f32_to_f16_rne(__builtin_fmaxf(rcclx_f16_to_f32(a), rcclx_f16_to_f32(b))); }
+RCCLX_DEV uint16_t rcclx_f16_min(uint16_t a, uint16_t b) { return rcclx_f32_to_f16_rne(__builtin_fminf(rcclx_f16_to_f32(a), rcclx_f16_to_f32(b))); }
+RCCLX_DEV uint16_t rcclx_bf16_add(uint16_t a, uint16_t b) { return rcclx_f32_to_bf16_rne(rcclx_bf16_to_f32(a) + rcclx_bf16_to_f32(b)); }
+RCCLX_DEV uint16_t rcclx_bf16_mul(uint16_t a, uint16_t b) { return rcclx_f32_to_bf16_rne(rcclx_bf16_to_f32(a) * rcclx_bf16_to_f32(b)); }
+RCCLX_DEV uint16_t rcclx_bf16_max(uint16_t a, uint16_t b) { return rcclx_f32_to_bf16_rne(__builtin_fmaxf(rcclx_bf16_to_f32(a), rcclx_bf16_to_f32(b))); }
+RCCLX_DEV uint16_t rcclx_bf16_min(uint16_t a, uint16_t b) { return rcclx_f32_to_bf16_rne(__builtin_fminf(rcclx_bf16_to_f32(a), rcclx_bf16_to_f32(b))); }
+
 #if defined(__HIP_DEVICE_COMPILE__)
 #if defined(__gfx942__) || defined(__gfx940__) || defined(__gfx941__)
 #define RCCLX_FP8_FNUZ 1       // gfx94x hardware fp8 = E4M3FNUZ
@@ -241,6 +260,7 @@ RCCLX_DEV rcclx_f32x2 rcclx_e4m3x2_to_f32x2(uint16_t v) {
 #include <stdint.h>
 #include <stddef.h>
 #include <cuda_fp16.h>
+#include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
 #define RCCLX_DEV __device__ __forceinline__
@@ -347,6 +367,30 @@ RCCLX_DEV float rcclx_fabsf(float a) { return fabsf(a); }
 // order: n/a (pure). IEEE fp16 <-> f32 (cvt.rn).
 RCCLX_DEV float rcclx_f16_to_f32(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 RCCLX_DEV uint16_t rcclx_f32_to_f16_rne(float f) { return __half_as_ushort(__float2half_rn(f)); }
+
+// ---- element arithmetic of the reductions ----------------------------------------------
+// order: n/a (pure). why: results must be bit-identical to NCCL's, so these are the very
+// intrinsics of NCCL's reduction functions (src/device/reduce_kernel.h, sm_80+): fmaxf/fminf,
+// fmax/fmin, and __hadd/__hmul/__hmax/__hmin on half and bf16 (NaN ignored by max/min unless
+// both are NaN, +0 > -0).
+RCCLX_DEV float rcclx_max_f32(float a, float b) { return fmaxf(a, b); }
+RCCLX_DEV float rcclx_min_f32(float a, float b) { return fminf(a, b); }
+RCCLX_DEV double rcclx_max_f64(double a, double b) { return fmax(a, b); }
+RCCLX_DEV double rcclx_min_f64(double a, double b) { return fmin(a, b); }
+#define RCCLX_H_(name, expr)                                                           \
+  RCCLX_DEV uint16_t rcclx_f16_##name(uint16_t a_, uint16_t b_) {                      \
+    const __half a = __ushort_as_half(a_), b = __ushort_as_half(b_);                  \
+    return __half_as_ushort(expr);                                                    \
+  }                                                                                   \
+  RCCLX_DEV uint16_t rcclx_bf16_##name(uint16_t a_, uint16_t b_) {                     \
+    const __nv_bfloat16 a = __ushort_as_bfloat16(a_), b = __ushort_as_bfloat16(b_);   \
+    return __bfloat16_as_ushort(expr);                                                \
+  }
+RCCLX_H_(add, __hadd(a, b))
+RCCLX_H_(mul, __hmul(a, b))
+RCCLX_H_(max, __hmax(a, b))
+RCCLX_H_(min, __hmin(a, b))
+#undef RCCLX_H_
 
 #define RCCLX_FP8_FNUZ 0       // NVIDIA fp8 = OCP E4M3FN
 #define RCCLX_FP8_MAX 448.0f   // largest finite E4M3FN (0x7E)

@@ -3,7 +3,7 @@
 // They check, on real hardware, what every rcclx algorithm relies on: kernel launch and
 // gridDim (fill), cross-GPU release/acquire with peer/IPC mappings (pingpong), and bounded
 // spin-waits that report a timeout to host-visible memory (wait_timeout).
-// Requires rcclx_port.h (included first by rcclx_kernels.cu). Any block size <= 1024.
+// Requires rcclx_port.h (included first by selftest.cu). Any block size <= 1024.
 #ifndef RCCLX_SELFTEST_CUH
 #define RCCLX_SELFTEST_CUH 1
 

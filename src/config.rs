@@ -3,7 +3,7 @@
 //! One table ([`config_table!`]) drives the parser, the defaults and the startup log. An
 //! invalid value logs a warning naming the variable and falls back to the default. Tests
 //! build a `Config` with [`Config::from_lookup`] (no process environment involved).
-#![forbid(unsafe_code)]
+
 
 use std::sync::OnceLock;
 
@@ -97,7 +97,7 @@ macro_rules! config_table {
 config_table! {
     disable: bool = false, "RCCLX_DISABLE", "1: pure pass-through to the stock library";
     upstream_lib: Option<String> = None, "RCCLX_UPSTREAM_LIB", "path of the stock libnccl.so.2 / librccl.so.1";
-    timeout_ms: u64 = 300_000, "RCCLX_TIMEOUT_MS", "bound on every device spin-wait, in ms";
+    timeout_ms: u64 = 0, "RCCLX_TIMEOUT_MS", "bound on every device spin-wait, in ms (0: none, like the stock library; ncclCommAbort always ends them)";
     dda_all_reduce: bool = true, "RCCL_ENABLE_DDA_ALL_REDUCE", "enable DDA AllReduce";
     dda_all_gather: bool = true, "RCCL_ENABLE_DDA_ALL_GATHER", "enable DDA AllGather";
     dda_reduce_scatter: bool = true, "RCCL_ENABLE_DDA_REDUCE_SCATTER", "enable DDA ReduceScatter";
@@ -110,22 +110,47 @@ config_table! {
     dda_ll_max_bytes: Option<u64> = None, "RCCLX_DDA_LL_MAX_BYTES", "AllReduce: LL one-shot (no barrier) up to this many bytes, at most 1M (default by rank count)";
     dda_max_blocks: u64 = 128, "RCCL_DDA_MAX_BLOCKS", "grid cap of DDA and FP8 kernels";
     dda_sendbuf_bytes: Option<u64> = None, "RCCL_DDA_SENDBUF_BYTES", "per-rank staging buffer of DDA and FP8 (default 16 MiB, 32 MiB when an FP8 switch is on)";
-    lp_enable: bool = false, "RCCL_LOW_PRECISION_ENABLE", "1: FP8 for AllGather, AllReduce, ReduceScatter, AllToAll";
-    lp_all_gather: bool = false, "RCCL_LOW_PRECISION_ENABLE_ALLGATHER", "1: FP8 AllGather";
-    lp_all_reduce: bool = false, "RCCL_LOW_PRECISION_ENABLE_ALLREDUCE", "1: FP8 AllReduce";
-    lp_reduce_scatter: bool = false, "RCCL_LOW_PRECISION_ENABLE_REDUCESCATTER", "1: FP8 ReduceScatter";
-    lp_all_to_all: bool = false, "RCCL_LOW_PRECISION_ENABLE_ALLTOALL", "1: FP8 AllToAll";
-    lp_enable_init: bool = false, "RCCL_LOW_PRECISION_ENABLE_INIT", "1: allocate FP8 buffers when a communicator is created";
-    lp_min_bytes: u64 = 16 * MIB, "RCCLX_LP_MIN_BYTES", "FP8 only for messages of at least this many bytes";
+    lowp_enable: bool = false, "RCCL_LOW_PRECISION_ENABLE", "1: low precision (FP8) for AllGather, AllReduce, ReduceScatter, AllToAll";
+    lowp_all_gather: bool = false, "RCCL_LOW_PRECISION_ENABLE_ALLGATHER", "1: low precision AllGather";
+    lowp_all_reduce: bool = false, "RCCL_LOW_PRECISION_ENABLE_ALLREDUCE", "1: low precision AllReduce";
+    lowp_reduce_scatter: bool = false, "RCCL_LOW_PRECISION_ENABLE_REDUCESCATTER", "1: low precision ReduceScatter";
+    lowp_all_to_all: bool = false, "RCCL_LOW_PRECISION_ENABLE_ALLTOALL", "1: low precision AllToAll";
+    lowp_min_bytes: u64 = 16 * MIB, "RCCLX_LP_MIN_BYTES", "low precision only for messages of at least this many bytes";
+    fault_inject: Option<String> = None, "RCCLX_FAULT_INJECT", "test only: `alloc`, `ipc` or `peer`, optionally `:RANK` (default every rank): that setup step fails, so the communicator must forward";
 }
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
+
+/// The process environment as the configuration reads it: `secure_getenv` (a set-user-ID
+/// program ignores these variables, as the dynamic loader does its own); non-UTF-8 is unset.
+pub fn env(name: &str) -> Option<String> {
+    secure_env(name)?.into_string().ok()
+}
+
+unsafe extern "C" {
+    /// glibc >= 2.17 (`libc` 0.2 does not declare it).
+    fn secure_getenv(name: *const std::ffi::c_char) -> *mut std::ffi::c_char;
+}
+
+/// `secure_getenv(name)`, unset when the process runs with elevated privileges.
+pub fn secure_env(name: &str) -> Option<std::ffi::OsString> {
+    use std::os::unix::ffi::OsStringExt;
+    let key = std::ffi::CString::new(name).ok()?;
+    // SAFETY: `key` is NUL-terminated; a non-NULL result points into the environment and is
+    // copied at once.
+    let p = unsafe { secure_getenv(key.as_ptr()) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: non-NULL result of secure_getenv: a NUL-terminated string.
+    Some(std::ffi::OsString::from_vec(unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes().to_vec()))
+}
 
 /// The process configuration, read from the environment on first use.
 pub fn get() -> &'static Config {
     CONFIG.get_or_init(|| {
         crate::log::init();
-        let (c, warnings) = Config::from_lookup(|k| std::env::var(k).ok());
+        let (c, warnings) = Config::from_lookup(env);
         for w in &warnings {
             tracing::warn!("{w}");
         }
@@ -162,10 +187,10 @@ mod tests {
             ("RCCLX_UPSTREAM_LIB", "/x/libnccl.so.2"),
         ]);
         assert!(w.is_empty(), "{w:?}");
-        assert!(c.disable && c.lp_enable);
+        assert!(c.disable && c.lowp_enable);
         assert_eq!(c.dda_sendbuf_bytes, Some(32 * MIB));
         assert_eq!(c.dda_flat_max_bytes, Some(204_800));
-        assert_eq!(c.lp_min_bytes, 4096);
+        assert_eq!(c.lowp_min_bytes, 4096);
         assert_eq!(c.upstream_lib.as_deref(), Some("/x/libnccl.so.2"));
     }
 

@@ -1,5 +1,7 @@
 //! Layer `intercept`: the per-call decision, own kernel or stock library.
 //!
+//! Base layer: pure, no `unsafe`, depends only on `types`, `config` and `kernel_table`.
+//!
 //! [`decide`] is a pure function of the call (collective, count, type, op), the
 //! communicator's facts (agreed by every rank at setup) and the configuration (rank 0's,
 //! also agreed at setup). Nothing rank-local (pointers, streams, group depth, capture) enters
@@ -17,6 +19,62 @@ pub enum Coll {
     AllGather,
     ReduceScatter,
     AllToAll,
+}
+
+impl Coll {
+    pub const ALL: [Coll; 4] = [Coll::AllReduce, Coll::AllGather, Coll::ReduceScatter, Coll::AllToAll];
+
+    /// The collective's name in the kernel table and in statistics.
+    pub fn name(self) -> &'static str {
+        match self {
+            Coll::AllReduce => "allreduce",
+            Coll::AllGather => "allgather",
+            Coll::ReduceScatter => "reducescatter",
+            Coll::AllToAll => "alltoall",
+        }
+    }
+}
+
+/// rcclx's algorithms (a collective's algorithm is one family of the kernel table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Algo {
+    /// One-shot with the LL protocol (flagged words, no barrier): the smallest messages.
+    Ll,
+    /// One-shot through the staging buffers (copy-in, barrier, every rank reads every peer).
+    Flat,
+    /// Two-shot (reduce-scatter, then all-gather, through the staging buffers).
+    Tree,
+    /// Low precision: block-scaled FP8 on the wire, FP32 arithmetic.
+    Lowp,
+}
+
+impl Algo {
+    pub fn name(self) -> &'static str {
+        match self {
+            Algo::Ll => "ll",
+            Algo::Flat => "flat",
+            Algo::Tree => "tree",
+            Algo::Lowp => "lowp",
+        }
+    }
+}
+
+/// The kernel family (index into `kernel_table::FAMILIES`) of `coll` run with `algo`.
+pub fn family(coll: Coll, algo: Algo) -> Option<usize> {
+    static TABLE: std::sync::OnceLock<Vec<(Coll, Algo, usize)>> = std::sync::OnceLock::new();
+    let table = TABLE.get_or_init(|| {
+        let algos = [Algo::Ll, Algo::Flat, Algo::Tree, Algo::Lowp];
+        let mut v = Vec::new();
+        for (i, f) in crate::kernel_table::FAMILIES.iter().enumerate() {
+            let c = Coll::ALL.into_iter().find(|c| c.name() == f.coll);
+            let a = algos.into_iter().find(|a| a.name() == f.algo);
+            if let (Some(c), Some(a)) = (c, a) {
+                v.push((c, a, i));
+            }
+        }
+        v
+    });
+    table.iter().find(|e| e.0 == coll && e.1 == algo).map(|e| e.2)
 }
 
 /// One intercepted call, as every rank sees it.
@@ -48,13 +106,13 @@ pub struct CommFacts {
     pub nranks: usize,
     /// DDA verdict: one host, peer access between all pairs, same arch, kernels loaded.
     pub dda: bool,
-    /// FP8 buffers exist and this communicator's FP8 switches, per collective.
+    /// This communicator's low-precision switches, per collective.
     pub lowp: LowpSwitches,
     /// Bytes of a rank's DDA staging buffer (messages above are processed in windows).
     pub staging_bytes: u64,
 }
 
-/// FP8 switches of a communicator, fixed when it was created.
+/// Low-precision switches of a communicator, fixed when it was created.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LowpSwitches {
     pub all_reduce: bool,
@@ -66,10 +124,10 @@ pub struct LowpSwitches {
 impl LowpSwitches {
     pub fn from_config(c: &crate::config::Config) -> Self {
         Self {
-            all_reduce: c.lp_enable || c.lp_all_reduce,
-            all_gather: c.lp_enable || c.lp_all_gather,
-            reduce_scatter: c.lp_enable || c.lp_reduce_scatter,
-            all_to_all: c.lp_enable || c.lp_all_to_all,
+            all_reduce: c.lowp_enable || c.lowp_all_reduce,
+            all_gather: c.lowp_enable || c.lowp_all_gather,
+            reduce_scatter: c.lowp_enable || c.lowp_reduce_scatter,
+            all_to_all: c.lowp_enable || c.lowp_all_to_all,
         }
     }
     pub fn any(&self) -> bool {
@@ -92,7 +150,7 @@ pub struct Thresholds {
     pub ll_max_bytes: u64,
     pub flat_max_bytes: u64,
     pub tree_max_bytes: u64,
-    pub lp_min_bytes: u64,
+    pub lowp_min_bytes: u64,
 }
 
 /// Default AllReduce crossovers by rank count: (LL max, flat max, tree max) in bytes.
@@ -113,7 +171,7 @@ impl Thresholds {
             ll_max_bytes: c.dda_ll_max_bytes.unwrap_or(row.1),
             flat_max_bytes: c.dda_flat_max_bytes.unwrap_or(row.2),
             tree_max_bytes: c.dda_tree_max_bytes.unwrap_or(row.3),
-            lp_min_bytes: c.lp_min_bytes,
+            lowp_min_bytes: c.lowp_min_bytes,
         }
     }
 }
@@ -122,11 +180,7 @@ impl Thresholds {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Route {
     Upstream(Reason),
-    /// One-shot with the LL protocol (no barrier): the smallest messages.
-    DdaLl,
-    DdaFlat,
-    DdaTree,
-    Lowp,
+    Own(Algo),
 }
 
 macro_rules! reasons {
@@ -155,6 +209,7 @@ reasons! {
     Collective = c"collective-not-accelerated",
     Failed = c"launch-failed",
     NullBuffer = c"null-buffer",
+    CommError = c"comm-in-error",
 }
 const _: () = assert!(Reason::ALL.len() <= 16, "rcclxCommStats has 16 reason slots");
 
@@ -168,7 +223,7 @@ pub fn dda_op(op: ncclRedOp_t) -> bool {
     (0..ncclRedOp_t::NumOps).contains(&op.0)
 }
 
-/// Input types of the FP8 path.
+/// Input types of the low-precision path.
 pub fn lowp_dtype(t: ncclDataType_t) -> bool {
     matches!(t, ncclDataType_t::Float32 | ncclDataType_t::Bfloat16 | ncclDataType_t::Float16)
 }
@@ -183,9 +238,9 @@ pub fn decide(call: &CallDesc, comm: &CommFacts, th: &Thresholds) -> Route {
     if !comm.dda || comm.nranks < 2 {
         return Up(Reason::NotSetUp);
     }
-    // FP8 first (as RCCLX): large messages of float types, op sum.
-    if comm.lowp.get(call.coll) && lowp_dtype(call.dtype) && call.op == ncclRedOp_t::Sum && bytes >= th.lp_min_bytes {
-        return Route::Lowp;
+    // Low precision first (as RCCLX): large messages of float types, op sum.
+    if comm.lowp.get(call.coll) && lowp_dtype(call.dtype) && call.op == ncclRedOp_t::Sum && bytes >= th.lowp_min_bytes {
+        return Route::Own(Algo::Lowp);
     }
     match call.coll {
         Coll::AllReduce => {
@@ -196,11 +251,11 @@ pub fn decide(call: &CallDesc, comm: &CommFacts, th: &Thresholds) -> Route {
             } else if !dda_op(call.op) {
                 Up(Reason::Op)
             } else if bytes <= th.ll_max_bytes {
-                Route::DdaLl
+                Route::Own(Algo::Ll)
             } else if bytes <= th.flat_max_bytes {
-                Route::DdaFlat
+                Route::Own(Algo::Flat)
             } else if bytes <= th.tree_max_bytes {
-                Route::DdaTree
+                Route::Own(Algo::Tree)
             } else {
                 Up(Reason::Size)
             }
@@ -241,7 +296,7 @@ mod tests {
     /// Sizes around every threshold, primes and extremes.
     fn counts(th: &Thresholds) -> Vec<usize> {
         let mut v = vec![0, 1, 2, 3, 7, 31, 127, 255, 1023, 4099, 65_537, 1 << 20, (1 << 20) + 5, usize::MAX / 16];
-        for t in [th.ll_max_bytes, th.flat_max_bytes, th.tree_max_bytes, th.lp_min_bytes] {
+        for t in [th.ll_max_bytes, th.flat_max_bytes, th.tree_max_bytes, th.lowp_min_bytes] {
             for d in [-9i64, -1, 0, 1, 9] {
                 v.push((t as i64 + d).max(0) as usize);
                 v.push(((t as i64 + d).max(0) / 2) as usize);
@@ -277,14 +332,14 @@ mod tests {
                 for call in all_calls(&th) {
                     let r = decide(&call, &facts(nranks, lowp), &th);
                     match r {
-                        Route::DdaLl | Route::DdaFlat | Route::DdaTree => {
+                        Route::Own(Algo::Ll | Algo::Flat | Algo::Tree) => {
                             assert!(dda_dtype(call.dtype) && dda_op(call.op) && call.count > 0, "{call:?} -> {r:?}");
                             assert_eq!(call.coll, Coll::AllReduce);
                             assert!(nranks >= 2);
                         }
-                        Route::Lowp => {
+                        Route::Own(Algo::Lowp) => {
                             assert!(lowp && lowp_dtype(call.dtype) && call.op == ncclRedOp_t::Sum, "{call:?}");
-                            assert!(call.bytes(nranks).unwrap() >= th.lp_min_bytes);
+                            assert!(call.bytes(nranks).unwrap() >= th.lowp_min_bytes);
                         }
                         Route::Upstream(_) => {}
                     }
@@ -306,10 +361,10 @@ mod tests {
     fn deterministic_and_monotone_in_size() {
         let th = th();
         let rank = |r: Route| match r {
-            Route::DdaLl => -1,
-            Route::DdaFlat => 0,
-            Route::DdaTree => 1,
-            Route::Lowp => 2,
+            Route::Own(Algo::Ll) => -1,
+            Route::Own(Algo::Flat) => 0,
+            Route::Own(Algo::Tree) => 1,
+            Route::Own(Algo::Lowp) => 2,
             Route::Upstream(_) => 3,
         };
         for nranks in 2..=8 {
@@ -342,31 +397,31 @@ mod tests {
             )
         };
         let ar = |bytes| route(ncclDataType_t::Int32, bytes);
-        assert_eq!(ar(th.ll_max_bytes), Route::DdaLl);
-        assert_eq!(ar(th.ll_max_bytes + 4), Route::DdaFlat);
-        assert_eq!(ar(th.flat_max_bytes), Route::DdaFlat);
-        assert_eq!(ar(th.flat_max_bytes + 4), Route::DdaTree);
-        assert_eq!(ar(th.tree_max_bytes), Route::DdaTree);
+        assert_eq!(ar(th.ll_max_bytes), Route::Own(Algo::Ll));
+        assert_eq!(ar(th.ll_max_bytes + 4), Route::Own(Algo::Flat));
+        assert_eq!(ar(th.flat_max_bytes), Route::Own(Algo::Flat));
+        assert_eq!(ar(th.flat_max_bytes + 4), Route::Own(Algo::Tree));
+        assert_eq!(ar(th.tree_max_bytes), Route::Own(Algo::Tree));
         assert_eq!(ar(th.tree_max_bytes + 4), Route::Upstream(Reason::Size));
         let lp = |bytes| route(ncclDataType_t::Float32, bytes);
-        assert_eq!(lp(th.lp_min_bytes), Route::Lowp);
-        assert_ne!(lp(th.lp_min_bytes - 4), Route::Lowp);
+        assert_eq!(lp(th.lowp_min_bytes), Route::Own(Algo::Lowp));
+        assert_ne!(lp(th.lowp_min_bytes - 4), Route::Own(Algo::Lowp));
     }
 
     #[test]
-    fn fp8_for_every_collective_and_float_type_when_switched_on() {
+    fn lowp_for_every_collective_and_float_type_when_switched_on() {
         let th = th();
         let call = |coll, dtype, op| CallDesc { coll, count: 64 << 20, dtype, op };
         for coll in [Coll::AllReduce, Coll::AllGather, Coll::ReduceScatter, Coll::AllToAll] {
             for dtype in [ncclDataType_t::Float32, ncclDataType_t::Bfloat16, ncclDataType_t::Float16] {
-                assert_eq!(decide(&call(coll, dtype, ncclRedOp_t::Sum), &facts(2, true), &th), Route::Lowp);
-                assert_ne!(decide(&call(coll, dtype, ncclRedOp_t::Sum), &facts(2, false), &th), Route::Lowp);
+                assert_eq!(decide(&call(coll, dtype, ncclRedOp_t::Sum), &facts(2, true), &th), Route::Own(Algo::Lowp));
+                assert_ne!(decide(&call(coll, dtype, ncclRedOp_t::Sum), &facts(2, false), &th), Route::Own(Algo::Lowp));
             }
-            assert_ne!(decide(&call(coll, ncclDataType_t::Int32, ncclRedOp_t::Sum), &facts(2, true), &th), Route::Lowp);
+            assert_ne!(decide(&call(coll, ncclDataType_t::Int32, ncclRedOp_t::Sum), &facts(2, true), &th), Route::Own(Algo::Lowp));
         }
         assert_ne!(
             decide(&call(Coll::AllReduce, ncclDataType_t::Float32, ncclRedOp_t::Max), &facts(2, true), &th),
-            Route::Lowp
+            Route::Own(Algo::Lowp)
         );
     }
 
@@ -387,5 +442,24 @@ mod tests {
         n.sort();
         n.dedup();
         assert_eq!(n.len(), Reason::ALL.len());
+    }
+
+    #[test]
+    fn every_own_route_has_a_kernel_family() {
+        for coll in Coll::ALL {
+            for algo in [Algo::Ll, Algo::Flat, Algo::Tree, Algo::Lowp] {
+                let th = th();
+                let f = facts(2, true);
+                for call in all_calls(&th).filter(|c| c.coll == coll) {
+                    if decide(&call, &f, &th) == Route::Own(algo) {
+                        let fam = family(coll, algo).unwrap_or_else(|| panic!("{coll:?} {algo:?} has no kernel family"));
+                        assert!(
+                            crate::kernel_table::kernel_index(fam, call.dtype.0, call.op.0).is_some(),
+                            "{call:?}: no kernel"
+                        );
+                    }
+                }
+            }
+        }
     }
 }

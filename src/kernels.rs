@@ -1,13 +1,13 @@
-//! Embedded GPU code objects (layer: data only; depends on nothing).
+//! Embedded GPU code objects (layer: base data; depends on nothing).
 //!
-//! `build.rs` compiles `hip_kernels/rcclx_kernels.cu` ahead of time, once per target, and
-//! generates the [`CODE_OBJECTS`] table included below: an NVIDIA fatbin for `sm_90` (sm_90
+//! The build script (`build/main.rs`) compiles the kernels of [`crate::kernel_table`] ahead of
+//! time, once per target, and generates the [`CODE_OBJECTS`] table included below: an NVIDIA fatbin for `sm_90` (sm_90
 //! cubin + compute_90 PTX, so any GPU with sm >= 90 can load it; newer ones JIT the PTX) and
 //! one AMD code object (v5 ELF) per `gfx942` / `gfx950`. Targets whose compiler was missing at
 //! build time are absent; on such GPUs rcclx only forwards to the stock library.
 //!
 //! `gpu/` picks the image with [`for_arch`] and loads it with `cuModuleLoadData` /
-//! `hipModuleLoadData`. Kernel names are the `extern "C"` names of `hip_kernels/*.cuh`.
+//! `hipModuleLoadData`. Kernel names and indices come from [`crate::kernel_table`].
 
 include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
 

@@ -1,20 +1,35 @@
-//! rcclx: a drop-in replacement for RCCL / NCCL (see shared/design/ARCHITECTURE.md).
+//! rcclx: a drop-in replacement for RCCL / NCCL (see `docs/ARCHITECTURE.md`).
 //!
-//! Layers, top to bottom: `abi` (exported C symbols) -> `intercept` (per-call decision) ->
-//! `comm` (side table of communicator state) -> `dda`, `lowp` (algorithms) -> `gpu` (runtime
-//! loaded at run time) -> `hip_kernels/` (device code). `upstream` (the stock library),
-//! `config` (environment) and `log` are used by every layer. Only `abi`, `types` and
-//! `upstream` use C names.
+//! Layers, top to bottom; a module uses only modules of lower layers (`tests/layers.rs`
+//! checks it):
+//!
+//! | layer | modules |
+//! |---|---|
+//! | exports | `abi` |
+//! | communicators | `comm` |
+//! | algorithms | `dda`, `lowp` |
+//! | shared peer resources | `clique` |
+//! | errors | `error` |
+//! | GPU runtime | `gpu` |
+//! | stock library, decision, code objects | `upstream`, `intercept`, `kernels` |
+//! | base | `types`, `config`, `log`, `kernel_table`, `nccl_api` |
+//!
+//! Only `abi`, `types`, `nccl_api` and `upstream` use C names.
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 pub mod abi;
+pub mod clique;
 pub mod comm;
 pub mod config;
 pub mod dda;
+pub mod error;
 pub mod gpu;
 pub mod intercept;
+pub mod kernel_table;
 pub mod kernels;
 pub mod log;
 pub mod lowp;
+#[macro_use]
+pub mod nccl_api;
 pub mod types;
 pub mod upstream;

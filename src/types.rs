@@ -1,6 +1,7 @@
-//! The C types of `nccl.h` / `rccl.h`, with their exact layouts (see shared/reference/api.md §3).
+//! The C types of `nccl.h` / `rccl.h` and `nccl_device/*.h`, with their exact layouts
+//! (`tests/c_abi.rs` checks them against the stock headers).
 //!
-//! Layer: leaf. Only plain data; no logic beyond small conversions.
+//! Layer: base. Only plain data; no logic beyond small conversions.
 #![allow(non_camel_case_types, non_upper_case_globals, non_snake_case)]
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
@@ -212,3 +213,43 @@ pub struct ncclTeam_t {
 
 /// Opaque pointer-sized argument used for device-API structs rcclx only passes through.
 pub type Opaque = *mut c_void;
+
+// Device-API types (nccl_device/*.h) that rcclx only passes through.
+#[repr(C)]
+pub struct ncclCommProperties_t(c_void);
+#[repr(C)]
+pub struct ncclDevCommRequirements_t(c_void);
+#[repr(C)]
+pub struct ncclDevComm_t(c_void);
+#[repr(C)]
+pub struct ncclLsaBarrierHandle_t(c_void);
+#[repr(C)]
+pub struct ncclGinBarrierHandle_t(c_void);
+#[repr(C)]
+pub struct ncclDevResourceRequirements_t(c_void);
+#[repr(C)]
+pub struct ncclDevResourceRequirements(c_void);
+#[repr(C)]
+pub struct ncclLLA2AHandle_t(c_void);
+#[repr(C)]
+pub struct ncclGinOutboxHandle(c_void);
+#[repr(C)]
+pub struct ncclGinInboxA2AHandle(c_void);
+#[repr(C)]
+pub struct ncclEncryptionConfig_t(c_void);
+/// `ncclMultimemHandle_t`: passed by value; one pointer.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ncclMultimemHandle_t {
+    pub mcBasePtr: *mut c_void,
+}
+pub type ncclCftLeId = u32;
+/// `ncclCftTeamMode_t`: a C enum.
+pub type ncclCftTeamMode_t = c_int;
+/// `ncclTeam` (the struct tag; same as `ncclTeam_t`).
+pub type ncclTeam = ncclTeam_t;
+/// C spellings used by the export list (`crate::nccl_api`).
+pub type size_t = usize;
+pub type cudaStream_t = Stream;
+pub type unsigned_int = c_uint;
+

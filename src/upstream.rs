@@ -9,15 +9,45 @@
 //! internal calls to its own exports bind inside it. When the stock library was already mapped
 //! by the dynamic linker (LD_PRELOAD use), DEEPBIND cannot apply; the thread-local re-entrancy
 //! guard ([`guarded`], [`pass_through`]) then sends such nested calls straight back to it.
+//!
+//! Paths come only from what the user set or the loader's own search: a relative or empty
+//! `VIRTUAL_ENV` / `CONDA_PREFIX` / `PYTHONPATH` entry is skipped (it would resolve against the
+//! current directory), and every variable is read with `secure_getenv`, so a set-user-ID program
+//! ignores them as the loader does.
+//!
+//! Layer: base (above `types`, `config`, `log`, `nccl_api`).
+#![allow(non_snake_case)]
 
-use crate::abi::table::UpstreamFns;
-use crate::types::ncclResult_t;
+use crate::config::secure_env;
+use crate::types::*;
 use parking_lot::Mutex;
 use std::cell::Cell;
 use std::collections::HashSet;
-use std::ffi::{CStr, c_int, c_void};
+use std::ffi::{CStr, OsString, c_char, c_int, c_void};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+
+/// Symbol whose presence marks a library as rcclx (so rcclx never loads itself as upstream).
+pub const MARKER_SYMBOL: &[u8] = b"rcclxGetVersion\0";
+
+/// Generates [`UpstreamFns`] from the export list.
+macro_rules! upstream_fns {
+    ( $( $kind:ident $( ( $c:ident, $s:ident ) )? fn $name:ident ( $( $arg:ident : $ty:ty ),* $(,)? ) -> $ret:ty ; )* ) => {
+        /// Function pointers of the stock library, one per export; `None` if it lacks the symbol.
+        pub struct UpstreamFns {
+            $( pub $name: Option<unsafe extern "C" fn($($ty),*) -> $ret>, )*
+        }
+
+        impl UpstreamFns {
+            /// Resolves every symbol of the list in `lib`.
+            pub fn resolve(lib: &libloading::Library) -> Self {
+                Self { $( $name: symbol(lib, stringify!($name)), )* }
+            }
+        }
+    };
+}
+crate::nccl_api!(upstream_fns);
+
 
 /// The loaded stock library.
 pub struct Upstream {
@@ -147,25 +177,28 @@ fn candidates() -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = mapped_stock_libraries();
     out.extend(STOCK_NAMES.iter().map(PathBuf::from));
     out.extend(["librccl.so.1", "librccl.so"].iter().map(|n| Path::new("/opt/rocm/lib").join(n)));
-    out.extend(python_nccl_dirs().into_iter().map(|d| d.join("libnccl.so.2")));
+    out.extend(python_nccl_dirs(secure_env).into_iter().map(|d| d.join("libnccl.so.2")));
     out
 }
 
 /// Stock libraries the dynamic linker already mapped (e.g. PyTorch's `DT_NEEDED libnccl.so.2`).
 fn mapped_stock_libraries() -> Vec<PathBuf> {
     unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
-        // SAFETY: dl_iterate_phdr passes a valid info for the duration of the callback, and
-        // `data` is the Vec we passed in below.
-        let (info, out) = unsafe { (&*info, &mut *(data as *mut Vec<PathBuf>)) };
-        if !info.dlpi_name.is_null() {
-            // SAFETY: dlpi_name is a NUL-terminated string owned by the loader.
-            let name = unsafe { CStr::from_ptr(info.dlpi_name) }.to_string_lossy();
-            let base = name.rsplit('/').next().unwrap_or("");
-            if base.starts_with("libnccl.so") || base.starts_with("librccl.so") {
-                out.push(PathBuf::from(name.as_ref()));
+        // A panic must not unwind into the loader: it ends the walk instead.
+        let walked = std::panic::catch_unwind(|| {
+            // SAFETY: dl_iterate_phdr passes a valid info for the duration of the callback, and
+            // `data` is the Vec passed in below.
+            let (info, out) = unsafe { (&*info, &mut *(data as *mut Vec<PathBuf>)) };
+            if !info.dlpi_name.is_null() {
+                // SAFETY: dlpi_name is a NUL-terminated string owned by the loader.
+                let name = unsafe { CStr::from_ptr(info.dlpi_name) }.to_string_lossy();
+                let base = name.rsplit('/').next().unwrap_or("");
+                if name.starts_with('/') && (base.starts_with("libnccl.so") || base.starts_with("librccl.so")) {
+                    out.push(PathBuf::from(name.as_ref()));
+                }
             }
-        }
-        0
+        });
+        if walked.is_ok() { 0 } else { 1 }
     }
     let mut out: Vec<PathBuf> = Vec::new();
     // SAFETY: the callback only reads the loader's data and writes into `out`.
@@ -173,23 +206,27 @@ fn mapped_stock_libraries() -> Vec<PathBuf> {
     out
 }
 
-/// `site-packages/nvidia/nccl/lib` of the active virtualenv / conda env / PYTHONPATH.
-fn python_nccl_dirs() -> Vec<PathBuf> {
+/// `site-packages/nvidia/nccl/lib` of the active virtualenv / conda env / PYTHONPATH, read
+/// through `env`. Only absolute entries count: a relative or empty one would be resolved against
+/// the current directory, which the user did not name.
+fn python_nccl_dirs(env: impl Fn(&str) -> Option<OsString>) -> Vec<PathBuf> {
     let mut roots: Vec<PathBuf> = Vec::new();
     for var in ["VIRTUAL_ENV", "CONDA_PREFIX"] {
-        if let Some(prefix) = std::env::var_os(var) {
-            let lib = Path::new(&prefix).join("lib");
+        if let Some(prefix) = env(var).map(PathBuf::from).filter(|p| p.is_absolute()) {
+            let lib = prefix.join("lib");
             if let Ok(rd) = std::fs::read_dir(&lib) {
-                for e in rd.flatten() {
-                    if e.file_name().to_string_lossy().starts_with("python") {
-                        roots.push(e.path().join("site-packages"));
-                    }
-                }
+                let mut found: Vec<PathBuf> = rd
+                    .flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("python"))
+                    .map(|e| e.path().join("site-packages"))
+                    .collect();
+                found.sort();
+                roots.extend(found);
             }
         }
     }
-    if let Some(pp) = std::env::var_os("PYTHONPATH") {
-        roots.extend(std::env::split_paths(&pp));
+    if let Some(pp) = env("PYTHONPATH") {
+        roots.extend(std::env::split_paths(&pp).filter(|p| p.is_absolute()));
     }
     roots.into_iter().map(|r| r.join("nvidia/nccl/lib")).collect()
 }
@@ -207,7 +244,7 @@ fn open_checked(path: &Path) -> Result<Upstream, String> {
     let lib = unsafe { libloading::os::unix::Library::open(Some(path), flags) }.map_err(|e| e.to_string())?;
     let lib: libloading::Library = lib.into();
     // SAFETY: only the address is looked at, never called.
-    if unsafe { lib.get::<*const c_void>(crate::abi::own::MARKER_SYMBOL) }.is_ok() {
+    if unsafe { lib.get::<*const c_void>(MARKER_SYMBOL) }.is_ok() {
         return Err("is rcclx itself (exports the rcclx marker)".into());
     }
     let fns = UpstreamFns::resolve(&lib);
@@ -245,5 +282,40 @@ fn unsafe_zeroed_dl_info() -> libc::Dl_info {
         dli_fbase: std::ptr::null_mut(),
         dli_sname: std::ptr::null(),
         dli_saddr: std::ptr::null_mut(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dirs(pairs: &[(&str, &str)]) -> Vec<PathBuf> {
+        let pairs: Vec<(String, String)> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        python_nccl_dirs(|k| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| OsString::from(v)))
+    }
+
+    #[test]
+    fn python_path_entries_must_be_absolute() {
+        let got = dirs(&[("PYTHONPATH", ":rel/dir::/abs/site:./x:")]);
+        assert_eq!(got, vec![PathBuf::from("/abs/site/nvidia/nccl/lib")]);
+    }
+
+    #[test]
+    fn relative_or_empty_prefixes_are_skipped() {
+        let tmp = std::env::temp_dir().join(format!("rcclx-upstream-test-{}", std::process::id()));
+        std::fs::create_dir_all(tmp.join("lib/python3.12/site-packages")).unwrap();
+        let abs = tmp.to_str().unwrap();
+        let got = dirs(&[("VIRTUAL_ENV", abs), ("CONDA_PREFIX", "")]);
+        assert_eq!(got, vec![tmp.join("lib/python3.12/site-packages/nvidia/nccl/lib")]);
+        assert!(dirs(&[("VIRTUAL_ENV", "venv"), ("CONDA_PREFIX", "."), ("PYTHONPATH", "")]).is_empty());
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    #[test]
+    fn candidates_name_no_relative_path() {
+        for c in candidates() {
+            let s = c.to_string_lossy();
+            assert!(c.is_absolute() || !s.contains('/'), "{s}: a relative path would resolve against the current directory");
+        }
     }
 }

@@ -365,7 +365,7 @@ fn type_layouts_match_the_headers() {
         layout!(ncclWaitSignalDesc_t; opCnt, peer, sigIdx, ctx),
         layout!(ncclSimInfo_t; size, magic, version, estimatedTime),
         layout!(ncclTeam_t; nRanks, rank, stride),
-        layout!(rcclx::abi::table::ncclMultimemHandle_t; mcBasePtr),
+        layout!(rcclx::types::ncclMultimemHandle_t; mcBasePtr),
         layout!(ncclConfig_t; size, magic, version, blocking, cgaClusterSize, minCTAs, maxCTAs, netName, splitShare,
             trafficClass, commName, collnetEnable, CTAPolicy, shrinkShare, nvlsCTAs, nChannelsPerNetPeer,
             nvlinkCentricSched, graphUsageMode, numRmaCtx, maxP2pPeers, graphStreamOrdering, launchOrderImplicit,

@@ -4,19 +4,22 @@
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 use super::table::forward;
+use crate::clique::Buffers;
 use crate::comm::{self, lifecycle};
-use crate::dda::Buffers;
 use crate::intercept::{CallDesc, Coll};
 use crate::types::*;
 use std::ffi::{c_char, c_int, c_void};
 
-/// Reads the handle an upstream creation call wrote, if the out-pointer is valid.
-unsafe fn read_out(p: *const ncclComm_t) -> ncclComm_t {
-    if p.is_null() {
-        return std::ptr::null_mut();
+/// `ncclCommShrink` flag: abort the parent's operations first (`NCCL_SHRINK_ABORT`).
+const NCCL_SHRINK_ABORT: c_int = 0x01;
+
+/// Tells the side table about the handle a stock creation call wrote to `out`. The
+/// out-pointer is read only when the call succeeded (or is in progress).
+unsafe fn created(out: *const ncclComm_t, r: ncclResult_t) {
+    if r.is_ok_or_in_progress() && !out.is_null() {
+        // SAFETY: non-null out-pointer the caller gave the stock call, which wrote it.
+        lifecycle::created(&[unsafe { out.read() }], r);
     }
-    // SAFETY: non-null out-pointer the caller gave the upstream call, which wrote it.
-    unsafe { p.read() }
 }
 
 pub unsafe fn ncclGetErrorString(result: ncclResult_t) -> *const c_char {
@@ -34,8 +37,8 @@ pub unsafe fn ncclCommInitRank(
     rank: c_int,
 ) -> ncclResult_t {
     let r = forward!(ncclCommInitRank(comm, nranks, commId, rank));
-    // SAFETY: `comm` is the caller's out-pointer, written by upstream on success.
-    lifecycle::created(&[unsafe { read_out(comm) }], r);
+    // SAFETY: `comm` is the caller's out-pointer of this very call.
+    unsafe { created(comm, r) };
     r
 }
 
@@ -48,7 +51,7 @@ pub unsafe fn ncclCommInitRankConfig(
 ) -> ncclResult_t {
     let r = forward!(ncclCommInitRankConfig(comm, nranks, commId, rank, config));
     // SAFETY: as above.
-    lifecycle::created(&[unsafe { read_out(comm) }], r);
+    unsafe { created(comm, r) };
     r
 }
 
@@ -72,7 +75,7 @@ pub unsafe fn ncclCommInitRankScalable(
 ) -> ncclResult_t {
     let r = forward!(ncclCommInitRankScalable(newcomm, nranks, myrank, nId, commIds, config));
     // SAFETY: as above.
-    lifecycle::created(&[unsafe { read_out(newcomm) }], r);
+    unsafe { created(newcomm, r) };
     r
 }
 
@@ -85,7 +88,7 @@ pub unsafe fn ncclCommSplit(
 ) -> ncclResult_t {
     let r = forward!(ncclCommSplit(comm, color, key, newcomm, config));
     // SAFETY: as above; NCCL_SPLIT_NOCOLOR leaves NULL there, which `created` skips.
-    lifecycle::created(&[unsafe { read_out(newcomm) }], r);
+    unsafe { created(newcomm, r) };
     r
 }
 
@@ -97,9 +100,12 @@ pub unsafe fn ncclCommShrink(
     config: *mut ncclConfig_t,
     shrinkFlags: c_int,
 ) -> ncclResult_t {
+    if shrinkFlags & NCCL_SHRINK_ABORT != 0 {
+        lifecycle::revoked(comm);
+    }
     let r = forward!(ncclCommShrink(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags));
     // SAFETY: as above.
-    lifecycle::created(&[unsafe { read_out(newcomm) }], r);
+    unsafe { created(newcomm, r) };
     r
 }
 
@@ -113,39 +119,40 @@ pub unsafe fn ncclCommGrow(
 ) -> ncclResult_t {
     let r = forward!(ncclCommGrow(comm, nRanks, uniqueId, rank, newcomm, config));
     // SAFETY: as above.
-    lifecycle::created(&[unsafe { read_out(newcomm) }], r);
+    unsafe { created(newcomm, r) };
     r
 }
 
 pub unsafe fn ncclCommFinalize(comm: ncclComm_t) -> ncclResult_t {
+    lifecycle::finalized(comm);
     forward!(ncclCommFinalize(comm))
 }
 
+pub unsafe fn ncclCommRevoke(comm: ncclComm_t, revokeFlags: c_int) -> ncclResult_t {
+    lifecycle::revoked(comm);
+    forward!(ncclCommRevoke(comm, revokeFlags))
+}
+
 pub unsafe fn ncclCommDestroy(comm: ncclComm_t) -> ncclResult_t {
-    lifecycle::destroyed(comm, false);
-    forward!(ncclCommDestroy(comm))
+    lifecycle::ended(comm, false, || forward!(ncclCommDestroy(comm)))
 }
 
 pub unsafe fn ncclCommAbort(comm: ncclComm_t) -> ncclResult_t {
-    lifecycle::destroyed(comm, true);
-    forward!(ncclCommAbort(comm))
+    lifecycle::ended(comm, true, || forward!(ncclCommAbort(comm)))
 }
 
-/// Reports rcclx's own late errors (kernel timeouts) after the upstream's, and completes
-/// the setup of a non-blocking communicator the first time it is reported ready.
+/// Adds rcclx's view to a communicator the stock library reports ready: `ncclInProgress` while
+/// rcclx's setup runs (this call advances it), rcclx's own late error (a kernel timeout) after.
 pub unsafe fn ncclCommGetAsyncError(comm: ncclComm_t, asyncError: *mut ncclResult_t) -> ncclResult_t {
     let r = forward!(ncclCommGetAsyncError(comm, asyncError));
     if r.is_ok() && !asyncError.is_null() {
         // SAFETY: non-null out-pointer, written by upstream on success.
         let upstream_state = unsafe { asyncError.read() };
         if upstream_state == ncclResult_t::Success {
-            lifecycle::complete(comm);
-            if let Some(s) = comm::lookup(comm) {
-                let own = s.async_error();
-                if !own.is_ok() {
-                    // SAFETY: as above.
-                    unsafe { asyncError.write(own) };
-                }
+            let own = lifecycle::async_state(comm);
+            if !own.is_ok() {
+                // SAFETY: as above.
+                unsafe { asyncError.write(own) };
             }
         }
     }
@@ -159,11 +166,20 @@ pub unsafe fn ncclGroupStart() -> ncclResult_t {
 
 pub unsafe fn ncclGroupEnd() -> ncclResult_t {
     let r = forward!(ncclGroupEnd());
-    lifecycle::group_end(r);
+    lifecycle::group_end(r, false);
+    r
+}
+
+/// Ends the group like `ncclGroupEnd` but runs nothing, as the stock library does.
+pub unsafe fn ncclGroupSimulateEnd(simInfo: *mut ncclSimInfo_t) -> ncclResult_t {
+    let r = forward!(ncclGroupSimulateEnd(simInfo));
+    lifecycle::group_end(r, true);
     r
 }
 
 fn bufs(send: *const c_void, recv: *mut c_void, stream: Stream) -> Buffers {
+    // SAFETY: the application's `cudaStream_t` / `hipStream_t` for this call (NCCL's contract).
+    let stream = unsafe { crate::gpu::Stream::from_raw(stream) };
     Buffers { send, recv, stream }
 }
 

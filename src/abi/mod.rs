@@ -1,9 +1,11 @@
 //! Layer `abi`: the exported C symbols. Thin by rule: a panic boundary, then a call down to
-//! `upstream` (forwarded functions) or to `hooks` (functions rcclx takes part in).
+//! `upstream` (forwarded functions), `comm` (ordered functions) or `hooks` (functions rcclx
+//! takes part in).
 //!
-//! Every export is generated from the one table in [`table`] by [`nccl_exports!`]: the
-//! `nccl*` symbol, its `pnccl*` profiling twin, the upstream function-pointer field and the
-//! name list the tests check. Nothing here is hand-written per function.
+//! Every export is generated from the one list in [`crate::nccl_api`] by [`nccl_exports!`]: the
+//! `nccl*` symbol, its `pnccl*` profiling twin and the name list the tests check (`upstream`
+//! generates the stock library's function table from the same list). Nothing here is
+//! hand-written per function.
 #![allow(non_snake_case)]
 
 pub mod boundary;
@@ -17,7 +19,8 @@ pub use boundary::{CReturn, boundary};
 #[derive(Debug, Clone, Copy)]
 pub struct Export {
     pub name: &'static str,
-    /// `forward` (straight to upstream) or `hook` (rcclx takes part: see `hooks`).
+    /// `forward` (straight to upstream), `ordered` (forwarded after `comm::ordered`) or `hook`
+    /// (rcclx takes part: see `hooks`).
     pub kind: &'static str,
     /// Rust spelling of the return type and of each `(name, type)` parameter; `tests/` turns
     /// them into C declarations that are compiled against the stock `nccl.h`.
@@ -25,29 +28,15 @@ pub struct Export {
     pub params: &'static [(&'static str, &'static str)],
 }
 
-/// Generates, from one list of C signatures:
-/// * `UpstreamFns`, one `Option<fn>` per symbol, resolved from the stock library;
+/// Generates, from the export list (`crate::nccl_api`):
 /// * `EXPORTS`, the list of names and signatures;
 /// * each `#[no_mangle] extern "C"` export and, in `mod profiling`, its `p`-prefixed twin.
 ///
-/// `forward` bodies call the upstream symbol of the same name. `hook` bodies call
-/// `hooks::<name>`, except when re-entered from inside the upstream library or with
-/// `RCCLX_DISABLE=1`, where they forward too.
+/// `forward` bodies call the upstream symbol of the same name; `ordered` ones do so through
+/// `comm::ordered`. `hook` bodies call `hooks::<name>`. Re-entered from inside the upstream
+/// library, or with `RCCLX_DISABLE=1`, every export forwards.
 macro_rules! nccl_exports {
-    ( $( $kind:ident fn $name:ident ( $( $arg:ident : $ty:ty ),* $(,)? ) -> $ret:ty ; )* ) => {
-        /// Function pointers of the stock library, one per export; `None` if it lacks the symbol.
-        #[allow(non_snake_case)]
-        pub struct UpstreamFns {
-            $( pub $name: Option<unsafe extern "C" fn($($ty),*) -> $ret>, )*
-        }
-
-        impl UpstreamFns {
-            /// Resolves every symbol of the table in `lib`.
-            pub fn resolve(lib: &libloading::Library) -> Self {
-                Self { $( $name: crate::upstream::symbol(lib, stringify!($name)), )* }
-            }
-        }
-
+    ( $( $kind:ident $( ( $c:ident, $s:ident ) )? fn $name:ident ( $( $arg:ident : $ty:ty ),* $(,)? ) -> $ret:ty ; )* ) => {
         pub const EXPORTS: &[$crate::abi::Export] = &[
             $( $crate::abi::Export {
                 name: stringify!($name),
@@ -57,7 +46,7 @@ macro_rules! nccl_exports {
             }, )*
         ];
 
-        $( $crate::abi::nccl_exports!(@export $kind $name ( $( $arg : $ty ),* ) -> $ret); )*
+        $( $crate::abi::nccl_exports!(@export $kind $( ( $c, $s ) )? $name ( $( $arg : $ty ),* ) -> $ret); )*
 
         /// The `pnccl*` profiling aliases (NCCL's PROFAPI): same behaviour as `nccl*`.
         pub mod profiling {
@@ -81,6 +70,23 @@ macro_rules! nccl_exports {
             $crate::abi::boundary(stringify!($name), move || {
                 $crate::upstream::trace_entry(stringify!($name));
                 $crate::abi::table::forward!($name( $( $arg ),* ))
+            })
+        }
+    };
+
+    (@export ordered ( $c:ident, $s:ident ) $name:ident ( $( $arg:ident : $ty:ty ),* ) -> $ret:ty) => {
+        #[doc = concat!("`", stringify!($name), "`: forwarded to the stock library, in order with the communicator's other operations.")]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name( $( $arg : $ty ),* ) -> $ret {
+            $crate::abi::boundary(stringify!($name), move || {
+                $crate::upstream::trace_entry(stringify!($name));
+                if $crate::upstream::pass_through() {
+                    $crate::abi::table::forward!($name( $( $arg ),* ))
+                } else {
+                    // SAFETY: the application's `cudaStream_t` / `hipStream_t` (NCCL's contract).
+                    let stream = unsafe { $crate::gpu::Stream::from_raw($s) };
+                    $crate::comm::ordered($c, stream, || $crate::abi::table::forward!($name( $( $arg ),* )))
+                }
             })
         }
     };

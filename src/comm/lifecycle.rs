@@ -1,31 +1,55 @@
 //! Communicator life cycle as rcclx sees it: created (maybe inside a group or non-blocking),
-//! set up when it is complete, destroyed.
+//! set up, used inside groups, finalized, revoked, destroyed or aborted.
 //!
-//! Setup (the record exchange through the upstream communicator) is collective, so it must
-//! run at a point every rank reaches and where the upstream communicator is usable:
-//! * blocking creation outside a group: right after the upstream call returns;
-//! * creation inside `ncclGroupStart/End` (nccl-tests, `ncclCommInitAll`): when this thread's
-//!   outermost `ncclGroupEnd` returns, for all communicators it created in the group at once
-//!   (one thread may own several ranks of one clique, so their exchanges run in one group);
-//! * non-blocking creation (`blocking = 0`, PyTorch's default): when `ncclCommGetAsyncError`
-//!   first reports the communicator complete.
+//! Setup (`clique`) exchanges records through the stock communicator, so it must run where
+//! every rank runs it at the same point of the communicator's operation sequence and where no
+//! thread waits for something it must itself do later:
+//! * blocking creation outside a group: right after the stock call returns (every rank is in
+//!   its creation call; no user operation can come first);
+//! * blocking creation inside `ncclGroupStart/End` (nccl-tests, `ncclCommInitAll`): when this
+//!   thread's outermost `ncclGroupEnd` returns, for all communicators it created in the group
+//!   at once (one thread may own several ranks of one clique);
+//! * non-blocking creation (`blocking = 0`: PyTorch, XLA): polled, never waited for. The
+//!   communicators created together form one batch; once the stock library reports all of them
+//!   ready, the batch's setup starts, and every `ncclCommGetAsyncError` (of any communicator,
+//!   from any thread) advances every pending batch one step. A communicator reports
+//!   `ncclInProgress` until its setup is done, so no user operation precedes the exchanges. A
+//!   thread owning several ranks thus polls all of them forward.
+//!
+//! Inside a group, rcclx's kernels wait for the outermost `ncclGroupEnd` (the stock library
+//! launches nothing before it), and `ncclGroupSimulateEnd` drops them, as it drops the group.
 
-use super::State;
-use crate::types::{ncclComm_t, ncclResult_t};
 use std::cell::{Cell, RefCell};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use super::{Job, State};
+use crate::clique::{self, Launch, Release};
+use crate::types::{ncclComm_t, ncclResult_t};
+use crate::upstream;
 
 thread_local! {
     static GROUP_DEPTH: Cell<u32> = const { Cell::new(0) };
     /// Communicators this thread created inside the current group, set up at its end.
-    static PENDING: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+    static CREATED_IN_GROUP: RefCell<Vec<ncclComm_t>> = const { RefCell::new(Vec::new()) };
+    /// rcclx launches of the current group, run at its end.
+    static DEFERRED: RefCell<Vec<(Job, Launch)>> = const { RefCell::new(Vec::new()) };
 }
 
-/// How a communicator came to be.
-#[derive(Clone, Copy, Debug)]
-pub struct Created {
-    /// `ncclInProgress` came back: a non-blocking communicator still initialising.
-    pub in_progress: bool,
+/// A batch of non-blocking communicators created together, set up together.
+struct Batch {
+    states: Vec<Arc<State>>,
+    /// Started once the stock library reported every communicator ready.
+    setup: Option<clique::Setup>,
 }
+
+// SAFETY: a batch holds communicator handles and device resources, all usable from any thread;
+// the mutex below serializes its use.
+unsafe impl Send for Batch {}
+
+static PENDING: Mutex<Vec<Batch>> = Mutex::new(Vec::new());
 
 pub fn in_group() -> bool {
     GROUP_DEPTH.with(|d| d.get() > 0)
@@ -35,76 +59,197 @@ pub fn group_start() {
     GROUP_DEPTH.with(|d| d.set(d.get() + 1));
 }
 
-/// After the upstream `ncclGroupEnd` returned `result`.
-pub fn group_end(result: ncclResult_t) {
+/// After the stock `ncclGroupEnd` returned `result` (or `ncclGroupSimulateEnd`, `simulated`).
+pub fn group_end(result: ncclResult_t, simulated: bool) {
     let outermost = GROUP_DEPTH.with(|d| {
         let v = d.get().saturating_sub(1);
         d.set(v);
         v == 0
     });
-    if outermost {
-        let pending = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
-        let comms: Vec<ncclComm_t> = pending.into_iter().map(|c| c as ncclComm_t).collect();
-        match result {
-            ncclResult_t::Success if !comms.is_empty() => setup(&comms),
-            // Non-blocking communicators created in the group: set up once reported ready.
-            ncclResult_t::InProgress => {
-                comms.iter().filter_map(|&c| super::lookup(c)).for_each(|s| s.set_in_progress())
+    if !outermost {
+        return;
+    }
+    let created = CREATED_IN_GROUP.with(|p| std::mem::take(&mut *p.borrow_mut()));
+    let deferred = DEFERRED.with(|p| std::mem::take(&mut *p.borrow_mut()));
+    let states: Vec<Arc<State>> = created.iter().filter_map(|&c| super::lookup(c)).collect();
+    match result {
+        _ if simulated => states.iter().for_each(|s| s.finish_setup(None)),
+        ncclResult_t::Success => set_up_now(&states),
+        ncclResult_t::InProgress => PENDING.lock().push(Batch { states, setup: None }),
+        _ => states.iter().for_each(|s| s.finish_setup(None)),
+    }
+    // A simulated group launches nothing; a failed one neither (peers may lack its calls).
+    if !simulated && result.is_ok_or_in_progress() {
+        for (job, launch) in deferred {
+            let code = job.run(launch);
+            if !code.is_ok() {
+                tracing::warn!("rcclx: a launch deferred to ncclGroupEnd failed ({})", code.0);
             }
-            _ => {}
         }
     }
 }
 
-/// After an upstream creation call returned `result` with the new handles in `comms`.
+/// Queues an rcclx launch until the outermost `ncclGroupEnd` of this thread.
+pub(super) fn defer(job: Job, launch: Launch) {
+    DEFERRED.with(|d| d.borrow_mut().push((job, launch)));
+}
+
+/// After a stock creation call returned `result` with the new handles in `comms`.
 pub fn created(comms: &[ncclComm_t], result: ncclResult_t) {
-    let how = Created { in_progress: result == ncclResult_t::InProgress };
     if !result.is_ok_or_in_progress() {
         return;
     }
     let comms: Vec<ncclComm_t> = comms.iter().copied().filter(|c| !c.is_null()).collect();
-    for &c in &comms {
-        super::insert(c, State::new(how));
-    }
-    if how.in_progress {
-        return; // set up when ncclCommGetAsyncError reports it complete
-    }
+    let states: Vec<Arc<State>> = comms.iter().map(|&c| super::insert(c)).collect();
     if in_group() {
-        PENDING.with(|p| p.borrow_mut().extend(comms.iter().map(|&c| c as usize)));
+        CREATED_IN_GROUP.with(|p| p.borrow_mut().extend(comms));
+    } else if result == ncclResult_t::InProgress {
+        PENDING.lock().push(Batch { states, setup: None });
     } else {
-        setup(&comms);
+        set_up_now(&states);
     }
 }
 
-/// `comm` is usable: `ncclCommGetAsyncError` reported it complete, or the first intercepted
-/// collective arrived (an application that never polled). A non-blocking communicator is set
-/// up here, outside any group (inside one the exchange could not complete before its end) and
-/// only on the thread that created it (PyTorch polls from the creating thread during init,
-/// then from a watchdog thread; the exchange must not run beside the main thread's work).
-pub fn complete(comm: ncclComm_t) {
-    if in_group() {
+/// Blocking setup of `states`, all owned by this thread, in one batch.
+fn set_up_now(states: &[Arc<State>]) {
+    if states.is_empty() {
         return;
     }
-    if let Some(s) = super::lookup(comm)
-        && s.take_in_progress()
-    {
-        setup(&[comm]);
+    let comms: Vec<ncclComm_t> = states.iter().map(|s| s.comm()).collect();
+    let outcome = clique::establish(&comms, || states.iter().any(|s| s.is_closed()));
+    finish(states, outcome);
+}
+
+fn finish(states: &[Arc<State>], outcome: clique::Outcome) {
+    for (comm, clique) in outcome {
+        if let Some(s) = states.iter().find(|s| s.comm() == comm) {
+            s.finish_setup(clique);
+        }
     }
 }
 
-/// Before the upstream destroy/abort: drop rcclx's state (and with it its GPU resources;
-/// freeing waits for kernels in flight). On abort, kernels still waiting for a peer are told
-/// to stop first, so the abort returns promptly.
-pub fn destroyed(comm: ncclComm_t, abort: bool) {
-    if let Some(s) = super::remove(comm)
-        && let (true, Some(setup)) = (abort, s.setup())
-    {
-        setup.request_abort();
+/// Advances every pending non-blocking setup by one step, without blocking. Another thread
+/// already doing so is left to it.
+pub fn progress() {
+    let Some(mut pending) = PENDING.try_lock() else { return };
+    pending.retain_mut(|b| !step(b));
+}
+
+/// One step of a batch; `true` when it has finished.
+fn step(b: &mut Batch) -> bool {
+    if b.states.iter().any(|s| s.is_closed()) {
+        b.states.iter().for_each(|s| s.finish_setup(None));
+        return true;
+    }
+    if b.setup.is_none() {
+        match b.states.iter().map(|s| upstream_state(s.comm())).find(|r| *r != ncclResult_t::Success) {
+            Some(ncclResult_t::InProgress) => return false,
+            Some(_) => {
+                b.states.iter().for_each(|s| s.finish_setup(None));
+                return true;
+            }
+            None => {}
+        }
+        let comms: Vec<ncclComm_t> = b.states.iter().map(|s| s.comm()).collect();
+        match clique::Setup::start(&comms) {
+            Ok(s) => b.setup = Some(s),
+            Err(e) => {
+                tracing::warn!("rcclx setup failed ({e}); these communicators forward every call");
+                b.states.iter().for_each(|s| s.finish_setup(None));
+                return true;
+            }
+        }
+    }
+    match b.setup.as_mut().map(|s| s.poll()) {
+        Some(Ok(None)) => false,
+        Some(Ok(Some(outcome))) => {
+            finish(&b.states, outcome);
+            true
+        }
+        Some(Err(e)) => {
+            tracing::warn!("rcclx setup failed ({e}); these communicators forward every call");
+            b.states.iter().for_each(|s| s.finish_setup(None));
+            true
+        }
+        None => true,
     }
 }
 
-/// Collective setup of `comms` (all owned by this thread). Failures leave a communicator
-/// forwarding everything; they never fail the user's call.
-fn setup(comms: &[ncclComm_t]) {
-    crate::dda::setup::run(comms);
+/// The stock library's view of `comm`: `ncclSuccess` once ready, `ncclInProgress` before.
+fn upstream_state(comm: ncclComm_t) -> ncclResult_t {
+    let Some(get) = upstream::get().ok().and_then(|u| u.fns.ncclCommGetAsyncError) else {
+        return ncclResult_t::InternalError;
+    };
+    let mut state = ncclResult_t::InProgress;
+    // SAFETY: a communicator handle the stock library created, and an out-pointer to a local.
+    let r = upstream::guarded(|| unsafe { get(comm, &mut state) });
+    if r.is_ok() { state } else { r }
+}
+
+/// Waits until `state`'s setup has finished, advancing pending setups (an operation on a
+/// non-blocking communicator that was never polled ready). Returns at once when it has.
+pub fn wait_set_up(state: &State) {
+    let mut nap = Duration::from_micros(20);
+    while !state.set_up() {
+        progress();
+        if state.set_up() || state.is_closed() {
+            return;
+        }
+        std::thread::sleep(nap);
+        nap = (nap * 2).min(Duration::from_millis(1));
+    }
+}
+
+/// `ncclCommGetAsyncError` reported `ncclSuccess` for `comm`: what rcclx adds. A communicator
+/// whose setup is still running reports `ncclInProgress`; one with a late rcclx error, that error.
+pub fn async_state(comm: ncclComm_t) -> ncclResult_t {
+    let Some(state) = super::lookup(comm) else { return ncclResult_t::Success };
+    if !state.set_up() {
+        progress();
+        if !state.set_up() {
+            return ncclResult_t::InProgress;
+        }
+    }
+    if state.is_closed() { ncclResult_t::Success } else { state.own_error() }
+}
+
+/// `ncclCommFinalize` (before forwarding): rcclx launches nothing more on `comm`.
+pub fn finalized(comm: ncclComm_t) {
+    if let Some(s) = super::lookup(comm) {
+        s.close(false);
+    }
+}
+
+/// `ncclCommRevoke`, or `ncclCommShrink` with the abort flag, on `comm` (before forwarding):
+/// rcclx's kernels stop waiting and nothing more is launched.
+pub fn revoked(comm: ncclComm_t) {
+    if let Some(s) = super::lookup(comm) {
+        s.close(true);
+    }
+}
+
+/// `ncclCommDestroy` / `ncclCommAbort` of `comm`: `forward` is the stock call. On abort, rcclx's
+/// kernels are told to stop and the stock abort runs before anything that waits for the device
+/// (a stock kernel of this communicator may be stuck on a dead peer). On destroy, rcclx's
+/// resources are released first (that waits for the device, as the stock destroy does).
+pub fn ended(comm: ncclComm_t, abort: bool, forward: impl FnOnce() -> ncclResult_t) -> ncclResult_t {
+    let Some(state) = super::remove(comm) else { return forward() };
+    state.close(abort);
+    // Drop the comm from a pending batch (its other communicators then forward).
+    if let Some(mut pending) = PENDING.try_lock() {
+        pending.retain_mut(|b| !(b.states.iter().any(|s| Arc::ptr_eq(s, &state)) && step(b)));
+    }
+    let clique = state.clique().cloned();
+    if abort {
+        let r = forward();
+        if let Some(c) = clique {
+            c.release(Release::Abort);
+        }
+        r
+    } else {
+        if let Some(c) = clique {
+            c.release(Release::Destroy);
+        }
+        forward()
+    }
 }

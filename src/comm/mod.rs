@@ -1,88 +1,101 @@
-//! Layer `comm`: the side table, upstream `ncclComm_t` -> rcclx [`State`].
+//! Layer `comm`: rcclx's state per communicator, in a side table keyed by the stock
+//! `ncclComm_t`, and the route of every call that names a communicator.
 //!
 //! The caller's communicator handle is never wrapped: forwarded calls pass it through
-//! untouched, and rcclx keeps its own state here, created when a communicator is created
-//! (init, split, shrink, grow) and dropped on destroy / abort (finalize keeps it until destroy).
-//! Depends on: `upstream`, `config`, `intercept` (types), and the algorithm layers.
+//! untouched. A communicator's [`State`] is created when the stock library created it (init,
+//! split, shrink, grow) and dropped on destroy / abort (`lifecycle`). It owns the clique (once
+//! setup agreed on one), the statistics, the first late error and the cross-stream order.
+//!
+//! Layer: the top of the algorithm layers (`dda`, `lowp`, `clique`, `intercept`, `upstream`);
+//! only `abi` calls it.
 
-use crate::dda::Buffers;
-use crate::intercept::{CallDesc, CommFacts, Reason, Route, Thresholds};
-use crate::types::{ncclComm_t, ncclResult_t};
-use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 
+use parking_lot::RwLock;
+
+use crate::clique::{Buffers, Clique, Launch};
+use crate::error::Error;
+use crate::intercept::{Algo, CallDesc, Reason, Route};
+use crate::types::{ncclComm_t, ncclResult_t};
+
 pub mod lifecycle;
+mod order;
 pub mod stats;
-pub use stats::Stats;
+
+pub use stats::{Snapshot, Stats};
 
 /// rcclx's state for one communicator.
 pub struct State {
+    comm: usize,
     pub stats: Stats,
-    /// First late error (kernel timeout, failure in a drop), reported by
-    /// `ncclCommGetAsyncError` (cudarc's `record_err`).
-    async_error: AtomicU32,
-    /// Non-blocking creation not yet reported complete.
-    in_progress: AtomicBool,
-    /// The thread that created the communicator: the only one that may run its deferred
-    /// setup (an application's watchdog thread polling `ncclCommGetAsyncError` must not
-    /// start a collective exchange beside the main thread's collectives).
-    creator: std::thread::ThreadId,
-    /// What every rank agreed at setup, and the algorithm resources; unset: forward all.
-    setup: OnceLock<crate::dda::setup::Setup>,
+    /// Set once, when setup finished: the clique, or `None` (every call forwards).
+    clique: OnceLock<Option<Arc<Clique>>>,
+    /// First late error of rcclx's own (a kernel timeout, a failed launch); later calls on the
+    /// communicator return it, as the stock library returns its asynchronous error.
+    error: AtomicU32,
+    /// Finalized, revoked or aborted: rcclx launches nothing more on it, calls forward.
+    closed: AtomicBool,
+    order: order::Order,
 }
 
 impl State {
-    pub fn new(how: lifecycle::Created) -> Self {
+    fn new(comm: ncclComm_t) -> Self {
         Self {
+            comm: comm as usize,
             stats: Stats::default(),
-            async_error: AtomicU32::new(0),
-            in_progress: AtomicBool::new(how.in_progress),
-            creator: std::thread::current().id(),
-            setup: OnceLock::new(),
+            clique: OnceLock::new(),
+            error: AtomicU32::new(0),
+            closed: AtomicBool::new(false),
+            order: order::Order::default(),
+        }
+    }
+
+    pub fn comm(&self) -> ncclComm_t {
+        self.comm as ncclComm_t
+    }
+
+    /// Whether setup has finished (with or without a clique).
+    pub fn set_up(&self) -> bool {
+        self.clique.get().is_some()
+    }
+
+    /// The clique, when setup agreed on one.
+    pub fn clique(&self) -> Option<&Arc<Clique>> {
+        self.clique.get().and_then(|c| c.as_ref())
+    }
+
+    fn finish_setup(&self, clique: Option<Clique>) {
+        if self.clique.set(clique.map(Arc::new)).is_err() {
+            tracing::warn!("comm {:p}: set up twice", self.comm());
         }
     }
 
     /// Records a late error; the first one wins.
     pub fn record_error(&self, code: ncclResult_t) {
-        let _ = self.async_error.compare_exchange(0, code.0, Relaxed, Relaxed);
+        let _ = self.error.compare_exchange(0, code.0, Relaxed, Relaxed);
     }
 
-    /// The first late error: one recorded on the host, else one a kernel wrote (timeout).
-    pub fn async_error(&self) -> ncclResult_t {
-        let own = ncclResult_t(self.async_error.load(Relaxed));
+    /// The first late error of rcclx's own: recorded on the host, or a kernel timeout.
+    pub fn own_error(&self) -> ncclResult_t {
+        let own = ncclResult_t(self.error.load(Relaxed));
         if !own.is_ok() {
             return own;
         }
-        self.setup().map_or(ncclResult_t::Success, |s| s.kernel_error())
+        self.clique().map_or(ncclResult_t::Success, |c| c.kernel_error())
     }
 
-    pub fn set_in_progress(&self) {
-        self.in_progress.store(true, Relaxed);
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Relaxed)
     }
 
-    /// True once: the first time a non-blocking communicator is seen complete, and only on
-    /// the thread that created it.
-    pub fn take_in_progress(&self) -> bool {
-        std::thread::current().id() == self.creator && self.in_progress.swap(false, Relaxed)
-    }
-
-    pub fn setup(&self) -> Option<&crate::dda::setup::Setup> {
-        self.setup.get()
-    }
-
-    pub fn set_setup(&self, s: crate::dda::setup::Setup) {
-        let _ = self.setup.set(s);
-    }
-
-    /// Facts for `intercept::decide`; a communicator that was not set up forwards.
-    pub fn facts(&self) -> Option<(&CommFacts, &Thresholds)> {
-        self.setup.get().map(|s| (&s.facts, &s.thresholds))
-    }
-
-    pub fn count(&self, route: Route, bytes: u64) {
-        self.stats.count(route, bytes);
+    /// rcclx launches nothing more on this communicator; its kernels stop waiting.
+    pub fn close(&self, stop_kernels: bool) {
+        self.closed.store(true, Relaxed);
+        if stop_kernels && let Some(c) = self.clique() {
+            c.request_abort();
+        }
     }
 }
 
@@ -98,75 +111,160 @@ pub fn lookup(comm: ncclComm_t) -> Option<Arc<State>> {
     table().read().get(&(comm as usize)).cloned()
 }
 
-pub fn insert(comm: ncclComm_t, state: State) -> Arc<State> {
-    let s = Arc::new(state);
+fn insert(comm: ncclComm_t) -> Arc<State> {
+    let s = Arc::new(State::new(comm));
     table().write().insert(comm as usize, s.clone());
     s
 }
 
-/// Removes `comm`'s state; it is released when the last user lets go of it. Its counters
-/// are added to the process totals ([`process_stats`]).
-pub fn remove(comm: ncclComm_t) -> Option<Arc<State>> {
+/// Removes `comm`'s state; its counters are added to the process totals.
+fn remove(comm: ncclComm_t) -> Option<Arc<State>> {
     let s = table().write().remove(&(comm as usize));
     if let Some(s) = &s {
-        tracing::info!("comm {comm:p}: {}", s.stats.summary());
-        RETIRED.add(&s.stats.snapshot());
+        let snap = s.stats.snapshot();
+        tracing::info!("comm {comm:p}: {}", snap.summary());
+        RETIRED.write().add(&snap);
     }
     s
 }
 
 /// Counters of destroyed communicators.
-static RETIRED: stats::Totals = stats::Totals::new();
+static RETIRED: RwLock<Snapshot> = RwLock::new(Snapshot {
+    routes: [stats::Counter { calls: 0, bytes: 0 }; stats::ROUTES],
+    reasons: [0; Reason::ALL.len()],
+});
 
 /// Statistics summed over every communicator of the process, live and destroyed.
-pub fn process_stats() -> crate::abi::own::rcclxCommStats {
-    let t = stats::Totals::new();
-    t.add(&RETIRED.snapshot());
+pub fn process_stats() -> Snapshot {
+    let mut t = *RETIRED.read();
     for s in table().read().values() {
         t.add(&s.stats.snapshot());
     }
-    t.snapshot()
+    t
 }
 
-/// Runs one intercepted collective: decides the route and runs rcclx's kernel, or calls
-/// `forward` (the upstream function with the caller's arguments).
-pub fn collective(
-    comm: ncclComm_t,
-    call: CallDesc,
-    bufs: Buffers,
+/// The state of `comm` ready for an operation: setup finished (waiting for it if needed), not
+/// closed. `Err` carries the error an operation must return (rcclx's own late error); `Ok(None)`:
+/// rcclx has nothing to do with this call (unknown, closed, or forwarding everything).
+type Usable = Result<Option<(Arc<State>, Arc<Clique>)>, (Arc<State>, ncclResult_t)>;
+
+fn usable(comm: ncclComm_t) -> Usable {
+    let Some(state) = lookup(comm) else { return Ok(None) };
+    lifecycle::wait_set_up(&state);
+    if state.is_closed() {
+        return Ok(None);
+    }
+    let own = state.own_error();
+    if !own.is_ok() {
+        return Err((state, own));
+    }
+    Ok(state.clique().cloned().map(|c| (state, c)))
+}
+
+/// A stock-library operation on `comm` and `stream` (everything but the four intercepted
+/// collectives): ordered after the communicator's earlier operations, then forwarded.
+pub fn ordered(comm: ncclComm_t, stream: crate::gpu::Stream, forward: impl FnOnce() -> ncclResult_t) -> ncclResult_t {
+    match usable(comm) {
+        Ok(None) => forward(),
+        Err((_, code)) => code,
+        Ok(Some((state, clique))) => forward_in_order(&state, &clique, stream, forward),
+    }
+}
+
+fn forward_in_order(
+    state: &State,
+    clique: &Clique,
+    stream: crate::gpu::Stream,
     forward: impl FnOnce() -> ncclResult_t,
 ) -> ncclResult_t {
-    let Some(state) = lookup(comm) else { return forward() };
-    if state.setup().is_none() {
-        lifecycle::complete(comm);
+    if let Err(e) = state.order.before(clique.device, stream) {
+        tracing::warn!("comm {:p}: ordering across streams: {e}", state.comm());
     }
-    let Some(setup) = state.setup() else {
-        state.count(Route::Upstream(Reason::NotSetUp), 0);
-        return forward();
+    let r = forward();
+    if let Err(e) = state.order.after(clique.device, !lifecycle::in_group()) {
+        tracing::warn!("comm {:p}: ordering across streams: {e}", state.comm());
+    }
+    r
+}
+
+/// Runs one intercepted collective: decides the route and runs rcclx's kernel (now, or at the
+/// end of the caller's group), or calls `forward` (the stock function with the caller's
+/// arguments).
+pub fn collective(comm: ncclComm_t, call: CallDesc, bufs: Buffers, forward: impl FnOnce() -> ncclResult_t) -> ncclResult_t {
+    let (state, clique) = match usable(comm) {
+        Ok(Some(sc)) => sc,
+        Ok(None) => {
+            if let Some(s) = lookup(comm) {
+                let why = if s.is_closed() { Reason::CommError } else { Reason::NotSetUp };
+                s.stats.count(call.coll, Route::Upstream(why), 0);
+            }
+            return forward();
+        }
+        Err((state, code)) => {
+            state.stats.count(call.coll, Route::Upstream(Reason::CommError), 0);
+            return code;
+        }
     };
-    let bytes = call.bytes(setup.facts.nranks).unwrap_or(0);
-    let route = crate::intercept::decide(&call, &setup.facts, &setup.thresholds);
+    let bytes = call.bytes(clique.nranks).unwrap_or(0);
+    let route = crate::intercept::decide(&call, &clique.facts, &clique.thresholds);
     tracing::trace!("{:?} count {} {:?} {:?} on comm {comm:p}: {route:?}", call.coll, call.count, call.dtype, call.op);
     // NULL buffers: the stock library reports the error code it always does.
     let route = if bufs.send.is_null() || bufs.recv.is_null() { Route::Upstream(Reason::NullBuffer) } else { route };
-    if let Route::Upstream(_) = route {
-        state.count(route, bytes);
-        return forward();
-    }
-    let launched = match route {
-        Route::Lowp => crate::lowp::launch::run(setup, &call, &bufs),
-        _ => crate::dda::run(setup, route, &call, &bufs),
+    let algo = match route {
+        Route::Own(algo) => algo,
+        Route::Upstream(_) => {
+            state.stats.count(call.coll, route, bytes);
+            return forward_in_order(&state, &clique, bufs.stream, forward);
+        }
     };
-    match launched {
-        Ok(()) => {
-            state.count(route, bytes);
+    let planned = match algo {
+        Algo::Lowp => crate::lowp::plan(&clique, &call, &bufs),
+        _ => crate::dda::plan(&clique, algo, &call, &bufs),
+    };
+    let job = Job { state, clique, coll: call.coll, route, bytes, stream: bufs.stream };
+    match planned {
+        Ok(launch) if lifecycle::in_group() => {
+            lifecycle::defer(job, launch);
             ncclResult_t::Success
         }
-        Err(e) => {
-            tracing::warn!("{:?} on comm {comm:p}: {e}", call.coll);
-            state.count(Route::Upstream(Reason::Failed), bytes);
-            state.record_error(e.code());
-            e.code()
+        Ok(launch) => job.run(launch),
+        Err(e) => job.failed(e),
+    }
+}
+
+/// A planned rcclx launch with what it needs to run and be counted.
+pub struct Job {
+    state: Arc<State>,
+    clique: Arc<Clique>,
+    coll: crate::intercept::Coll,
+    route: Route,
+    bytes: u64,
+    stream: crate::gpu::Stream,
+}
+
+impl Job {
+    /// Orders and launches; a failure puts the communicator in error.
+    fn run(self, launch: Launch) -> ncclResult_t {
+        if self.state.is_closed() {
+            return ncclResult_t::Success; // aborted meanwhile (a deferred launch): nothing runs
         }
+        if let Err(e) = self.state.order.before(self.clique.device, self.stream) {
+            return self.failed(e);
+        }
+        match self.clique.launch(launch.func, launch.grid, launch.args, self.stream) {
+            Ok(()) => {
+                let _ = self.state.order.after(self.clique.device, true);
+                self.state.stats.count(self.coll, self.route, self.bytes);
+                ncclResult_t::Success
+            }
+            Err(e) => self.failed(e),
+        }
+    }
+
+    fn failed(self, e: Error) -> ncclResult_t {
+        tracing::warn!("{:?} on comm {:p}: {e}", self.coll, self.state.comm());
+        self.state.stats.count(self.coll, Route::Upstream(Reason::Failed), self.bytes);
+        self.state.record_error(e.code);
+        e.code
     }
 }

@@ -1,141 +1,150 @@
-//! Per-communicator statistics: calls and bytes per path, forwarded calls per reason.
+//! Per-communicator statistics: calls and bytes per route (each kernel family of
+//! `kernel_table`, plus the stock library), and forwarded calls per reason.
 
-use crate::abi::own::rcclxCommStats;
 use crate::intercept::{Reason, Route};
+use crate::kernel_table::FAMILIES;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-#[derive(Default)]
-pub struct Stats {
-    ll: [AtomicU64; 2],
-    flat: [AtomicU64; 2],
-    tree: [AtomicU64; 2],
-    lowp: [AtomicU64; 2],
-    forwarded: [AtomicU64; 2],
-    by_reason: [AtomicU64; 16],
-}
+/// Number of routes: one per kernel family, then "forwarded to the stock library".
+pub const ROUTES: usize = FAMILIES.len() + 1;
+/// Index of the forwarded route.
+pub const FORWARDED: usize = FAMILIES.len();
 
-impl Stats {
-    pub fn count(&self, route: Route, bytes: u64) {
-        let slot = match route {
-            Route::DdaLl => &self.ll,
-            Route::DdaFlat => &self.flat,
-            Route::DdaTree => &self.tree,
-            Route::Lowp => &self.lowp,
-            Route::Upstream(reason) => {
-                self.by_reason[reason as usize].fetch_add(1, Relaxed);
-                &self.forwarded
-            }
-        };
-        slot[0].fetch_add(1, Relaxed);
-        slot[1].fetch_add(bytes, Relaxed);
-    }
-
-    pub fn snapshot(&self) -> rcclxCommStats {
-        let n = |a: &AtomicU64| a.load(Relaxed);
-        rcclxCommStats {
-            ddaLlCalls: n(&self.ll[0]),
-            ddaLlBytes: n(&self.ll[1]),
-            ddaFlatCalls: n(&self.flat[0]),
-            ddaFlatBytes: n(&self.flat[1]),
-            ddaTreeCalls: n(&self.tree[0]),
-            ddaTreeBytes: n(&self.tree[1]),
-            lowpCalls: n(&self.lowp[0]),
-            lowpBytes: n(&self.lowp[1]),
-            forwardedCalls: n(&self.forwarded[0]),
-            forwardedBytes: n(&self.forwarded[1]),
-            forwardedByReason: std::array::from_fn(|i| n(&self.by_reason[i])),
-        }
-    }
-
-    /// One line for the INFO log on destroy.
-    pub fn summary(&self) -> String {
-        let s = self.snapshot();
-        let mut reasons = String::new();
-        for (i, r) in Reason::ALL.iter().enumerate() {
-            if s.forwardedByReason[i] > 0 {
-                reasons += &format!(" {}={}", r.c_name().to_string_lossy(), s.forwardedByReason[i]);
-            }
-        }
-        format!(
-            "ll {} calls {} B, flat {} calls {} B, tree {} calls {} B, fp8 {} calls {} B, forwarded {} calls {} B{}{}",
-            s.ddaLlCalls,
-            s.ddaLlBytes,
-            s.ddaFlatCalls,
-            s.ddaFlatBytes,
-            s.ddaTreeCalls,
-            s.ddaTreeBytes,
-            s.lowpCalls,
-            s.lowpBytes,
-            s.forwardedCalls,
-            s.forwardedBytes,
-            if reasons.is_empty() { "" } else { " by reason:" },
-            reasons
-        )
+/// Name of route `i`: `<collective>.<algorithm>` (e.g. `allreduce.ll`), or `forwarded`.
+pub fn route_name(i: usize) -> Option<String> {
+    match FAMILIES.get(i) {
+        Some(f) => Some(format!("{}.{}", f.coll, f.algo)),
+        None if i == FORWARDED => Some("forwarded".into()),
+        None => None,
     }
 }
 
-/// A running sum of snapshots (process totals).
-pub struct Totals(parking_lot::Mutex<rcclxCommStats>);
+/// Calls and bytes of one route.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counter {
+    pub calls: u64,
+    pub bytes: u64,
+}
 
-impl Default for Totals {
+/// A copy of the counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    pub routes: [Counter; ROUTES],
+    pub reasons: [u64; Reason::ALL.len()],
+}
+
+impl Default for Snapshot {
     fn default() -> Self {
-        Self::new()
+        Self { routes: [Counter::default(); ROUTES], reasons: [0; Reason::ALL.len()] }
     }
 }
 
-impl Totals {
-    pub const fn new() -> Self {
-        Self(parking_lot::Mutex::new(rcclxCommStats {
-            ddaLlCalls: 0,
-            ddaLlBytes: 0,
-            ddaFlatCalls: 0,
-            ddaFlatBytes: 0,
-            ddaTreeCalls: 0,
-            ddaTreeBytes: 0,
-            lowpCalls: 0,
-            lowpBytes: 0,
-            forwardedCalls: 0,
-            forwardedBytes: 0,
-            forwardedByReason: [0; 16],
-        }))
-    }
-
-    pub fn add(&self, s: &rcclxCommStats) {
-        let mut t = self.0.lock();
-        t.ddaLlCalls += s.ddaLlCalls;
-        t.ddaLlBytes += s.ddaLlBytes;
-        t.ddaFlatCalls += s.ddaFlatCalls;
-        t.ddaFlatBytes += s.ddaFlatBytes;
-        t.ddaTreeCalls += s.ddaTreeCalls;
-        t.ddaTreeBytes += s.ddaTreeBytes;
-        t.lowpCalls += s.lowpCalls;
-        t.lowpBytes += s.lowpBytes;
-        t.forwardedCalls += s.forwardedCalls;
-        t.forwardedBytes += s.forwardedBytes;
-        for (a, b) in t.forwardedByReason.iter_mut().zip(s.forwardedByReason) {
+impl Snapshot {
+    pub fn add(&mut self, o: &Snapshot) {
+        for (a, b) in self.routes.iter_mut().zip(&o.routes) {
+            a.calls += b.calls;
+            a.bytes += b.bytes;
+        }
+        for (a, b) in self.reasons.iter_mut().zip(&o.reasons) {
             *a += b;
         }
     }
 
-    pub fn snapshot(&self) -> rcclxCommStats {
-        *self.0.lock()
+    /// Calls and bytes summed over the families whose algorithm is `algo` (`ll`, `lowp`, ...).
+    pub fn algo(&self, algo: &str) -> Counter {
+        FAMILIES.iter().zip(&self.routes).filter(|(f, _)| f.algo == algo).fold(Counter::default(), |a, (_, c)| Counter {
+            calls: a.calls + c.calls,
+            bytes: a.bytes + c.bytes,
+        })
+    }
+
+    /// One line for the INFO log.
+    pub fn summary(&self) -> String {
+        let mut s = String::new();
+        for (i, c) in self.routes.iter().enumerate() {
+            if c.calls > 0 {
+                s += &format!("{} {} calls {} B, ", route_name(i).unwrap_or_default(), c.calls, c.bytes);
+            }
+        }
+        if s.is_empty() {
+            s += "no intercepted calls";
+        }
+        let s = s.trim_end_matches(", ").to_string();
+        let reasons: Vec<String> = Reason::ALL
+            .iter()
+            .zip(&self.reasons)
+            .filter(|(_, n)| **n > 0)
+            .map(|(r, n)| format!("{}={n}", r.c_name().to_string_lossy()))
+            .collect();
+        if reasons.is_empty() { s } else { format!("{s}; forwarded by reason: {}", reasons.join(" ")) }
+    }
+}
+
+/// Live counters of one communicator.
+pub struct Stats {
+    routes: [[AtomicU64; 2]; ROUTES],
+    reasons: [AtomicU64; Reason::ALL.len()],
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Self {
+            routes: std::array::from_fn(|_| [AtomicU64::new(0), AtomicU64::new(0)]),
+            reasons: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}
+
+impl Stats {
+    /// Counts one call of `bytes` that `coll` took on `route`.
+    pub fn count(&self, coll: crate::intercept::Coll, route: Route, bytes: u64) {
+        let i = match route {
+            Route::Own(algo) => crate::intercept::family(coll, algo).unwrap_or(FORWARDED),
+            Route::Upstream(reason) => {
+                self.reasons[reason as usize].fetch_add(1, Relaxed);
+                FORWARDED
+            }
+        };
+        self.routes[i][0].fetch_add(1, Relaxed);
+        self.routes[i][1].fetch_add(bytes, Relaxed);
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            routes: std::array::from_fn(|i| Counter { calls: self.routes[i][0].load(Relaxed), bytes: self.routes[i][1].load(Relaxed) }),
+            reasons: std::array::from_fn(|i| self.reasons[i].load(Relaxed)),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::intercept::{Algo, Coll};
 
     #[test]
-    fn counts_per_path_and_reason() {
+    fn counts_per_route_and_reason() {
         let s = Stats::default();
-        s.count(Route::DdaFlat, 100);
-        s.count(Route::DdaFlat, 28);
-        s.count(Route::Upstream(Reason::Size), 7);
+        s.count(Coll::AllReduce, Route::Own(Algo::Flat), 100);
+        s.count(Coll::AllReduce, Route::Own(Algo::Flat), 28);
+        s.count(Coll::AllGather, Route::Own(Algo::Lowp), 5);
+        s.count(Coll::AllGather, Route::Upstream(Reason::Size), 7);
         let snap = s.snapshot();
-        assert_eq!((snap.ddaFlatCalls, snap.ddaFlatBytes), (2, 128));
-        assert_eq!((snap.forwardedCalls, snap.forwardedBytes), (1, 7));
-        assert_eq!(snap.forwardedByReason[Reason::Size as usize], 1);
-        assert!(s.summary().contains("size=1"));
+        let flat = crate::intercept::family(Coll::AllReduce, Algo::Flat).unwrap();
+        assert_eq!(snap.routes[flat], Counter { calls: 2, bytes: 128 });
+        assert_eq!(snap.routes[FORWARDED], Counter { calls: 1, bytes: 7 });
+        assert_eq!(snap.reasons[Reason::Size as usize], 1);
+        assert_eq!(snap.algo("lowp"), Counter { calls: 1, bytes: 5 });
+        assert!(snap.summary().contains("allreduce.flat 2 calls 128 B"), "{}", snap.summary());
+        assert!(snap.summary().contains("size=1"));
+    }
+
+    #[test]
+    fn route_names_are_unique() {
+        let mut names: Vec<String> = (0..ROUTES).map(|i| route_name(i).unwrap()).collect();
+        assert_eq!(route_name(ROUTES), None);
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), ROUTES);
     }
 }

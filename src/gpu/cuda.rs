@@ -54,6 +54,7 @@ entry_points! {
         cuCtxGetCurrent = "cuCtxGetCurrent": fn(*mut Handle) -> CUresult;
         cuCtxSetCurrent = "cuCtxSetCurrent": fn(Handle) -> CUresult;
         cuCtxGetDevice = "cuCtxGetDevice": fn(*mut CUdevice) -> CUresult;
+        cuCtxSynchronize = "cuCtxSynchronize": fn() -> CUresult;
         cuCtxEnablePeerAccess = "cuCtxEnablePeerAccess": fn(Handle, c_uint) -> CUresult;
         cuMemAlloc = "cuMemAlloc_v2": fn(*mut CUdeviceptr, usize) -> CUresult;
         cuMemFree = "cuMemFree_v2": fn(CUdeviceptr) -> CUresult;
@@ -63,8 +64,8 @@ entry_points! {
         cuMemFreeHost = "cuMemFreeHost": fn(*mut c_void) -> CUresult;
         cuMemsetD8Async = "cuMemsetD8Async": fn(CUdeviceptr, u8, usize, Handle) -> CUresult;
         cuMemcpyAsync = "cuMemcpyAsync": fn(CUdeviceptr, CUdeviceptr, usize, Handle) -> CUresult;
-        cuMemcpyHtoD = "cuMemcpyHtoD_v2": fn(CUdeviceptr, *const c_void, usize) -> CUresult;
-        cuMemcpyDtoH = "cuMemcpyDtoH_v2": fn(*mut c_void, CUdeviceptr, usize) -> CUresult;
+        cuMemcpyHtoDAsync = "cuMemcpyHtoDAsync_v2": fn(CUdeviceptr, *const c_void, usize, Handle) -> CUresult;
+        cuMemcpyDtoHAsync = "cuMemcpyDtoHAsync_v2": fn(*mut c_void, CUdeviceptr, usize, Handle) -> CUresult;
         cuIpcGetMemHandle = "cuIpcGetMemHandle": fn(*mut IpcHandle, CUdeviceptr) -> CUresult;
         cuIpcOpenMemHandle = "cuIpcOpenMemHandle_v2":
             fn(*mut CUdeviceptr, IpcHandle, c_uint) -> CUresult;
@@ -85,6 +86,7 @@ entry_points! {
         cuEventCreate = "cuEventCreate": fn(*mut Handle, c_uint) -> CUresult;
         cuEventRecord = "cuEventRecord": fn(Handle, Handle) -> CUresult;
         cuEventSynchronize = "cuEventSynchronize": fn(Handle) -> CUresult;
+        cuEventQuery = "cuEventQuery": fn(Handle) -> CUresult;
         cuEventDestroy = "cuEventDestroy_v2": fn(Handle) -> CUresult;
     }
     optional {}
@@ -320,14 +322,14 @@ impl Backend for Cuda {
         self.check("cuMemcpyAsync", unsafe { (self.api.cuMemcpyAsync)(dst, src, bytes, stream) })
     }
 
-    unsafe fn memcpy_htod(&self, dst: u64, src: *const u8, bytes: usize) -> Result<(), Error> {
-        // SAFETY: the caller guarantees both ranges.
-        self.check("cuMemcpyHtoD_v2", unsafe { (self.api.cuMemcpyHtoD)(dst, src.cast(), bytes) })
+    unsafe fn memcpy_htod_async(&self, dst: u64, src: *const u8, bytes: usize, stream: *mut c_void) -> Result<(), Error> {
+        // SAFETY: the caller guarantees both ranges and the stream.
+        self.check("cuMemcpyHtoDAsync_v2", unsafe { (self.api.cuMemcpyHtoDAsync)(dst, src.cast(), bytes, stream) })
     }
 
-    unsafe fn memcpy_dtoh(&self, dst: *mut u8, src: u64, bytes: usize) -> Result<(), Error> {
-        // SAFETY: the caller guarantees both ranges.
-        self.check("cuMemcpyDtoH_v2", unsafe { (self.api.cuMemcpyDtoH)(dst.cast(), src, bytes) })
+    unsafe fn memcpy_dtoh_async(&self, dst: *mut u8, src: u64, bytes: usize, stream: *mut c_void) -> Result<(), Error> {
+        // SAFETY: the caller guarantees both ranges and the stream.
+        self.check("cuMemcpyDtoHAsync_v2", unsafe { (self.api.cuMemcpyDtoHAsync)(dst.cast(), src, bytes, stream) })
     }
 
     fn ipc_get_handle(&self, ptr: u64) -> Result<IpcHandle, Error> {
@@ -410,6 +412,11 @@ impl Backend for Cuda {
         self.check("cuStreamSynchronize", unsafe { (self.api.cuStreamSynchronize)(stream) })
     }
 
+    fn device_synchronize(&self) -> Result<(), Error> {
+        // SAFETY: no arguments; waits for the current context's work.
+        self.check("cuCtxSynchronize", unsafe { (self.api.cuCtxSynchronize)() })
+    }
+
     fn stream_query(&self, stream: *mut c_void) -> Result<bool, Error> {
         // SAFETY: `stream` is a valid stream.
         match unsafe { (self.api.cuStreamQuery)(stream) } {
@@ -450,6 +457,15 @@ impl Backend for Cuda {
     fn event_synchronize(&self, event: *mut c_void) -> Result<(), Error> {
         // SAFETY: `event` is valid.
         self.check("cuEventSynchronize", unsafe { (self.api.cuEventSynchronize)(event) })
+    }
+
+    fn event_query(&self, event: *mut c_void) -> Result<bool, Error> {
+        // SAFETY: `event` is a valid event.
+        match unsafe { (self.api.cuEventQuery)(event) } {
+            CUDA_SUCCESS => Ok(true),
+            CUDA_ERROR_NOT_READY => Ok(false),
+            code => Err(self.error("cuEventQuery", code)),
+        }
     }
 
     unsafe fn event_destroy(&self, event: *mut c_void) -> Result<(), Error> {

@@ -56,7 +56,6 @@ entry_points! {
         hipMemsetAsync = "hipMemsetAsync": fn(*mut c_void, c_int, usize, Handle) -> HipError;
         hipMemcpyAsync = "hipMemcpyAsync":
             fn(*mut c_void, *const c_void, usize, c_int, Handle) -> HipError;
-        hipMemcpy = "hipMemcpy": fn(*mut c_void, *const c_void, usize, c_int) -> HipError;
         hipIpcGetMemHandle = "hipIpcGetMemHandle": fn(*mut IpcHandle, *mut c_void) -> HipError;
         hipIpcOpenMemHandle = "hipIpcOpenMemHandle":
             fn(*mut *mut c_void, IpcHandle, c_uint) -> HipError;
@@ -71,12 +70,14 @@ entry_points! {
         hipStreamCreateWithFlags = "hipStreamCreateWithFlags": fn(*mut Handle, c_uint) -> HipError;
         hipStreamDestroy = "hipStreamDestroy": fn(Handle) -> HipError;
         hipStreamSynchronize = "hipStreamSynchronize": fn(Handle) -> HipError;
+        hipDeviceSynchronize = "hipDeviceSynchronize": fn() -> HipError;
         hipStreamQuery = "hipStreamQuery": fn(Handle) -> HipError;
         hipStreamIsCapturing = "hipStreamIsCapturing": fn(Handle, *mut c_int) -> HipError;
         hipStreamWaitEvent = "hipStreamWaitEvent": fn(Handle, Handle, c_uint) -> HipError;
         hipEventCreateWithFlags = "hipEventCreateWithFlags": fn(*mut Handle, c_uint) -> HipError;
         hipEventRecord = "hipEventRecord": fn(Handle, Handle) -> HipError;
         hipEventSynchronize = "hipEventSynchronize": fn(Handle) -> HipError;
+        hipEventQuery = "hipEventQuery": fn(Handle) -> HipError;
         hipEventDestroy = "hipEventDestroy": fn(Handle) -> HipError;
     }
     optional {
@@ -365,16 +366,19 @@ impl Backend for Hip {
         self.check("hipMemcpyAsync", rc)
     }
 
-    unsafe fn memcpy_htod(&self, dst: u64, src: *const u8, bytes: usize) -> Result<(), Error> {
-        // SAFETY: the caller guarantees both ranges.
-        let rc = unsafe { (self.api.hipMemcpy)(dst as *mut c_void, src.cast(), bytes, HIP_MEMCPY_HOST_TO_DEVICE) };
-        self.check("hipMemcpy", rc)
+    unsafe fn memcpy_htod_async(&self, dst: u64, src: *const u8, bytes: usize, stream: *mut c_void) -> Result<(), Error> {
+        // SAFETY: the caller guarantees both ranges and the stream.
+        let rc =
+            unsafe { (self.api.hipMemcpyAsync)(dst as *mut c_void, src.cast(), bytes, HIP_MEMCPY_HOST_TO_DEVICE, stream) };
+        self.check("hipMemcpyAsync", rc)
     }
 
-    unsafe fn memcpy_dtoh(&self, dst: *mut u8, src: u64, bytes: usize) -> Result<(), Error> {
-        // SAFETY: the caller guarantees both ranges.
-        let rc = unsafe { (self.api.hipMemcpy)(dst.cast(), src as *const c_void, bytes, HIP_MEMCPY_DEVICE_TO_HOST) };
-        self.check("hipMemcpy", rc)
+    unsafe fn memcpy_dtoh_async(&self, dst: *mut u8, src: u64, bytes: usize, stream: *mut c_void) -> Result<(), Error> {
+        // SAFETY: the caller guarantees both ranges and the stream.
+        let rc = unsafe {
+            (self.api.hipMemcpyAsync)(dst.cast(), src as *const c_void, bytes, HIP_MEMCPY_DEVICE_TO_HOST, stream)
+        };
+        self.check("hipMemcpyAsync", rc)
     }
 
     fn ipc_get_handle(&self, ptr: u64) -> Result<IpcHandle, Error> {
@@ -459,6 +463,11 @@ impl Backend for Hip {
         self.check("hipStreamSynchronize", unsafe { (self.api.hipStreamSynchronize)(stream) })
     }
 
+    fn device_synchronize(&self) -> Result<(), Error> {
+        // SAFETY: no arguments; waits for the current device's work.
+        self.check("hipDeviceSynchronize", unsafe { (self.api.hipDeviceSynchronize)() })
+    }
+
     fn stream_query(&self, stream: *mut c_void) -> Result<bool, Error> {
         // SAFETY: `stream` is a valid stream.
         match unsafe { (self.api.hipStreamQuery)(stream) } {
@@ -500,6 +509,15 @@ impl Backend for Hip {
     fn event_synchronize(&self, event: *mut c_void) -> Result<(), Error> {
         // SAFETY: `event` is valid.
         self.check("hipEventSynchronize", unsafe { (self.api.hipEventSynchronize)(event) })
+    }
+
+    fn event_query(&self, event: *mut c_void) -> Result<bool, Error> {
+        // SAFETY: `event` is a valid event.
+        match unsafe { (self.api.hipEventQuery)(event) } {
+            HIP_SUCCESS => Ok(true),
+            HIP_ERROR_NOT_READY => Ok(false),
+            code => Err(self.error("hipEventQuery", code)),
+        }
     }
 
     unsafe fn event_destroy(&self, event: *mut c_void) -> Result<(), Error> {

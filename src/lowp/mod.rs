@@ -1,5 +1,108 @@
-//! Layer `lowp`: block-scaled FP8 collectives (AllReduce, AllGather, ReduceScatter, AllToAll)
-//! on top of the DDA communicator setup. Kernels: `hip_kernels/lowp.cuh`.
+//! Layer `lowp`: host side of the low-precision collectives (`hip_kernels/lowp.cuh`):
+//! block-scaled FP8 on the wire, FP32 arithmetic, for AllReduce, AllGather, ReduceScatter and
+//! AllToAll. They share the clique's staging buffers, flags and window counters with DDA, so
+//! the only per-call work is filling the argument struct.
+//!
+//! Layer: above `clique`, `intercept`, `error`; below `comm`.
 
-pub mod codec;
-pub mod launch;
+use crate::clique::{Buffers, Clique, Launch, THREADS};
+use crate::error::Error;
+use crate::intercept::{Algo, CallDesc, Coll};
+
+/// Elements per FP8 block (one f32 scale each).
+pub const BLOCK: u64 = 128;
+/// Bytes on the wire per element: one code plus a quarter of a block's 4-byte scale.
+const WIRE_NUM: u64 = 33;
+const WIRE_DEN: u64 = 32;
+
+/// Windows a message is cut into at least (when that leaves windows of `MIN_WINDOW` or more):
+/// the kernels overlap one window's link traffic with another's local work, which needs
+/// several windows.
+const PIPELINE_WINDOWS: u64 = 4;
+const MIN_WINDOW: u64 = 2 << 20;
+
+/// Window (elements per rank and window, as the kernel expects) and block count. Depends only
+/// on the call and the agreed sizes, so it is identical on every rank. A staging half holds
+/// `nranks` slots of a window (one per sending rank), or for AllReduce two regions of a window
+/// each (incoming chunks, then reduced chunks).
+pub fn grid(coll: Coll, count: u64, nranks: u64, half_bytes: u64, max_blocks: u32) -> (u64, u32) {
+    let slots = match coll {
+        Coll::AllReduce => 2,
+        _ => nranks,
+    };
+    // Whole groups of 4 FP8 blocks per slot: the kernels store 4 scales at once.
+    let unit = if coll == Coll::AllReduce { 4 * BLOCK * nranks } else { 4 * BLOCK };
+    // AllReduce's region B starts 256-byte aligned (`rcclx_lowp_region_b`).
+    let usable = if coll == Coll::AllReduce { half_bytes.saturating_sub(256) } else { half_bytes };
+    let per_slot = usable * WIRE_DEN / WIRE_NUM / slots;
+    let largest = (per_slot / unit).max(1) * unit;
+    let pipelined = count.div_ceil(PIPELINE_WINDOWS).max(MIN_WINDOW).next_multiple_of(unit);
+    let window = largest.min(pipelined);
+    let blocks_per_phase = match coll {
+        Coll::AllReduce => count.min(window).div_ceil(BLOCK).div_ceil(nranks),
+        _ => count.min(window).div_ceil(BLOCK),
+    };
+    // Eight lanes per FP8 block, THREADS lanes per GPU block.
+    let groups_per_block = THREADS as u64 / 8;
+    let blocks = blocks_per_phase.div_ceil(groups_per_block).clamp(1, max_blocks as u64);
+    (window, blocks as u32)
+}
+
+/// The launch of `call` on the low-precision kernel of its collective and type.
+pub fn plan(clique: &Clique, call: &CallDesc, bufs: &Buffers) -> Result<Launch, Error> {
+    let family = crate::intercept::family(call.coll, Algo::Lowp)
+        .ok_or_else(|| Error::internal(format!("no low-precision kernels for {:?}", call.coll)))?;
+    let func = clique
+        .kernel(family, call.dtype.0, call.op.0)
+        .ok_or_else(|| Error::internal(format!("no low-precision kernel for {:?} {:?}", call.coll, call.dtype)))?;
+    let mut args = clique.args();
+    let (window, blocks) = grid(call.coll, call.count as u64, clique.nranks as u64, args.half_bytes, clique.max_blocks);
+    args.send = bufs.send as u64;
+    args.recv = bufs.recv as u64;
+    args.count = call.count as u64;
+    args.window_elems = window;
+    Ok(Launch { func, grid: (blocks, THREADS), args })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::ncclDataType_t;
+
+    #[test]
+    fn window_fits_the_staging_half() {
+        for coll in [Coll::AllReduce, Coll::AllGather, Coll::ReduceScatter, Coll::AllToAll] {
+            for n in 2..=8u64 {
+                let half = 8u64 << 20;
+                let (w, b) = grid(coll, 1 << 30, n, half, 64);
+                let (small, _) = grid(coll, 1 << 22, n, half, 64);
+                assert!(small <= w && small * PIPELINE_WINDOWS >= (1 << 22).min(w), "{coll:?} n={n}: pipelined");
+                assert!(n > 2 || small < w, "{coll:?} n={n}: 4 Mi elements are cut into more windows");
+                let slots = if coll == Coll::AllReduce { 2 } else { n };
+                let region = w + w / BLOCK * 4;
+                let used = if coll == Coll::AllReduce { region.next_multiple_of(256) + region } else { slots * region };
+                assert!(used <= half, "{coll:?} n={n} w={w}");
+                assert_eq!(w % (4 * BLOCK), 0);
+                if coll == Coll::AllReduce {
+                    assert_eq!(w % (4 * BLOCK * n), 0);
+                }
+                assert!((1..=64).contains(&b));
+            }
+        }
+    }
+
+    #[test]
+    fn every_collective_has_kernels_for_the_float_types() {
+        use crate::kernel_table::{kernel_index, kernel_names};
+        let names: Vec<String> = kernel_names().collect();
+        for coll in Coll::ALL {
+            let f = crate::intercept::family(coll, Algo::Lowp).unwrap();
+            for t in [ncclDataType_t::Float32, ncclDataType_t::Bfloat16, ncclDataType_t::Float16] {
+                assert!(kernel_index(f, t.0, 0).is_some(), "{coll:?} {t:?}");
+            }
+            assert!(kernel_index(f, ncclDataType_t::Int32.0, 0).is_none());
+        }
+        let f = crate::intercept::family(Coll::AllToAll, Algo::Lowp).unwrap();
+        assert_eq!(names[kernel_index(f, ncclDataType_t::Float16.0, 0).unwrap()], "rcclx_alltoall_lowp_f16");
+    }
+}

@@ -1,0 +1,148 @@
+// DDA (Direct Data Access) AllReduce: every rank reads its peers' staging buffers directly
+// over NVLink / xGMI. Three kernels (host side: src/dda/):
+//   ll   (one-shot, no barrier): every rank pushes its input as flagged words into every peer's
+//        LL inbox and reduces what arrives; the smallest messages.
+//   flat (one-shot): copy-in -> barrier -> every rank reads all ranks' copies and reduces.
+//   tree (two-shot): copy-in -> barrier -> rank r reduces chunk r (reduce-scatter, in place in
+//        its own staging) -> barrier -> every rank reads every reduced chunk.
+//
+// Accumulation: RcclxRed (common.cuh), ranks 0, 1, ..., n-1; identical on every rank, so every
+// rank's output is bit-identical. Tails: whole 16-byte vectors are sliced over threads; the last
+// count % vector elements are handled one by one by block 0. Unaligned user buffers take an
+// element-wise path. Graph capture: nothing per call is baked into the arguments beyond
+// buffers and counts (common.cuh).
+#pragma once
+
+template <typename T, int OP>
+RCCLX_DEV void rcclx_allreduce_flat(const RcclxArgs& a) {
+  __shared__ uint32_t s_seq;
+  __shared__ int s_fail;
+  uint32_t seq = rcclx_seq_load(a, &s_seq, &s_fail);
+  const uint64_t deadline = rcclx_call_deadline(a);
+  const T* send = (const T*)a.send;
+  T* recv = (T*)a.recv;
+  for (uint64_t base = 0; base < a.count; base += a.window_elems, ++seq) {
+    const uint64_t n = a.count - base < a.window_elems ? a.count - base : a.window_elems;
+    const uint64_t half_off = (uint64_t)(seq & 1) * a.half_bytes;
+    // Staging holds the window at offset 0: shift the user pointers instead.
+    rcclx_copy<T>((T*)(a.staging[a.rank] + half_off), send + base, n);
+    if (!rcclx_barrier(a, seq * 4 + 1, deadline, &s_fail)) { ++seq; break; }
+    rcclx_reduce<T, OP>(a, half_off, n, recv + base, (T*)nullptr);
+  }
+  rcclx_seq_store(a, seq);
+}
+
+template <typename T, int OP>
+RCCLX_DEV void rcclx_allreduce_tree(const RcclxArgs& a) {
+  constexpr int N = RcclxVec<T>::N;
+  __shared__ uint32_t s_seq;
+  __shared__ int s_fail;
+  uint32_t seq = rcclx_seq_load(a, &s_seq, &s_fail);
+  const uint64_t deadline = rcclx_call_deadline(a);
+  const T* send = (const T*)a.send;
+  T* recv = (T*)a.recv;
+  const int n_r = a.nranks;
+  // Chunk c = elements [c*C, min((c+1)*C, n)) of a window; C is a whole number of vectors and
+  // the same in every window of the call (also the short last one), so a position belongs to
+  // the same block in every window, which the reuse argument of common.cuh needs.
+  const uint64_t first_window = a.count < a.window_elems ? a.count : a.window_elems;
+  const uint64_t C = ((first_window + n_r - 1) / n_r + N - 1) / N * N;
+  auto chunk = [&](int c, uint64_t n) -> uint64_t { return c * C < n ? (n - c * C < C ? n - c * C : C) : 0; };
+  for (uint64_t base = 0; base < a.count; base += a.window_elems, ++seq) {
+    const uint64_t n = a.count - base < a.window_elems ? a.count - base : a.window_elems;
+    const uint64_t half_off = (uint64_t)(seq & 1) * a.half_bytes;
+    T* mine = (T*)(a.staging[a.rank] + half_off);
+    // Copy-in, sliced per chunk so that block b handles the same positions of every chunk.
+    for (int c = 0; c < n_r; ++c) rcclx_copy<T>(mine + c * C, send + base + c * C, chunk(c, n));
+    if (!rcclx_barrier(a, seq * 4 + 1, deadline, &s_fail)) { ++seq; break; }
+    // Reduce-scatter: this rank's chunk, kept in place in its staging for the peers.
+    rcclx_reduce<T, OP>(a, half_off + a.rank * C * sizeof(T), chunk(a.rank, n), recv + base + a.rank * C, mine + a.rank * C);
+    if (!rcclx_barrier(a, seq * 4 + 2, deadline, &s_fail)) { ++seq; break; }
+    // All-gather: every other chunk from its owner, starting after this rank (spreads links).
+    for (int i = 1; i < n_r; ++i) {
+      const int c = (a.rank + i) % n_r;
+      rcclx_copy<T>(recv + base + c * C, (const T*)(a.staging[c] + half_off) + c * C, chunk(c, n));
+    }
+  }
+  rcclx_seq_store(a, seq);
+}
+
+// LL one-shot (small messages): no barrier and no fence. Each 8-byte word carries 4 payload
+// bytes and a 4-byte flag, written with one single-copy-atomic store, so a reader that sees
+// the flag sees the payload. Every rank pushes its input, 8 payload bytes per 16-byte unit,
+// straight into every peer's inbox (remote stores), then polls its own inbox for the peers'
+// units of this call and reduces them with its own input in rank order.
+// Flag value: this block's call counter + 1 (distinct from the value of the slot's previous
+// use, two calls earlier). Inbox halves alternate by call parity: a peer can be at most one
+// call ahead, because finishing a call needs every rank's data of that call.
+// Unit u of the message belongs to block (u / blockDim) % gridDim on every rank, so writer
+// and reader of a unit share a block index and hence a call counter.
+template <typename T, int OP>
+RCCLX_DEV void rcclx_allreduce_ll(const RcclxArgs& a) {
+  typedef RcclxRed<T, OP> R;
+  constexpr int PER = 8 / sizeof(T) > 0 ? 8 / sizeof(T) : 1;  // elements per unit
+  __shared__ uint32_t s_seq;
+  __shared__ int s_fail;
+  const uint32_t seq = rcclx_seq_load(a, &s_seq, &s_fail);
+  const uint32_t flag = seq + 1;
+  const uint64_t deadline = rcclx_call_deadline(a);
+  const T s = R::scalar(a.nranks);
+  const uint64_t bytes = a.count * sizeof(T);
+  const uint64_t units = (bytes + 7) / 8;
+  const uint64_t parity_off = (uint64_t)(seq & 1) * RCCLX_MAX_RANKS * a.ll_units * 2;
+  const unsigned char* send = (const unsigned char*)a.send;
+  unsigned char* recv = (unsigned char*)a.recv;
+  const bool aligned = (((uintptr_t)send | (uintptr_t)recv) & 7) == 0;
+  RCCLX_FOR_VEC(u, units) {
+    // Own 8 payload bytes (zero past the end of the message).
+    uint32_t lo = 0, hi = 0;
+    if (aligned && (u + 1) * 8 <= bytes) {
+      lo = ((const uint32_t*)send)[2 * u];
+      hi = ((const uint32_t*)send)[2 * u + 1];
+    } else {
+      for (int b = 0; b < 8; ++b)
+        if (u * 8 + b < bytes) (b < 4 ? lo : hi) |= (uint32_t)send[u * 8 + b] << (8 * (b & 3));
+    }
+    const uint64_t w0 = ((uint64_t)flag << 32) | lo, w1 = ((uint64_t)flag << 32) | hi;
+    for (int i = 1; i < a.nranks; ++i) {
+      const int p = (a.rank + i) % a.nranks;
+      rcclx_st_ll_unit(a.ll[p] + parity_off + ((uint64_t)a.rank * a.ll_units + u) * 2, w0, w1);
+    }
+    // Gather every rank's 8 bytes (own from registers), reduce in rank order.
+    union { uint32_t w[2]; T e[PER]; } in[RCCLX_MAX_RANKS];
+#pragma unroll
+    for (int p = 0; p < RCCLX_MAX_RANKS; ++p) {
+      if (p >= a.nranks) continue;
+      if (p == a.rank) { in[p].w[0] = lo; in[p].w[1] = hi; continue; }
+      const uint64_t* slot = a.ll[a.rank] + parity_off + ((uint64_t)p * a.ll_units + u) * 2;
+      uint64_t v0, v1;
+      for (uint32_t round = 0;; ++round) {
+        rcclx_ld_ll_unit(slot, &v0, &v1);
+        if ((uint32_t)(v0 >> 32) == flag && (uint32_t)(v1 >> 32) == flag) break;
+        if ((round & 1023) == 1023) {
+          if (rcclx_should_stop(a, deadline)) s_fail = 1;
+          if (*(volatile int*)&s_fail) break;
+        }
+      }
+      in[p].w[0] = (uint32_t)v0;
+      in[p].w[1] = (uint32_t)v1;
+    }
+    union { uint32_t w[2]; T e[PER]; } res;
+#pragma unroll
+    for (int e = 0; e < PER; ++e) {
+      T acc = R::pre(in[0].e[e], s);
+#pragma unroll
+      for (int p = 1; p < RCCLX_MAX_RANKS; ++p)
+        if (p < a.nranks) acc = R::apply(acc, R::pre(in[p].e[e], s));
+      res.e[e] = R::post(acc, a.nranks);
+    }
+    if (aligned && (u + 1) * 8 <= bytes) {
+      ((uint32_t*)recv)[2 * u] = res.w[0];
+      ((uint32_t*)recv)[2 * u + 1] = res.w[1];
+    } else {
+      for (int b = 0; b < 8; ++b)
+        if (u * 8 + b < bytes) recv[u * 8 + b] = (unsigned char)(res.w[b >> 2] >> (8 * (b & 3)));
+    }
+  }
+  rcclx_seq_store(a, seq + 1);
+}

@@ -1,0 +1,317 @@
+// common.cuh - what every rcclx collective kernel shares: the argument struct, the element
+// arithmetic of the reductions, the per-block barrier, the window counters, the slicing of a
+// range over threads, and copy/reduce helpers. Needs rcclx_port.h first (rcclx.cuh does that).
+//
+// Per-rank resources (allocated by the host, src/clique/):
+//   staging: 2 parity halves of `half_bytes`; window w of a call uses half (seq & 1).
+//   flags:   uint32 [max_blocks][RCCLX_FLAG_STRIDE]; flags[b][p] = last barrier value that
+//            block b of rank p announced to this rank (one 128-byte line per block).
+//   ll:      LL inbox, uint64 [2 parities][RCCLX_MAX_RANKS sources][ll_units][2].
+//   seq:     uint32 [max_blocks], own memory only: windows run so far by block b.
+//
+// Barriers are per block index: block b of every rank handles the same element slice (the
+// grid and the slicing depend only on count, dtype and rank count, identical on all ranks),
+// so it only needs block b of the peers. Barrier values are seq*4 + k: monotonic, never reset,
+// so replaying a CUDA/HIP graph needs nothing re-initialised, and the only per-call state, the
+// window counter, lives in device memory (never in a kernel argument baked into a graph).
+//
+// Why one barrier per window is enough for reuse: window s+2 overwrites the half that window s
+// used. A rank writes it only after passing the barrier of window s+1, which every peer
+// reaches only after finishing its reads of window s. That holds per block because a position
+// belongs to the same block in every window of a call (slicing never depends on the window's
+// length). Across calls: a rank that finished a call passed a barrier (or received LL data) of
+// it from every peer, so a peer is at most one call behind (calls of one communicator are
+// serialized, also across streams: src/comm/order.rs); window counters are kept equal on all
+// blocks (rcclx_seq_store), so the next call's first window writes the other half than the one
+// that peer may still read.
+//
+// Spin-waits end on the host's abort request (ncclCommAbort) and, only if the host set one,
+// after `timeout_ns` (RCCLX_TIMEOUT_MS); either writes an error code into host-mapped
+// `status[0]` and ends the kernel.
+#pragma once
+
+#define RCCLX_MAX_RANKS 8
+#define RCCLX_THREADS 512
+#define RCCLX_FLAG_STRIDE 32  // words per block in a flag array: no false sharing between blocks
+
+enum : uint32_t { RCCLX_STATUS_OK = 0, RCCLX_STATUS_TIMEOUT = 1, RCCLX_STATUS_ABORTED = 2 };
+
+// The one kernel argument of every rcclx kernel (mirror: src/clique/args.rs).
+struct RcclxArgs {
+  const void* send;            // user input (this rank)
+  void* recv;                  // user output (this rank)
+  uint64_t count;              // elements (bytes for the data-movement kernels)
+  uint64_t window_elems;       // elements per window (multiple of the vector width; see each kernel)
+  uint64_t half_bytes;         // bytes of one parity half of a staging buffer
+  uint64_t timeout_ns;         // bound on each spin-wait (UINT64_MAX: none)
+  char* staging[RCCLX_MAX_RANKS];       // every rank's staging buffer, mapped in this process
+  uint32_t* flags[RCCLX_MAX_RANKS];     // every rank's flag array
+  uint64_t* ll[RCCLX_MAX_RANKS];        // every rank's LL inbox (see the LL kernels)
+  uint32_t* seq;               // this rank's per-block window counters
+  uint32_t* status;            // host-mapped: [0] error (RCCLX_STATUS_*), [1] abort request
+  uint64_t ll_units;           // 16-byte LL units per (parity, source rank) slot of an inbox
+  uint64_t seq_slots;          // entries of `seq` (the largest grid)
+  int32_t rank;
+  int32_t nranks;
+};
+RCCLX_ASSERT_SIZE(RcclxArgs, 280);
+
+// One kernel of the table (src/kernel_table.rs; build/main.rs writes one line per kernel).
+#define RCCLX_KERNEL(NAME, FN, ...)                                                        \
+  extern "C" __global__ void __launch_bounds__(RCCLX_THREADS) NAME(RcclxArgs a) { FN<__VA_ARGS__>(a); }
+
+// ---- element types and reduction ops -------------------------------------------------------
+
+template <typename T> struct rcclx_unsigned { typedef T type; };
+template <> struct rcclx_unsigned<int8_t> { typedef uint8_t type; };
+template <> struct rcclx_unsigned<int32_t> { typedef uint32_t type; };
+template <> struct rcclx_unsigned<int64_t> { typedef uint64_t type; };
+
+struct rcclx_half { uint16_t bits; };
+struct rcclx_bf16 { uint16_t bits; };
+
+// f32 view of the float types (the low-precision kernels compute in f32).
+template <typename T> struct RcclxF32;
+template <> struct RcclxF32<float> {
+  RCCLX_DEV static float load(float v) { return v; }
+  RCCLX_DEV static float store(float v) { return v; }
+};
+template <> struct RcclxF32<rcclx_half> {
+  RCCLX_DEV static float load(rcclx_half v) { return rcclx_f16_to_f32(v.bits); }
+  RCCLX_DEV static rcclx_half store(float v) { rcclx_half h; h.bits = rcclx_f32_to_f16_rne(v); return h; }
+};
+template <> struct RcclxF32<rcclx_bf16> {
+  RCCLX_DEV static float load(rcclx_bf16 v) { return rcclx_bf16_to_f32(v.bits); }
+  RCCLX_DEV static rcclx_bf16 store(float v) { rcclx_bf16 h; h.bits = rcclx_f32_to_bf16_rne(v); return h; }
+};
+
+enum { RCCLX_SUM = 0, RCCLX_PROD = 1, RCCLX_MAX = 2, RCCLX_MIN = 3, RCCLX_AVG = 4 };
+
+// The reduction of the stock library, step for step (NCCL's reduce_kernel.h):
+//   pre(x):     AVG of floating types multiplies each input by s = float(1.0 / nranks) (in the
+//               element type) before summing (PreMulSum); identity otherwise.
+//   apply(a,b): one op in the element type, one rounding: integers wrap, max/min of floats
+//               ignore a NaN unless both are NaN (fmaxf / __hmax).
+//   post(a):    AVG of integer types divides the (wrapped) sum by nranks, rounding toward 0.
+// Ranks are combined in order 0, 1, ..., n-1, identical on every rank, so every rank's output
+// is bit-identical; with 2 ranks every op is commutative, so it is also the stock library's.
+template <typename T, int OP> struct RcclxRed;
+
+template <typename T, int OP> struct RcclxIntRed {
+  typedef typename rcclx_unsigned<T>::type U;
+  RCCLX_DEV static T pre(T x, T) { return x; }
+  RCCLX_DEV static T apply(T a, T b) {
+    if (OP == RCCLX_PROD) return (T)((U)a * (U)b);
+    if (OP == RCCLX_MAX) return a > b ? a : b;
+    if (OP == RCCLX_MIN) return a < b ? a : b;
+    return (T)((U)a + (U)b);  // SUM, AVG
+  }
+  RCCLX_DEV static T post(T a, int n) { return OP == RCCLX_AVG ? (T)(a / (T)n) : a; }
+  RCCLX_DEV static T scalar(int) { return 0; }
+};
+#define RCCLX_INT_RED_(T) \
+  template <int OP> struct RcclxRed<T, OP> : RcclxIntRed<T, OP> {};
+RCCLX_INT_RED_(int8_t)
+RCCLX_INT_RED_(uint8_t)
+RCCLX_INT_RED_(int32_t)
+RCCLX_INT_RED_(uint32_t)
+RCCLX_INT_RED_(int64_t)
+RCCLX_INT_RED_(uint64_t)
+#undef RCCLX_INT_RED_
+
+template <int OP> struct RcclxRed<float, OP> {
+  RCCLX_DEV static float scalar(int n) { return (float)(1.0 / n); }
+  RCCLX_DEV static float pre(float x, float s) { return OP == RCCLX_AVG ? x * s : x; }
+  RCCLX_DEV static float apply(float a, float b) {
+    if (OP == RCCLX_PROD) return a * b;
+    if (OP == RCCLX_MAX) return rcclx_max_f32(a, b);
+    if (OP == RCCLX_MIN) return rcclx_min_f32(a, b);
+    return a + b;
+  }
+  RCCLX_DEV static float post(float a, int) { return a; }
+};
+template <int OP> struct RcclxRed<double, OP> {
+  RCCLX_DEV static double scalar(int n) { return 1.0 / n; }
+  RCCLX_DEV static double pre(double x, double s) { return OP == RCCLX_AVG ? x * s : x; }
+  RCCLX_DEV static double apply(double a, double b) {
+    if (OP == RCCLX_PROD) return a * b;
+    if (OP == RCCLX_MAX) return rcclx_max_f64(a, b);
+    if (OP == RCCLX_MIN) return rcclx_min_f64(a, b);
+    return a + b;
+  }
+  RCCLX_DEV static double post(double a, int) { return a; }
+};
+#define RCCLX_HALF_RED_(T, P, TO_BITS_)                                                  \
+  template <int OP> struct RcclxRed<T, OP> {                                             \
+    RCCLX_DEV static T mk(uint16_t b) { T t; t.bits = b; return t; }                      \
+    RCCLX_DEV static T scalar(int n) { return mk(TO_BITS_((float)(1.0 / n))); }           \
+    RCCLX_DEV static T pre(T x, T s) { return OP == RCCLX_AVG ? mk(P##_mul(x.bits, s.bits)) : x; } \
+    RCCLX_DEV static T apply(T a, T b) {                                                  \
+      if (OP == RCCLX_PROD) return mk(P##_mul(a.bits, b.bits));                          \
+      if (OP == RCCLX_MAX) return mk(P##_max(a.bits, b.bits));                           \
+      if (OP == RCCLX_MIN) return mk(P##_min(a.bits, b.bits));                           \
+      return mk(P##_add(a.bits, b.bits));                                                \
+    }                                                                                     \
+    RCCLX_DEV static T post(T a, int) { return a; }                                       \
+  };
+RCCLX_HALF_RED_(rcclx_half, rcclx_f16, rcclx_f32_to_f16_rne)
+RCCLX_HALF_RED_(rcclx_bf16, rcclx_bf16, rcclx_f32_to_bf16_rne)
+#undef RCCLX_HALF_RED_
+
+// ---- barrier ----------------------------------------------------------------------------
+
+// A deadline that never passes when the host set no timeout.
+RCCLX_DEV uint64_t rcclx_call_deadline(const RcclxArgs& a) {
+  return a.timeout_ns == UINT64_MAX ? UINT64_MAX : rcclx_deadline_after(a.timeout_ns);
+}
+
+// Called every 1024 spins of a wait: true (and status[0] set) when the host asked to abort or
+// the deadline passed. The abort word is host memory: a PCIe round trip, hence not every spin.
+RCCLX_DEV bool rcclx_should_stop(const RcclxArgs& a, uint64_t deadline) {
+  if (rcclx_ld_relaxed_sys(a.status + 1) != 0) {
+    rcclx_st_release_sys(a.status, (uint32_t)RCCLX_STATUS_ABORTED);
+    return true;
+  }
+  if (deadline != UINT64_MAX && rcclx_now_ns() >= deadline) {
+    rcclx_st_release_sys(a.status, (uint32_t)RCCLX_STATUS_TIMEOUT);
+    return true;
+  }
+  return false;
+}
+
+// order: acquire, sys. Waits until *flag has reached `value`; false on abort or timeout.
+// Tight spin first: the barrier is the latency floor.
+RCCLX_DEV bool rcclx_wait_flag(const RcclxArgs& a, const uint32_t* flag, uint32_t value, uint64_t deadline) {
+  for (uint32_t round = 0;; ++round) {
+    if (rcclx_epoch_geq(rcclx_ld_acquire_sys(flag), value)) return true;
+    if ((round & 1023) == 1023) {
+      if (rcclx_should_stop(a, deadline)) return false;
+      if (round > 65536) rcclx_backoff(round);
+    }
+  }
+}
+
+// Contract: every write this block made before the call (to its own staging or a peer's) is
+// visible to block b of every peer after that peer's matching call returns, and vice versa.
+// Release by one thread per peer after __syncthreads (cumulative over the block's writes),
+// acquire by the same threads before the closing __syncthreads. Returns false on abort/timeout.
+RCCLX_DEV bool rcclx_barrier(const RcclxArgs& a, uint32_t value, uint64_t deadline, int* s_fail) {
+  rcclx_block_release_sys();
+  __syncthreads();
+  const int p = threadIdx.x;
+  if (p < a.nranks) {
+    rcclx_st_release_sys(a.flags[p] + blockIdx.x * RCCLX_FLAG_STRIDE + a.rank, value);
+    if (!rcclx_wait_flag(a, a.flags[a.rank] + blockIdx.x * RCCLX_FLAG_STRIDE + p, value, deadline)) *s_fail = 1;
+  }
+  __syncthreads();
+  return *s_fail == 0;
+}
+
+// ---- window counters ---------------------------------------------------------------------
+
+// Every block starts from its own counter; at the end each stores its final value and block 0
+// stores the same value for the counters this grid did not launch. All counters thus stay
+// equal whatever grid each call had, so a call's first window always uses the other parity
+// half than the previous call's last window, on every block.
+RCCLX_DEV uint32_t rcclx_seq_load(const RcclxArgs& a, uint32_t* s_seq, int* s_fail) {
+  if (threadIdx.x == 0) { *s_seq = a.seq[blockIdx.x]; *s_fail = 0; }
+  __syncthreads();
+  return *s_seq;
+}
+RCCLX_DEV void rcclx_seq_store(const RcclxArgs& a, uint32_t seq) {
+  if (threadIdx.x == 0) a.seq[blockIdx.x] = seq;
+  if (blockIdx.x == 0)
+    for (uint64_t b = gridDim.x + threadIdx.x; b < a.seq_slots; b += blockDim.x) a.seq[b] = seq;
+}
+
+// ---- slicing: which block/thread handles which vector -----------------------------------
+
+// Vector j of a range of `nvec` vectors belongs to block (j / blockDim) % gridDim: the same on
+// every rank for the same range, which is what per-block barriers need. Each thread takes
+// UNROLL vectors j, j + stride, ... per step so that many loads are in flight (bandwidth).
+#define RCCLX_FOR_VEC_UNROLLED(j0, nvec, UNROLL)                                          \
+  for (uint64_t j0 = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; j0 < (nvec);         \
+       j0 += (uint64_t)(UNROLL) * gridDim.x * blockDim.x)
+#define RCCLX_VEC_STRIDE ((uint64_t)gridDim.x * blockDim.x)
+#define RCCLX_FOR_VEC(j, nvec)                                                          \
+  for (uint64_t j = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; j < (nvec); j += RCCLX_VEC_STRIDE)
+
+template <typename T> struct RcclxVec {
+  static constexpr int N = 16 / sizeof(T);
+  union U { rcclx_u32x4 v; T e[N]; };
+};
+
+RCCLX_DEV bool rcclx_aligned16(const void* p) { return ((uintptr_t)p & 15) == 0; }
+
+// Copies n elements of src to dst. 16-byte vectors when both are aligned (sliced as above),
+// element by element otherwise; the last n % vector elements by block 0.
+template <typename T>
+RCCLX_DEV void rcclx_copy(T* dst, const T* src, uint64_t n) {
+  constexpr int N = RcclxVec<T>::N;
+  constexpr int UNROLL = 4;
+  const uint64_t nvec = n / N;
+  if (rcclx_aligned16(src) && rcclx_aligned16(dst)) {
+    const rcclx_u32x4* s = (const rcclx_u32x4*)src;
+    rcclx_u32x4* d = (rcclx_u32x4*)dst;
+    RCCLX_FOR_VEC_UNROLLED(j0, nvec, UNROLL) {
+      rcclx_u32x4 v[UNROLL];
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u)
+        if (j0 + u * RCCLX_VEC_STRIDE < nvec) v[u] = rcclx_ld16(s + j0 + u * RCCLX_VEC_STRIDE);
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u)
+        if (j0 + u * RCCLX_VEC_STRIDE < nvec) rcclx_st16(d + j0 + u * RCCLX_VEC_STRIDE, v[u]);
+    }
+  } else {
+    RCCLX_FOR_VEC(j, nvec) for (int e = 0; e < N; ++e) dst[j * N + e] = src[j * N + e];
+  }
+  if (blockIdx.x == 0 && threadIdx.x < n % N) dst[nvec * N + threadIdx.x] = src[nvec * N + threadIdx.x];
+}
+
+// Reduces n elements at byte offset `off` of every rank's staging, in rank order (RcclxRed),
+// into out[0, n) and, if `keep` is set, also into keep[0, n) (16-byte aligned).
+template <typename T, int OP>
+RCCLX_DEV void rcclx_reduce(const RcclxArgs& a, uint64_t off, uint64_t n, T* out, T* keep) {
+  typedef RcclxRed<T, OP> R;
+  constexpr int N = RcclxVec<T>::N;
+  constexpr int UNROLL = 2;
+  typedef typename RcclxVec<T>::U U;
+  const T s = R::scalar(a.nranks);
+  const uint64_t nvec = n / N;
+  const bool out_aligned = rcclx_aligned16(out);
+  RCCLX_FOR_VEC_UNROLLED(j0, nvec, UNROLL) {
+    // All loads of this step first (UNROLL vectors x all ranks), then the arithmetic.
+    U in[UNROLL][RCCLX_MAX_RANKS];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u)
+#pragma unroll
+      for (int r = 0; r < RCCLX_MAX_RANKS; ++r)
+        if (r < a.nranks && j0 + u * RCCLX_VEC_STRIDE < nvec)
+          in[u][r].v = rcclx_ld16((const rcclx_u32x4*)(a.staging[r] + off) + j0 + u * RCCLX_VEC_STRIDE);
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const uint64_t j = j0 + u * RCCLX_VEC_STRIDE;
+      if (j >= nvec) break;
+      U res;
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        T acc = R::pre(in[u][0].e[e], s);
+#pragma unroll
+        for (int r = 1; r < RCCLX_MAX_RANKS; ++r)
+          if (r < a.nranks) acc = R::apply(acc, R::pre(in[u][r].e[e], s));
+        res.e[e] = R::post(acc, a.nranks);
+      }
+      if (out_aligned) rcclx_st16((rcclx_u32x4*)out + j, res.v);
+      else for (int e = 0; e < N; ++e) out[j * N + e] = res.e[e];
+      if (keep) rcclx_st16((rcclx_u32x4*)keep + j, res.v);
+    }
+  }
+  if (blockIdx.x == 0 && threadIdx.x < n % N) {
+    const uint64_t i = nvec * N + threadIdx.x;
+    T acc = R::pre(((const T*)(a.staging[0] + off))[i], s);
+    for (int r = 1; r < a.nranks; ++r) acc = R::apply(acc, R::pre(((const T*)(a.staging[r] + off))[i], s));
+    const T res = R::post(acc, a.nranks);
+    out[i] = res;
+    if (keep) keep[i] = res;
+  }
+}

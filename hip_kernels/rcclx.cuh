@@ -1,0 +1,9 @@
+// rcclx.cuh - all device code of the shipped library, in include order. build/main.rs
+// generates the one translation unit: this header, then one RCCLX_KERNEL line per kernel of
+// src/kernel_table.rs. Only rcclx_port.h may contain vendor #ifs.
+#pragma once
+#include "rcclx_port.h"
+
+#include "common.cuh"     // argument struct, reduction arithmetic, barrier, copy/reduce helpers
+#include "allreduce.cuh"  // DDA AllReduce: ll, flat, tree
+#include "lowp.cuh"       // low-precision (FP8 on the wire) collectives

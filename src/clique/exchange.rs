@@ -1,0 +1,160 @@
+//! The record exchange: an `ncclAllGather` of a few bytes per rank through the stock
+//! communicator, for a batch of communicators in one stock group, and polled, never waited for:
+//! [`Exchange::poll`] returns at once, so no thread blocks on work that it must itself do later
+//! (one thread may own several ranks of a clique).
+//!
+//! Device buffers and streams come from a per-device pool that is never freed: freeing device
+//! memory waits for the whole device, which could wait for another communicator's collective,
+//! which could wait for a peer that is still in this very setup.
+
+use parking_lot::Mutex;
+
+use crate::error::Error;
+use crate::gpu::{self, DeviceBuffer, MemKind};
+use crate::types::{ncclComm_t, ncclDataType_t, ncclResult_t};
+use crate::upstream;
+
+/// Largest `len * nranks` an exchange moves (records are a few hundred bytes, 8 ranks at most).
+const SLOT_BYTES: usize = 16 << 10;
+
+/// A device buffer pair and a stream, reused by later exchanges on the same device.
+struct Slot {
+    device: i32,
+    send: DeviceBuffer,
+    recv: DeviceBuffer,
+    stream: gpu::Stream,
+}
+
+static POOL: Mutex<Vec<Slot>> = Mutex::new(Vec::new());
+
+fn take_slot(device: i32) -> Result<Slot, Error> {
+    let mut pool = POOL.lock();
+    if let Some(i) = pool.iter().position(|s| s.device == device) {
+        return Ok(pool.swap_remove(i));
+    }
+    drop(pool);
+    let rt = gpu::runtime()?;
+    Ok(Slot {
+        device,
+        send: rt.alloc(device, SLOT_BYTES, MemKind::Normal)?,
+        recv: rt.alloc(device, SLOT_BYTES, MemKind::Normal)?,
+        stream: rt.create_stream(device)?,
+    })
+}
+
+/// One communicator's part of an exchange.
+pub struct Part {
+    pub comm: ncclComm_t,
+    pub device: i32,
+    pub nranks: usize,
+    pub bytes: Vec<u8>,
+}
+
+/// An all-gather in flight.
+pub struct Exchange {
+    parts: Vec<(ncclComm_t, usize, Option<Slot>)>,
+    /// Per part: the stock library has enqueued the operation (a non-blocking communicator
+    /// reports `ncclInProgress` until then).
+    enqueued: Vec<bool>,
+    len: usize,
+}
+
+impl Exchange {
+    /// Issues one all-gather of `len` bytes per rank on each part's communicator, all in one
+    /// stock group. The parts' byte strings must all be `len` long.
+    pub fn start(parts: Vec<Part>, len: usize) -> Result<Exchange, Error> {
+        let u = upstream::get().map_err(|code| Error::new(code, "no stock library"))?;
+        let (Some(all_gather), Some(group_start), Some(group_end)) =
+            (u.fns.ncclAllGather, u.fns.ncclGroupStart, u.fns.ncclGroupEnd)
+        else {
+            return Err(Error::new(ncclResult_t::InvalidUsage, "stock library lacks ncclAllGather"));
+        };
+        let mut ex = Exchange { parts: Vec::new(), enqueued: vec![false; parts.len()], len };
+        for p in &parts {
+            if p.bytes.len() != len || len * p.nranks > SLOT_BYTES {
+                return Err(Error::internal(format!("exchange of {} x {} bytes", p.nranks, p.bytes.len())));
+            }
+            let slot = take_slot(p.device)?;
+            slot.send.copy_from_host(&p.bytes)?;
+            ex.parts.push((p.comm, p.nranks, Some(slot)));
+        }
+        let uint8 = ncclDataType_t::Uint8;
+        // SAFETY: plain stock calls with valid communicators, device buffers large enough for
+        // `len` and `len * nranks` bytes, and streams of the communicators' devices.
+        let r = upstream::guarded(|| unsafe {
+            let mut r = group_start();
+            for (comm, _, slot) in &ex.parts {
+                let s = slot.as_ref().expect("slot present until drop");
+                if r.is_ok_or_in_progress() {
+                    r = all_gather(s.send.ptr().as_raw(), s.recv.ptr().as_raw(), len, uint8, *comm, s.stream.as_raw());
+                }
+            }
+            let e = group_end();
+            if r.is_ok_or_in_progress() { e } else { r }
+        });
+        if !r.is_ok_or_in_progress() {
+            return Err(Error::upstream("ncclAllGather (rcclx setup exchange)", r));
+        }
+        Ok(ex)
+    }
+
+    /// The gathered bytes of every part (`nranks * len` each) once all have arrived; `None`
+    /// while any is still in flight. Never blocks.
+    pub fn poll(&mut self) -> Result<Option<Vec<Vec<u8>>>, Error> {
+        let u = upstream::get().map_err(|code| Error::new(code, "no stock library"))?;
+        let get_async = u.fns.ncclCommGetAsyncError.ok_or_else(|| Error::internal("no ncclCommGetAsyncError"))?;
+        let rt = gpu::runtime()?;
+        for (i, (comm, _, slot)) in self.parts.iter().enumerate() {
+            if !self.enqueued[i] {
+                let mut state = ncclResult_t::InProgress;
+                // SAFETY: valid communicator and out-pointer to a local.
+                let r = upstream::guarded(|| unsafe { get_async(*comm, &mut state) });
+                Error::check("ncclCommGetAsyncError", r)?;
+                match state {
+                    ncclResult_t::Success => self.enqueued[i] = true,
+                    ncclResult_t::InProgress => return Ok(None),
+                    other => return Err(Error::new(other, "communicator error during rcclx setup")),
+                }
+            }
+            let s = slot.as_ref().expect("slot present until drop");
+            let _g = rt.device_guard(s.device)?;
+            if !rt.query_stream(s.stream)? {
+                return Ok(None);
+            }
+        }
+        let mut out = Vec::new();
+        for (_, nranks, slot) in &self.parts {
+            let s = slot.as_ref().expect("slot present until drop");
+            let mut v = vec![0u8; self.len * nranks];
+            s.recv.copy_to_host(&mut v)?;
+            out.push(v);
+        }
+        Ok(Some(out))
+    }
+
+    /// Whether the exchange's streams are idle (then its buffers may be reused).
+    fn idle(&self) -> bool {
+        let Ok(rt) = gpu::runtime() else { return true };
+        self.parts.iter().all(|(_, _, slot)| {
+            slot.as_ref().is_none_or(|s| rt.device_guard(s.device).and_then(|_g| rt.query_stream(s.stream)).unwrap_or(true))
+        })
+    }
+}
+
+impl Drop for Exchange {
+    /// Slots go back to the pool once idle; a slot whose all-gather never completed (a peer
+    /// never came, the communicator was aborted) is kept out of the pool and never freed.
+    fn drop(&mut self) {
+        let idle = self.idle();
+        let mut pool = POOL.lock();
+        for (_, _, slot) in &mut self.parts {
+            if let Some(s) = slot.take() {
+                if idle {
+                    pool.push(s);
+                } else {
+                    std::mem::forget(s);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,32 @@
+//! Host identity: which ranks share a host (and so can map each other's memory).
+
+/// An identifier of this host, equal in every process on it and different across hosts (with
+/// overwhelming probability): a hash of the host name and the kernel boot id, like NCCL's host
+/// hash. `NCCL_HOSTID` replaces both, as in NCCL. Ranks with equal ids can use IPC.
+pub fn host_id() -> u64 {
+    let text = match crate::config::env("NCCL_HOSTID") {
+        Some(id) if !id.is_empty() => id,
+        _ => {
+            let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default().trim().to_string();
+            format!("{}{}", read("/proc/sys/kernel/hostname"), read("/proc/sys/kernel/random/boot_id"))
+        }
+    };
+    fnv1a(text.as_bytes())
+}
+
+/// 64-bit FNV-1a: stable across builds and processes (unlike `std`'s `DefaultHasher`).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_id_is_stable() {
+        assert_eq!(host_id(), host_id());
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+    }
+}

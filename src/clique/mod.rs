@@ -1,0 +1,626 @@
+//! Layer `clique`: the peer resources that DDA and low-precision kernels share, for one
+//! communicator: this rank's staging buffer, flag array, LL inbox, window counters and status
+//! word, every peer's mapped into this process, and what every rank agreed at setup.
+//!
+//! Layer: above `gpu`, `error`, `upstream`, `intercept`, `kernels`; below `dda`, `lowp`, `comm`.
+//! It never looks into `comm`: [`Setup`] hands the finished [`Clique`]s back to the caller.
+//!
+//! Setup ([`Setup::start`], then [`Setup::poll`] until done; [`establish`] does both and waits):
+//! 1. Each rank allocates its resources and fills a [`record::Record`] (host, pid, device, arch,
+//!    IPC handles, raw pointers, its thresholds). A rank that cannot (no kernels for its arch, no
+//!    memory) still takes part, with `capable = 0`.
+//! 2. `ncclAllGather` of the records through the stock communicator, for all communicators of
+//!    the batch in one stock group (one thread may own several ranks of a clique).
+//! 3. From the records every rank computes the same first verdict (one host, all capable, same
+//!    arch and sizes, 2..=8 ranks), joins the clique's lease (`lease.rs`), then maps its peers:
+//!    raw pointers plus peer access for peers in its own process (IPC cannot open a handle in
+//!    the process that made it), IPC for the others.
+//! 4. A second exchange of "my mappings worked": the kernels are on iff they worked everywhere.
+//!
+//! Anything failing leaves the communicator without a clique: every call forwards.
+//! The exchanges are the communicator's first operations on every rank (the caller makes sure
+//! no user operation is issued before setup ends), so they never put ranks out of step.
+
+pub mod args;
+mod exchange;
+pub mod host;
+mod lease;
+mod record;
+
+pub use args::{Buffers, FLAG_STRIDE, KernelArgs, Launch, MAX_RANKS, THREADS};
+
+use std::ffi::{c_int, c_void};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::config::Config;
+use crate::error::Error;
+use crate::gpu::{self, DeviceBuffer, Function, HostMapped, IpcMapping, MemKind};
+use crate::intercept::{CommFacts, LowpSwitches, Thresholds};
+use crate::types::{ncclComm_t, ncclResult_t};
+use crate::upstream;
+use exchange::{Exchange, Part};
+use lease::Lease;
+use record::Record;
+
+/// Default staging buffer per rank (`RCCL_DDA_SENDBUF_BYTES`), without and with a
+/// low-precision switch on (larger windows halve its barriers per byte: +6-7 % at 256 MiB on
+/// 2x H200; DDA gains nothing from them).
+pub const DEFAULT_STAGING: u64 = 16 << 20;
+pub const DEFAULT_STAGING_LOWP: u64 = 32 << 20;
+/// Largest `RCCLX_DDA_LL_MAX_BYTES` honoured (the inbox takes 32 bytes per message byte).
+const MAX_LL_BYTES: u64 = 1 << 20;
+
+/// 16-byte LL units per (parity, source) slot of an inbox for messages up to `ll_max` bytes.
+fn ll_units(ll_max: u64) -> u64 {
+    ll_max.div_ceil(8).max(1)
+}
+
+/// One communicator's established clique. Dropping it without [`Clique::release`] keeps its
+/// memory (see [`Clique::release`]).
+pub struct Clique {
+    pub rank: usize,
+    pub nranks: usize,
+    pub device: i32,
+    /// Agreed by every rank (rank 0's values): inputs of `intercept::decide`.
+    pub facts: CommFacts,
+    pub thresholds: Thresholds,
+    pub max_blocks: u32,
+    /// Largest message (bytes per source rank) the LL inbox holds.
+    pub ll_max_bytes: u64,
+    /// Arguments with every per-communicator field filled; per call only buffers and counts change.
+    base_args: KernelArgs,
+    kernels: Arc<Vec<Function>>,
+    owned: Mutex<Option<Owned>>,
+}
+
+/// The memory a clique owns or maps. Field order is drop order: mappings of peers first, then
+/// this rank's buffers, the status word last (kernels write it until they end).
+struct Owned {
+    peers: Vec<IpcMapping>,
+    lease: Option<Lease>,
+    _staging: DeviceBuffer,
+    _flags: DeviceBuffer,
+    _ll: DeviceBuffer,
+    _seq: DeviceBuffer,
+    status: HostMapped,
+}
+
+/// How a communicator ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Release {
+    /// `ncclCommDestroy`: wait for the device, stop using the peers, free when they have too.
+    Destroy,
+    /// `ncclCommAbort` (kernels were told to stop): nothing waits for the device; the memory
+    /// is kept for the life of the process, since a kernel may still be using it.
+    Abort,
+}
+
+/// Buffers whose peers may still read them (or whose kernels may still run), freed by
+/// [`sweep`] once no peer can.
+static GRAVEYARD: Mutex<Vec<(Owned, Release)>> = Mutex::new(Vec::new());
+
+/// Frees graveyard entries no peer can read any more. Called at every setup and release.
+pub fn sweep() {
+    GRAVEYARD.lock().retain(|(o, how)| *how == Release::Abort || !o.lease.as_ref().is_none_or(|l| l.peers_done()));
+}
+
+impl Clique {
+    /// The kernel arguments of this communicator, to be completed per call.
+    pub fn args(&self) -> KernelArgs {
+        self.base_args
+    }
+
+    /// The kernel of family `family` for `dtype` and `op`, if the table has one.
+    pub fn kernel(&self, family: usize, dtype: i32, op: i32) -> Option<Function> {
+        crate::kernel_table::kernel_index(family, dtype, op).and_then(|i| self.kernels.get(i).copied())
+    }
+
+    /// Launches `func` with `args` on `stream`.
+    pub fn launch(&self, func: Function, grid: (u32, u32), mut args: KernelArgs, stream: gpu::Stream) -> Result<(), Error> {
+        let rt = gpu::runtime()?;
+        let _guard = rt.device_guard(self.device)?;
+        let mut arg_ptr = &mut args as *mut KernelArgs as *mut c_void;
+        // SAFETY: every rcclx kernel takes one `RcclxArgs` by value, whose layout `KernelArgs`
+        // mirrors (size asserted on both sides); its pointers are this clique's buffers and the
+        // caller's send/recv buffers of the call's size, on the stream's device.
+        unsafe { rt.launch(func, (grid.0, 1, 1), (grid.1, 1, 1), 0, stream, std::slice::from_mut(&mut arg_ptr)) }
+        .map_err(Error::from)
+    }
+
+    /// The first error a kernel reported: `ncclRemoteError` after a timeout, none after an abort
+    /// the host asked for (the stock library reports that state itself).
+    pub fn kernel_error(&self) -> ncclResult_t {
+        let owned = self.owned.lock();
+        match owned.as_ref().map(|o| o.status.words()[0].load(Ordering::Acquire)) {
+            Some(1) => ncclResult_t::RemoteError,
+            _ => ncclResult_t::Success,
+        }
+    }
+
+    /// Tells this communicator's kernels to stop waiting (they exit within microseconds).
+    pub fn request_abort(&self) {
+        if let Some(o) = self.owned.lock().as_ref() {
+            o.status.words()[1].store(1, Ordering::Release);
+        }
+    }
+
+    /// Ends the clique. `Destroy` waits for the device (as the stock library's destroy does),
+    /// closes the peer mappings and marks this rank closed; its own memory is freed once no
+    /// peer can read it (waiting up to 1 s for the peers to close, then in the graveyard).
+    /// `Abort` waits for nothing and keeps everything.
+    pub fn release(&self, how: Release) {
+        let Some(mut owned) = self.owned.lock().take() else { return };
+        if how == Release::Destroy {
+            if let Ok(rt) = gpu::runtime()
+                && let Err(e) = rt.synchronize_device(self.device)
+            {
+                tracing::warn!("rcclx: waiting for device {} at destroy: {e}", self.device);
+            }
+            owned.peers.clear();
+            if let Some(l) = &owned.lease {
+                l.close();
+                let deadline = Instant::now() + Duration::from_secs(1);
+                while !l.peers_done() && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+            if owned.lease.as_ref().is_none_or(|l| l.peers_done()) {
+                drop(owned);
+                sweep();
+                return;
+            }
+        }
+        GRAVEYARD.lock().push((owned, how));
+        sweep();
+    }
+}
+
+impl Drop for Clique {
+    fn drop(&mut self) {
+        if self.owned.lock().is_some() {
+            self.release(Release::Abort);
+        }
+    }
+}
+
+// ---- setup ------------------------------------------------------------------------------------
+
+/// This rank's part of a setup.
+struct Local {
+    comm: ncclComm_t,
+    rank: usize,
+    nranks: usize,
+    device: i32,
+    res: Option<Resources>,
+    record: Record,
+    fault: Fault,
+}
+
+struct Resources {
+    kernels: Arc<Vec<Function>>,
+    staging: DeviceBuffer,
+    flags: DeviceBuffer,
+    ll: DeviceBuffer,
+    seq: DeviceBuffer,
+    status: HostMapped,
+}
+
+/// A peer mapping that worked: the mappings, the lease and every rank's pointers.
+struct Mapped {
+    peers: Vec<IpcMapping>,
+    lease: Lease,
+    staging: [u64; MAX_RANKS],
+    flags: [u64; MAX_RANKS],
+    ll: [u64; MAX_RANKS],
+}
+
+/// A setup step made to fail on purpose (`RCCLX_FAULT_INJECT`, tests only).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Fault {
+    alloc: bool,
+    ipc: bool,
+    peer: bool,
+}
+
+impl Fault {
+    /// `alloc`, `ipc` or `peer`, optionally `:RANK`; read at every setup, like the FP8 switches.
+    fn parse(spec: Option<&str>, rank: usize) -> Fault {
+        let mut f = Fault::default();
+        let Some(spec) = spec else { return f };
+        let (what, on) = match spec.split_once(':') {
+            Some((w, r)) => (w, r.trim().parse::<usize>().ok() == Some(rank)),
+            None => (spec, true),
+        };
+        if on {
+            match what.trim() {
+                "alloc" => f.alloc = true,
+                "ipc" => f.ipc = true,
+                "peer" => f.peer = true,
+                other => tracing::warn!("RCCLX_FAULT_INJECT={other:?} is not alloc, ipc or peer; ignored"),
+            }
+        }
+        f
+    }
+}
+
+/// A batch of communicators being set up together (all owned by the calling thread).
+pub struct Setup {
+    locals: Vec<Local>,
+    stage: Stage,
+    started: Instant,
+}
+
+enum Stage {
+    /// Waiting for the records.
+    Records(Exchange),
+    /// Waiting for every rank's "mapped" bit; the mappings that worked so far.
+    Verdicts(Exchange, Vec<Record>, Vec<Option<Mapped>>),
+    Done,
+}
+
+/// The outcome per communicator: its clique, or none (every call forwards).
+pub type Outcome = Vec<(ncclComm_t, Option<Clique>)>;
+
+impl Setup {
+    /// Starts setting up `comms`, whose stock initialisation is complete: allocates, then
+    /// issues the record exchange. Never blocks on a peer.
+    pub fn start(comms: &[ncclComm_t]) -> Result<Setup, Error> {
+        sweep();
+        let cfg = Config::from_lookup(crate::config::env).0;
+        let mut locals = Vec::new();
+        for &c in comms {
+            let mut l = query(c)?;
+            l.fault = Fault::parse(cfg.fault_inject.as_deref(), l.rank);
+            prepare(&mut l, &cfg);
+            locals.push(l);
+        }
+        let parts = locals
+            .iter()
+            .map(|l| Part { comm: l.comm, device: l.device, nranks: l.nranks, bytes: l.record.as_bytes().to_vec() })
+            .collect();
+        let ex = Exchange::start(parts, record::BYTES)?;
+        Ok(Setup { locals, stage: Stage::Records(ex), started: Instant::now() })
+    }
+
+    /// Advances the setup without blocking; the outcome once every exchange has arrived.
+    pub fn poll(&mut self) -> Result<Option<Outcome>, Error> {
+        loop {
+            match &mut self.stage {
+                Stage::Records(ex) => {
+                    let Some(gathered) = ex.poll()? else { return Ok(None) };
+                    let recs: Vec<Vec<Record>> = gathered.iter().map(|g| Record::all(g)).collect();
+                    let mapped: Vec<Option<Mapped>> = self.locals.iter().zip(&recs).map(|(l, r)| first_verdict(l, r)).collect();
+                    let parts = self
+                        .locals
+                        .iter()
+                        .zip(&mapped)
+                        .map(|(l, m)| Part {
+                            comm: l.comm,
+                            device: l.device,
+                            nranks: l.nranks,
+                            bytes: (m.is_some() as u64).to_ne_bytes().to_vec(),
+                        })
+                        .collect();
+                    let ex = Exchange::start(parts, 8)?;
+                    let rank0 = recs.iter().map(|r| r[0]).collect();
+                    self.stage = Stage::Verdicts(ex, rank0, mapped);
+                }
+                Stage::Verdicts(ex, rank0, mapped) => {
+                    let Some(oks) = ex.poll()? else { return Ok(None) };
+                    let rank0 = std::mem::take(rank0);
+                    let mapped = std::mem::take(mapped);
+                    self.stage = Stage::Done;
+                    let locals = std::mem::take(&mut self.locals);
+                    let mut out = Vec::new();
+                    for (((l, m), ok), r0) in locals.into_iter().zip(mapped).zip(oks).zip(rank0) {
+                        let all_ok = ok.chunks(8).all(|c| c.iter().any(|&b| b != 0));
+                        let comm = l.comm;
+                        let clique = match (all_ok, m) {
+                            (true, Some(m)) => Some(finish(l, m, &r0, self.started)),
+                            _ => {
+                                tracing::info!("comm {comm:p}: rcclx kernels off (a rank could not map its peers)");
+                                None
+                            }
+                        };
+                        out.push((comm, clique));
+                    }
+                    return Ok(Some(out));
+                }
+                Stage::Done => return Err(Error::internal("setup polled after it finished")),
+            }
+        }
+    }
+
+    /// The communicators of this batch.
+    pub fn comms(&self) -> Vec<ncclComm_t> {
+        self.locals.iter().map(|l| l.comm).collect()
+    }
+}
+
+/// Sets up `comms` and waits for the outcome, polling; gives up (every communicator forwards)
+/// when `stop` says so (the communicator was aborted).
+pub fn establish(comms: &[ncclComm_t], stop: impl Fn() -> bool) -> Outcome {
+    let none = || comms.iter().map(|&c| (c, None)).collect();
+    let mut setup = match Setup::start(comms) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("rcclx setup failed ({e}); these communicators forward every call");
+            return none();
+        }
+    };
+    let mut nap = Duration::from_micros(20);
+    loop {
+        match setup.poll() {
+            Ok(Some(out)) => return out,
+            Ok(None) if stop() => return none(),
+            Ok(None) => {
+                std::thread::sleep(nap);
+                nap = (nap * 2).min(Duration::from_millis(1));
+            }
+            Err(e) => {
+                tracing::warn!("rcclx setup failed ({e}); these communicators forward every call");
+                return none();
+            }
+        }
+    }
+}
+
+/// Rank, size and device of `comm`, from the stock library.
+fn query(comm: ncclComm_t) -> Result<Local, Error> {
+    let u = upstream::get().map_err(|code| Error::new(code, "no stock library"))?;
+    let (Some(count), Some(user_rank), Some(cu_device)) =
+        (u.fns.ncclCommCount, u.fns.ncclCommUserRank, u.fns.ncclCommCuDevice)
+    else {
+        return Err(Error::new(ncclResult_t::InvalidUsage, "stock library lacks comm queries"));
+    };
+    let (mut n, mut r, mut d): (c_int, c_int, c_int) = (0, 0, 0);
+    // SAFETY: valid communicator handle and out-pointers to locals.
+    Error::check("ncclCommCount", upstream::guarded(|| unsafe { count(comm, &mut n) }))?;
+    // SAFETY: as above.
+    Error::check("ncclCommUserRank", upstream::guarded(|| unsafe { user_rank(comm, &mut r) }))?;
+    // SAFETY: as above.
+    Error::check("ncclCommCuDevice", upstream::guarded(|| unsafe { cu_device(comm, &mut d) }))?;
+    Ok(Local {
+        comm,
+        rank: r as usize,
+        nranks: n as usize,
+        device: d,
+        res: None,
+        record: Record::zeroed(),
+        fault: Fault::default(),
+    })
+}
+
+/// Allocates this rank's resources and fills its record (capable = 0 on any failure).
+fn prepare(l: &mut Local, env_cfg: &Config) {
+    let cfg = crate::config::get();
+    let rec = &mut l.record;
+    rec.magic = record::MAGIC;
+    rec.host = host::host_id();
+    rec.nonce = lease::nonce();
+    rec.pid = std::process::id();
+    rec.device = l.device;
+    rec.rank = l.rank as u32;
+    rec.max_blocks = cfg.dda_max_blocks.clamp(1, 1024);
+    let th = Thresholds::for_ranks(cfg, l.nranks);
+    rec.ll_max = th.ll_max_bytes.min(MAX_LL_BYTES).next_multiple_of(8);
+    rec.flat_max = th.flat_max_bytes;
+    rec.tree_max = th.tree_max_bytes;
+    rec.lowp_min = th.lowp_min_bytes;
+    rec.timeout_ms = cfg.timeout_ms;
+    rec.dda_all_reduce = cfg.dda_all_reduce as u32;
+    // The low-precision switches are read again for each communicator, so they can differ
+    // between communicators of one process (RCCLX reads them at every call; per communicator
+    // keeps every rank's decision fixed and graph capture safe).
+    let lp = LowpSwitches::from_config(env_cfg);
+    rec.lowp_bits =
+        lp.all_reduce as u32 | (lp.all_gather as u32) << 1 | (lp.reduce_scatter as u32) << 2 | (lp.all_to_all as u32) << 3;
+    let staging = cfg.dda_sendbuf_bytes.unwrap_or(if lp.any() { DEFAULT_STAGING_LOWP } else { DEFAULT_STAGING });
+    rec.staging_bytes = staging.max(64 * 1024) & !4095;
+    if !(2..=MAX_RANKS).contains(&l.nranks) {
+        return; // no buffers for communicators the kernels cannot serve
+    }
+    if l.fault.alloc {
+        tracing::warn!("comm {:p} rank {}: RCCLX_FAULT_INJECT=alloc: allocation fails", l.comm, l.rank);
+        return;
+    }
+    match allocate(l.device, rec.staging_bytes as usize, rec.max_blocks as usize, rec.ll_max) {
+        Ok((res, arch)) => {
+            let n = arch.len().min(31);
+            rec.arch[..n].copy_from_slice(&arch.as_bytes()[..n]);
+            match (res.staging.ipc_handle(), res.flags.ipc_handle(), res.ll.ipc_handle()) {
+                (Ok(s), Ok(f), Ok(ll)) => {
+                    rec.staging_ipc = s.0;
+                    rec.flags_ipc = f.0;
+                    rec.ll_ipc = ll.0;
+                }
+                (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+                    tracing::info!("rank {}: no IPC handle ({e}); peers in other processes cannot map it", l.rank);
+                }
+            }
+            rec.staging_ptr = res.staging.ptr().0;
+            rec.flags_ptr = res.flags.ptr().0;
+            rec.ll_ptr = res.ll.ptr().0;
+            rec.capable = 1;
+            l.res = Some(res);
+        }
+        Err(e) => {
+            tracing::warn!("comm {:p} rank {}: rcclx kernels unavailable, forwarding every call: {e}", l.comm, l.rank)
+        }
+    }
+}
+
+/// The kernels of the device's code object, resolved once per device.
+fn device_kernels(device: i32) -> Result<Arc<Vec<Function>>, gpu::Error> {
+    static CACHE: Mutex<Vec<(i32, Arc<Vec<Function>>)>> = Mutex::new(Vec::new());
+    let mut cache = CACHE.lock();
+    if let Some((_, k)) = cache.iter().find(|(d, _)| *d == device) {
+        return Ok(k.clone());
+    }
+    let rt = gpu::runtime()?;
+    let module = rt.load_rcclx_module(device)?;
+    let kernels = Arc::new(crate::kernel_table::kernel_names().map(|n| rt.function(module, &n)).collect::<Result<Vec<_>, _>>()?);
+    cache.push((device, kernels.clone()));
+    Ok(kernels)
+}
+
+fn allocate(device: i32, staging_bytes: usize, max_blocks: usize, ll_max: u64) -> Result<(Resources, String), gpu::Error> {
+    let rt = gpu::runtime()?;
+    let arch = rt.device_info(device)?.arch;
+    let kernels = device_kernels(device)?;
+    let staging = rt.alloc(device, staging_bytes, MemKind::Normal)?;
+    let flags = rt.alloc(device, max_blocks * FLAG_STRIDE * 4, MemKind::Uncached)?;
+    // LL inbox: [2 parities][MAX_RANKS sources][units] x 16 bytes.
+    let ll = rt.alloc(device, (2 * MAX_RANKS as u64 * ll_units(ll_max) * 16) as usize, MemKind::Uncached)?;
+    let seq = rt.alloc(device, max_blocks * 4, MemKind::Normal)?;
+    flags.zero()?;
+    ll.zero()?;
+    seq.zero()?;
+    let status = rt.alloc_host_mapped(device, 64)?;
+    Ok((Resources { kernels, staging, flags, ll, seq, status }, arch))
+}
+
+/// The first verdict and, if it holds, the lease and the peer mappings. `None`: kernels off.
+fn first_verdict(l: &Local, recs: &[Record]) -> Option<Mapped> {
+    if let Err(why) = record::verdict(l.rank, l.nranks, recs) {
+        tracing::info!("comm {:p} rank {}: rcclx kernels off: {why}", l.comm, l.rank);
+        return None;
+    }
+    let pids = recs.iter().map(|r| r.pid).collect();
+    let lease = match Lease::join(recs[0].pid, recs[0].nonce, l.rank, pids) {
+        Ok(lease) => lease,
+        Err(e) => {
+            tracing::info!("comm {:p} rank {}: rcclx kernels off: no lease ({e})", l.comm, l.rank);
+            return None;
+        }
+    };
+    match map_peers(l, recs) {
+        Ok((peers, staging, flags, ll)) => Some(Mapped { peers, lease, staging, flags, ll }),
+        Err(e) => {
+            tracing::info!("comm {:p} rank {}: rcclx kernels off: {e}", l.comm, l.rank);
+            lease.close();
+            None
+        }
+    }
+}
+
+type PeerPtrs = (Vec<IpcMapping>, [u64; MAX_RANKS], [u64; MAX_RANKS], [u64; MAX_RANKS]);
+
+/// Maps every peer's staging buffer, flags and LL inbox into this process.
+fn map_peers(l: &Local, recs: &[Record]) -> Result<PeerPtrs, Error> {
+    let rt = gpu::runtime()?;
+    let me = &recs[l.rank];
+    let mut maps = Vec::new();
+    let (mut staging, mut flags, mut ll) = ([0u64; MAX_RANKS], [0u64; MAX_RANKS], [0u64; MAX_RANKS]);
+    for (p, r) in recs.iter().enumerate() {
+        if p == l.rank || r.pid == me.pid {
+            // Same process (ncclCommInitAll, threads, nccl-tests -g N): raw pointers.
+            if r.device != l.device {
+                if l.fault.peer {
+                    return Err(Error::internal("RCCLX_FAULT_INJECT=peer: peer access fails"));
+                }
+                rt.enable_peer_access(l.device, r.device)?;
+            }
+            staging[p] = r.staging_ptr;
+            flags[p] = r.flags_ptr;
+            ll[p] = r.ll_ptr;
+        } else {
+            if l.fault.ipc {
+                return Err(Error::internal("RCCLX_FAULT_INJECT=ipc: opening an IPC handle fails"));
+            }
+            let s = rt.open_ipc(l.device, &gpu::IpcHandle(r.staging_ipc))?;
+            let f = rt.open_ipc(l.device, &gpu::IpcHandle(r.flags_ipc))?;
+            let i = rt.open_ipc(l.device, &gpu::IpcHandle(r.ll_ipc))?;
+            staging[p] = s.ptr().0;
+            flags[p] = f.ptr().0;
+            ll[p] = i.ptr().0;
+            maps.extend([s, f, i]);
+        }
+    }
+    Ok((maps, staging, flags, ll))
+}
+
+/// The clique of a rank whose every peer mapped everything.
+fn finish(l: Local, m: Mapped, r0: &Record, started: Instant) -> Clique {
+    let res = l.res.expect("a rank that mapped its peers was capable");
+    let thresholds = Thresholds {
+        dda_all_reduce: r0.dda_all_reduce != 0,
+        ll_max_bytes: r0.ll_max,
+        flat_max_bytes: r0.flat_max,
+        tree_max_bytes: r0.tree_max,
+        lowp_min_bytes: r0.lowp_min,
+    };
+    let lowp = LowpSwitches {
+        all_reduce: r0.lowp_bits & 1 != 0,
+        all_gather: r0.lowp_bits & 2 != 0,
+        reduce_scatter: r0.lowp_bits & 4 != 0,
+        all_to_all: r0.lowp_bits & 8 != 0,
+    };
+    let facts = CommFacts { nranks: l.nranks, dda: true, lowp, staging_bytes: r0.staging_bytes };
+    let base_args = KernelArgs {
+        send: 0,
+        recv: 0,
+        count: 0,
+        window_elems: 0,
+        half_bytes: r0.staging_bytes / 2,
+        timeout_ns: if r0.timeout_ms == 0 { u64::MAX } else { r0.timeout_ms.saturating_mul(1_000_000) },
+        staging: m.staging,
+        flags: m.flags,
+        ll: m.ll,
+        seq: res.seq.ptr().0,
+        status: res.status.device_ptr().0,
+        ll_units: ll_units(r0.ll_max),
+        seq_slots: r0.max_blocks,
+        rank: l.rank as i32,
+        nranks: l.nranks as i32,
+    };
+    tracing::info!(
+        "comm {:p} rank {}/{} device {}: rcclx kernels on (staging {} B, {} blocks max) in {:?}",
+        l.comm,
+        l.rank,
+        l.nranks,
+        l.device,
+        r0.staging_bytes,
+        r0.max_blocks,
+        started.elapsed()
+    );
+    Clique {
+        rank: l.rank,
+        nranks: l.nranks,
+        device: l.device,
+        facts,
+        thresholds,
+        max_blocks: r0.max_blocks as u32,
+        ll_max_bytes: r0.ll_max,
+        base_args,
+        kernels: res.kernels,
+        owned: Mutex::new(Some(Owned {
+            peers: m.peers,
+            lease: Some(m.lease),
+            _staging: res.staging,
+            _flags: res.flags,
+            _ll: res.ll,
+            _seq: res.seq,
+            status: res.status,
+        })),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fault_spec() {
+        assert_eq!(Fault::parse(None, 0), Fault::default());
+        assert!(Fault::parse(Some("alloc"), 3).alloc);
+        assert!(Fault::parse(Some("ipc:1"), 1).ipc);
+        assert!(!Fault::parse(Some("ipc:1"), 0).ipc);
+        assert!(Fault::parse(Some("peer:0"), 0).peer);
+        assert_eq!(Fault::parse(Some("bogus"), 0), Fault::default());
+    }
+}

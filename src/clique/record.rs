@@ -1,0 +1,139 @@
+//! What each rank tells the others at setup, and the verdict every rank draws from the
+//! gathered records alone (so every rank reaches the same one).
+
+use super::MAX_RANKS;
+
+/// One rank's record (plain bytes on the wire; identical layout everywhere because every rank
+/// runs the same rcclx build, which the magic checks).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Record {
+    pub magic: u64,
+    pub host: u64,
+    /// Random per setup; rank 0's names the clique's lease (`lease.rs`).
+    pub nonce: u64,
+    pub pid: u32,
+    pub device: i32,
+    /// 1 when this rank allocated its resources and has kernels for its GPU.
+    pub capable: u32,
+    pub rank: u32,
+    pub arch: [u8; 32],
+    pub staging_ipc: [u8; 64],
+    pub flags_ipc: [u8; 64],
+    pub ll_ipc: [u8; 64],
+    pub staging_ptr: u64,
+    pub flags_ptr: u64,
+    pub ll_ptr: u64,
+    pub ll_max: u64,
+    pub staging_bytes: u64,
+    pub max_blocks: u64,
+    // Rank 0's values below are adopted by everyone, so all ranks decide alike.
+    pub flat_max: u64,
+    pub tree_max: u64,
+    pub lowp_min: u64,
+    pub timeout_ms: u64,
+    pub dda_all_reduce: u32,
+    pub lowp_bits: u32,
+}
+
+/// "rcclx_v3": bumped whenever the layout or meaning of a field changes.
+pub const MAGIC: u64 = 0x7263_636c_785f_7633;
+pub const BYTES: usize = std::mem::size_of::<Record>();
+const _: () = assert!(BYTES.is_multiple_of(8));
+
+impl Record {
+    pub fn zeroed() -> Self {
+        // SAFETY: Record is plain integers and byte arrays; all-zero is a valid value.
+        unsafe { std::mem::zeroed() }
+    }
+    pub fn as_bytes(&self) -> &[u8] {
+        // SAFETY: plain data without padding (every field is an 8- or 4-byte multiple, in
+        // order, and the total is a multiple of 8).
+        unsafe { std::slice::from_raw_parts(self as *const Self as *const u8, BYTES) }
+    }
+    pub fn from_bytes(b: &[u8]) -> Self {
+        assert!(b.len() >= BYTES, "record of {} bytes", b.len());
+        let mut r = Self::zeroed();
+        // SAFETY: copies exactly BYTES into a plain-data value (any bytes are valid).
+        unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), &mut r as *mut Self as *mut u8, BYTES) };
+        r
+    }
+    /// The records of every rank, from the gathered bytes.
+    pub fn all(gathered: &[u8]) -> Vec<Record> {
+        gathered.chunks(BYTES).map(Record::from_bytes).collect()
+    }
+}
+
+/// The first verdict: all on one host, all capable, same arch and sizes, 2..=8 ranks.
+pub fn verdict(rank: usize, nranks: usize, recs: &[Record]) -> Result<(), String> {
+    if recs.len() != nranks || !(2..=MAX_RANKS).contains(&nranks) {
+        return Err(format!("{nranks} ranks (rcclx kernels serve 2..={MAX_RANKS})"));
+    }
+    let me = &recs[rank];
+    for (p, r) in recs.iter().enumerate() {
+        if r.magic != MAGIC {
+            return Err(format!("rank {p} runs another rcclx version"));
+        }
+        if r.capable == 0 {
+            return Err(format!("rank {p} could not prepare (no kernels for its GPU, no memory, or an injected fault)"));
+        }
+        if r.host != me.host {
+            return Err("ranks on more than one host".into());
+        }
+        if r.arch != recs[0].arch
+            || r.staging_bytes != recs[0].staging_bytes
+            || r.max_blocks != recs[0].max_blocks
+            || r.ll_max != recs[0].ll_max
+        {
+            return Err(format!("rank {p} differs in GPU arch or buffer sizes"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn recs(n: usize) -> Vec<Record> {
+        (0..n)
+            .map(|r| {
+                let mut x = Record::zeroed();
+                x.magic = MAGIC;
+                x.host = 7;
+                x.capable = 1;
+                x.rank = r as u32;
+                x.staging_bytes = 1 << 20;
+                x
+            })
+            .collect()
+    }
+
+    #[test]
+    fn round_trip() {
+        let mut r = recs(1).remove(0);
+        r.pid = 42;
+        r.arch[..5].copy_from_slice(b"sm_90");
+        let back = Record::from_bytes(r.as_bytes());
+        assert_eq!(back.as_bytes(), r.as_bytes());
+    }
+
+    #[test]
+    fn every_disagreement_turns_the_kernels_off() {
+        assert!(verdict(0, 2, &recs(2)).is_ok());
+        assert!(verdict(0, 1, &recs(1)).is_err());
+        assert!(verdict(0, 9, &recs(9)).is_err());
+        for change in 0..4 {
+            let mut v = recs(3);
+            match change {
+                0 => v[2].capable = 0,
+                1 => v[1].host = 8,
+                2 => v[2].staging_bytes = 2 << 20,
+                _ => v[1].magic = 1,
+            }
+            for rank in 0..3 {
+                assert!(verdict(rank, 3, &v).is_err(), "change {change} rank {rank}");
+            }
+        }
+    }
+}

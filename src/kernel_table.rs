@@ -1,0 +1,160 @@
+//! THE table of rcclx's GPU kernels: collective x algorithm x element type x reduction op.
+//!
+//! Layer: base (plain data, `core` only). `build.rs` includes this very file to emit one
+//! `extern "C"` kernel per entry into the code objects it compiles; [`crate::kernels`] uses it
+//! to name and index those kernels, and [`crate::comm::stats`] to count calls per family. So a new
+//! kernel family is one row of [`FAMILIES`] plus its device function in `hip_kernels/`.
+//!
+//! A kernel is named `rcclx_<coll>_<algo>_<type>[_<op>]`, e.g. `rcclx_allreduce_ll_bf16_max`,
+//! `rcclx_allgather_flat_bytes`, `rcclx_reducescatter_lowp_f32`; its index in the module's
+//! kernel list is its position in [`kernel_names`] order.
+
+/// An element type of the kernels: its short name, its C++ type in `hip_kernels/`, its
+/// `ncclDataType_t` value and its size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ty {
+    pub name: &'static str,
+    pub cxx: &'static str,
+    pub nccl: i32,
+    pub bytes: usize,
+}
+
+/// Every type the reducing DDA kernels take, in `ncclDataType_t` order (0..=9). The FP8 types of
+/// NCCL (10, 11) are not reduced by rcclx: those calls go to the stock library.
+pub const REDUCE_TYPES: &[Ty] = &[
+    Ty { name: "i8", cxx: "int8_t", nccl: 0, bytes: 1 },
+    Ty { name: "u8", cxx: "uint8_t", nccl: 1, bytes: 1 },
+    Ty { name: "i32", cxx: "int32_t", nccl: 2, bytes: 4 },
+    Ty { name: "u32", cxx: "uint32_t", nccl: 3, bytes: 4 },
+    Ty { name: "i64", cxx: "int64_t", nccl: 4, bytes: 8 },
+    Ty { name: "u64", cxx: "uint64_t", nccl: 5, bytes: 8 },
+    Ty { name: "f16", cxx: "rcclx_half", nccl: 6, bytes: 2 },
+    Ty { name: "f32", cxx: "float", nccl: 7, bytes: 4 },
+    Ty { name: "f64", cxx: "double", nccl: 8, bytes: 8 },
+    Ty { name: "bf16", cxx: "rcclx_bf16", nccl: 9, bytes: 2 },
+];
+
+/// Input types of the low-precision (FP8 on the wire) kernels.
+pub const LOWP_TYPES: &[Ty] = &[
+    Ty { name: "f32", cxx: "float", nccl: 7, bytes: 4 },
+    Ty { name: "bf16", cxx: "rcclx_bf16", nccl: 9, bytes: 2 },
+    Ty { name: "f16", cxx: "rcclx_half", nccl: 6, bytes: 2 },
+];
+
+/// Data-movement kernels (AllGather, AllToAll) move bytes: one instance serves every type.
+pub const BYTES: &[Ty] = &[Ty { name: "bytes", cxx: "uint8_t", nccl: -1, bytes: 1 }];
+
+/// A reduction op: short name, the `RCCLX_<OP>` constant of `hip_kernels/common.cuh`, its
+/// `ncclRedOp_t` value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Op {
+    pub name: &'static str,
+    pub cxx: &'static str,
+    pub nccl: i32,
+}
+
+/// `ncclSum` .. `ncclAvg`, in `ncclRedOp_t` order.
+pub const REDUCE_OPS: &[Op] = &[
+    Op { name: "sum", cxx: "RCCLX_SUM", nccl: 0 },
+    Op { name: "prod", cxx: "RCCLX_PROD", nccl: 1 },
+    Op { name: "max", cxx: "RCCLX_MAX", nccl: 2 },
+    Op { name: "min", cxx: "RCCLX_MIN", nccl: 3 },
+    Op { name: "avg", cxx: "RCCLX_AVG", nccl: 4 },
+];
+
+/// Kernels without an op argument (data movement; the low-precision kernels, which sum).
+pub const NO_OP: &[Op] = &[];
+
+/// One family of kernels: a collective's algorithm, instantiated for every type x op listed.
+#[derive(Clone, Copy, Debug)]
+pub struct Family {
+    /// `allreduce`, `allgather`, `reducescatter`, `alltoall`.
+    pub coll: &'static str,
+    /// `ll`, `flat`, `tree`, `lowp`.
+    pub algo: &'static str,
+    /// The device function template in `hip_kernels/` (`template <typename T[, int OP]>`).
+    pub device_fn: &'static str,
+    pub types: &'static [Ty],
+    pub ops: &'static [Op],
+}
+
+impl Family {
+    /// Kernels of this family: one per type, times one per op if it has ops.
+    pub const fn kernel_count(&self) -> usize {
+        self.types.len() * if self.ops.is_empty() { 1 } else { self.ops.len() }
+    }
+}
+
+/// Every kernel family, in module order. `coll` and `algo` name the statistics route too.
+pub const FAMILIES: &[Family] = &[
+    Family { coll: "allreduce", algo: "ll", device_fn: "rcclx_allreduce_ll", types: REDUCE_TYPES, ops: REDUCE_OPS },
+    Family { coll: "allreduce", algo: "flat", device_fn: "rcclx_allreduce_flat", types: REDUCE_TYPES, ops: REDUCE_OPS },
+    Family { coll: "allreduce", algo: "tree", device_fn: "rcclx_allreduce_tree", types: REDUCE_TYPES, ops: REDUCE_OPS },
+    Family { coll: "allreduce", algo: "lowp", device_fn: "rcclx_allreduce_lowp", types: LOWP_TYPES, ops: NO_OP },
+    Family { coll: "allgather", algo: "lowp", device_fn: "rcclx_allgather_lowp", types: LOWP_TYPES, ops: NO_OP },
+    Family {
+        coll: "reducescatter",
+        algo: "lowp",
+        device_fn: "rcclx_reducescatter_lowp",
+        types: LOWP_TYPES,
+        ops: NO_OP,
+    },
+    Family { coll: "alltoall", algo: "lowp", device_fn: "rcclx_alltoall_lowp", types: LOWP_TYPES, ops: NO_OP },
+];
+
+/// Index of the first kernel of family `f` in the module's kernel list.
+pub const fn family_start(f: usize) -> usize {
+    let mut i = 0;
+    let mut start = 0;
+    while i < f {
+        start += FAMILIES[i].kernel_count();
+        i += 1;
+    }
+    start
+}
+
+/// Number of kernels in all.
+pub const KERNEL_COUNT: usize = family_start(FAMILIES.len());
+
+/// Index of the kernel of family `f` for `ncclDataType_t` `dtype` and `ncclRedOp_t` `op`
+/// (ignored by families without ops; any type for byte families), or `None` if the family has
+/// no such kernel.
+pub fn kernel_index(f: usize, dtype: i32, op: i32) -> Option<usize> {
+    let fam = FAMILIES.get(f)?;
+    let t = if fam.types.len() == 1 && fam.types[0].nccl < 0 {
+        0
+    } else {
+        fam.types.iter().position(|t| t.nccl == dtype)?
+    };
+    let within = if fam.ops.is_empty() {
+        t
+    } else {
+        t * fam.ops.len() + fam.ops.iter().position(|o| o.nccl == op)?
+    };
+    Some(family_start(f) + within)
+}
+
+/// Every kernel as (family index, type, op), in index order.
+pub fn kernels() -> impl Iterator<Item = (usize, &'static Ty, Option<&'static Op>)> {
+    FAMILIES.iter().enumerate().flat_map(|(f, fam)| {
+        fam.types.iter().flat_map(move |t| {
+            let ops: Vec<Option<&'static Op>> =
+                if fam.ops.is_empty() { vec![None] } else { fam.ops.iter().map(Some).collect() };
+            ops.into_iter().map(move |o| (f, t, o))
+        })
+    })
+}
+
+/// The `extern "C"` name of a kernel.
+pub fn kernel_name(f: usize, t: &Ty, op: Option<&Op>) -> String {
+    let fam = &FAMILIES[f];
+    match op {
+        Some(op) => format!("rcclx_{}_{}_{}_{}", fam.coll, fam.algo, t.name, op.name),
+        None => format!("rcclx_{}_{}_{}", fam.coll, fam.algo, t.name),
+    }
+}
+
+/// Every kernel name, in index order.
+pub fn kernel_names() -> impl Iterator<Item = String> {
+    kernels().map(|(f, t, o)| kernel_name(f, t, o))
+}
