@@ -9,6 +9,10 @@
 //! 3. `$OUT_DIR/kernels.rs` lists the built code objects (`CODE_OBJECTS`, included by
 //!    `src/kernels.rs`); `$OUT_DIR/kernel-resources.txt` holds per-kernel register use.
 //!
+//! The compiles are skipped when nothing they depend on changed since the last run (a stamp of
+//! the translation unit, `hip_kernels/` and the compiler settings): the script also re-runs when
+//! the git commit changes, to embed the commit hash (`RCCLX_GIT_HASH`) in the library.
+//!
 //! Environment (besides the compiler paths of `toolchain.rs`):
 //! * `RCCLX_REQUIRE_KERNELS=1` (CI): a missing compiler or a failed compile is an error.
 //! * `RCCLX_KERNEL_REPORT=1`: print per-kernel resource usage as warnings (also on with REQUIRE).
@@ -33,6 +37,7 @@ fn main() {
     }
     let repo = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
+    println!("cargo:rustc-env=RCCLX_GIT_HASH={}", git_hash(&repo));
     let require = toolchain::flag("RCCLX_REQUIRE_KERNELS");
     let report = require || toolchain::flag("RCCLX_KERNEL_REPORT");
 
@@ -45,7 +50,21 @@ fn main() {
     }
 
     let src = out_dir.join("instances.cu");
-    report::write_if_changed(&src, &instances());
+    let tu = instances();
+    report::write_if_changed(&src, &tu);
+    let stamp = stamp(&format!("{tu}\n{}", toolchain::available(&repo)), &repo.join("hip_kernels"), require);
+    let stamp_file = out_dir.join("kernels.stamp");
+    if let Ok(old) = std::fs::read_to_string(&stamp_file)
+        && let Some((first, tools)) = old.split_once('\n')
+        && first == stamp
+        && out_dir.join("kernels.rs").exists()
+    {
+        // Unchanged: keep the code objects of the last run (and watch the same compilers).
+        for tool in tools.lines() {
+            println!("cargo:rerun-if-changed={tool}");
+        }
+        return;
+    }
     let unit = toolchain::Unit {
         src: &src,
         include: &repo.join("hip_kernels"),
@@ -57,6 +76,55 @@ fn main() {
     let (built, resources) = report::collect("rcclx kernels", &outcomes, require, report);
     report::write_if_changed(&out_dir.join("kernels.rs"), &report::code_object_table(&built));
     report::write_if_changed(&out_dir.join("kernel-resources.txt"), &resources);
+    let tools: Vec<String> = outcomes
+        .iter()
+        .filter_map(|(_, o)| match o {
+            toolchain::Outcome::Built { tool, .. } => Some(tool.path().display().to_string()),
+            _ => None,
+        })
+        .collect();
+    report::write_if_changed(&stamp_file, &format!("{stamp}\n{}", tools.join("\n")));
+}
+
+/// The short hash of the checked-out commit (`unknown` outside a git checkout). The script
+/// re-runs when HEAD or the branch it names moves.
+fn git_hash(repo: &std::path::Path) -> String {
+    let git = repo.join(".git");
+    if let Ok(head) = std::fs::read_to_string(git.join("HEAD")) {
+        println!("cargo:rerun-if-changed={}", git.join("HEAD").display());
+        if let Some(r) = head.trim().strip_prefix("ref: ") {
+            println!("cargo:rerun-if-changed={}", git.join(r).display());
+            println!("cargo:rerun-if-changed={}", git.join("packed-refs").display());
+        }
+    }
+    std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(repo)
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// A digest of everything the kernel compiles depend on: the translation unit, every file of
+/// `hip_kernels/`, the compiler settings and whether kernels are required.
+fn stamp(tu: &str, kernels: &std::path::Path, require: bool) -> String {
+    let mut text = String::from(tu);
+    let mut files: Vec<PathBuf> =
+        std::fs::read_dir(kernels).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+    files.sort();
+    for f in files {
+        text.push_str(&f.display().to_string());
+        text.push_str(&std::fs::read_to_string(&f).unwrap_or_default());
+    }
+    for var in toolchain::ENV_VARS {
+        text.push_str(&format!("{var}={:?}\n", env::var_os(var)));
+    }
+    text.push_str(&format!("require={require}"));
+    let h = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3));
+    format!("{h:016x}")
 }
 
 /// The translation unit: the device code, then one instantiation per kernel of the table.

@@ -12,7 +12,12 @@ use crate::toolchain::{Outcome, Target, is_compiler_warning};
 /// Turns the outcomes into the built code objects and the resource report. With `require`
 /// (CI), a missing compiler or a failed compile panics; otherwise it is a cargo warning and the
 /// target is left out. `report` also prints each kernel's resource line as a warning.
-pub fn collect(what: &str, outcomes: &[(Target, Outcome)], require: bool, report: bool) -> (Vec<(Target, PathBuf)>, String) {
+pub fn collect(
+    what: &str,
+    outcomes: &[(Target, Outcome)],
+    require: bool,
+    report: bool,
+) -> (Vec<(Target, PathBuf)>, String) {
     let mut built = Vec::new();
     let mut missing = Vec::new();
     let mut resources = String::new();
@@ -64,7 +69,11 @@ pub fn collect(what: &str, outcomes: &[(Target, Outcome)], require: bool, report
         let list: Vec<String> = missing
             .iter()
             .map(|(t, note)| {
-                if note.is_empty() { format!("{} ({})", t.name(), t.wants()) } else { format!("{} ({}; {note})", t.name(), t.wants()) }
+                if note.is_empty() {
+                    format!("{} ({})", t.name(), t.wants())
+                } else {
+                    format!("{} ({}; {note})", t.name(), t.wants())
+                }
             })
             .collect();
         if require {
@@ -185,4 +194,3 @@ fn summarize_remarks(target: &str, log: &str) -> Vec<String> {
     flush(&mut current, &mut out);
     out
 }
-

@@ -8,7 +8,8 @@
 //! | `gfx942` | clang >= 19 `-x hip` (Debian clang-19), else zig's clang   | `<stem>.gfx942.hsaco` |
 //! | `gfx950` | zig 0.17 (`zig clang`, clang 22), else a clang that knows gfx950 | `<stem>.gfx950.hsaco` |
 //!
-//! Environment: `RCCLX_NVCC`, `RCCLX_CLANG` (gfx942), `RCCLX_ZIG` (gfx950) name a compiler;
+//! Environment: `RCCLX_TARGETS` (comma list) limits the targets; `RCCLX_NVCC`, `RCCLX_CLANG`
+//! (gfx942), `RCCLX_ZIG` (gfx950) name a compiler;
 //! when set, only that compiler is used for its target (a nonexistent path disables the target).
 //! Otherwise: `.tools/` from `ci/install-toolchains.sh`, then `PATH`, then the usual places.
 //! Why each flag: nvcc 13.0 writes PTX 9.0, which every CUDA-13 driver can JIT; `-fmad=false` /
@@ -25,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Variables that change what the compilers produce (for `cargo:rerun-if-env-changed`).
-pub const ENV_VARS: [&str; 4] = ["RCCLX_NVCC", "RCCLX_CLANG", "RCCLX_ZIG", "PATH"];
+pub const ENV_VARS: [&str; 5] = ["RCCLX_NVCC", "RCCLX_CLANG", "RCCLX_ZIG", "RCCLX_TARGETS", "PATH"];
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Target {
@@ -36,6 +37,15 @@ pub enum Target {
 
 impl Target {
     pub const ALL: [Target; 3] = [Target::Sm90, Target::Gfx942, Target::Gfx950];
+
+    /// The targets to build: `RCCLX_TARGETS` (a comma list, e.g. `sm_90` for a machine that only
+    /// runs NVIDIA GPUs: smaller binaries), else all of them.
+    pub fn selected() -> Vec<Target> {
+        match env::var("RCCLX_TARGETS").ok().filter(|v| !v.trim().is_empty()) {
+            Some(list) => Self::ALL.into_iter().filter(|t| list.split(',').any(|n| n.trim() == t.name())).collect(),
+            None => Self::ALL.to_vec(),
+        }
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -109,7 +119,7 @@ pub struct Unit<'a> {
 /// Compiles `unit` for every target side by side (the compiles are independent).
 pub fn compile_all(unit: &Unit) -> Vec<(Target, Outcome)> {
     let lld_wrapper_dir = unit.out_dir.join("zigbin");
-    let candidates: Vec<(Target, Vec<Tool>, Vec<String>)> = Target::ALL
+    let candidates: Vec<(Target, Vec<Tool>, Vec<String>)> = Target::selected()
         .iter()
         .map(|&t| {
             let (tools, notes) = candidates(t, unit.repo);
@@ -129,6 +139,19 @@ pub fn compile_all(unit: &Unit) -> Vec<(Target, Outcome)> {
             .collect();
         handles.into_iter().map(|h| h.join().expect("compile thread panicked")).collect()
     })
+}
+
+/// The compilers each target would try, for a build stamp (a newly installed compiler must
+/// trigger a rebuild).
+pub fn available(repo: &Path) -> String {
+    Target::ALL
+        .iter()
+        .map(|&t| {
+            let (tools, _) = candidates(t, repo);
+            format!("{}: {}", t.name(), tools.iter().map(Tool::describe).collect::<Vec<_>>().join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// `1`, `true`, `yes`, `on` (any case) count as set.

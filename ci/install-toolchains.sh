@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install the GPU kernel compilers that build.rs uses, into $REPO/.tools (git-ignored).
+# Install the GPU kernel compilers that the build scripts use, into $REPO/.tools (git-ignored).
 #
 #   .tools/cuda/nvidia/cu13/bin/nvcc   nvcc 13.0.x from PyPI  -> sm_90 cubin + compute_90 PTX
 #   clang++-19, lld-19, llvm-19        Debian apt             -> gfx942 (MI300) code object
@@ -7,7 +7,7 @@
 #   .tools/zigbin/lld                  wrapper so clang's AMDGPU link step finds zig's lld
 #
 # Idempotent: a step whose result already exists is skipped. Needs pip, and root (or sudo)
-# for apt-get. No GPU needed. See shared/reference/toolchain.md for why these exact pins:
+# for apt-get. No GPU needed. Why these exact pins:
 # nvcc 13.0 writes PTX 9.0, which every CUDA-13 driver can JIT (13.5 writes 9.5);
 # Debian's clang-19 does not know gfx950, zig's clang 22 does.
 #
@@ -72,10 +72,10 @@ EOF
 chmod +x "$TOOLS/zigbin/lld.tmp"
 mv -f "$TOOLS/zigbin/lld.tmp" "$TOOLS/zigbin/lld"
 
-# Cargo only re-runs build.rs when a watched file changes; a new compiler is not one of them.
-# Bump the kernel TU's mtime (content unchanged) so the next cargo build picks the tools up.
-if [ "${#installed[@]}" -gt 0 ] && [ -f "$REPO/hip_kernels/rcclx_kernels.cu" ]; then
-  touch "$REPO/hip_kernels/rcclx_kernels.cu"
+# Cargo only re-runs the build script when a watched file changes; a new compiler is not one
+# of them. Bump the kernels' header mtime (content unchanged) so the next build picks them up.
+if [ "${#installed[@]}" -gt 0 ] && [ -f "$REPO/hip_kernels/rcclx.cuh" ]; then
+  touch "$REPO/hip_kernels/rcclx.cuh"
 fi
 
 # --- report ----------------------------------------------------------------------------------

@@ -4,12 +4,16 @@
 #
 #   1. bash ci/install-toolchains.sh   nvcc (PyPI), clang-19 (apt), zig (PyPI) into .tools/
 #   2. bash ci/fetch-nccl.sh           the stock libnccl.so.2 2.28.9 and 2.32.3 (PyPI wheels)
-#   3. cargo fmt --check               (skipped with a note when rustfmt is not installed)
-#   4. cargo build --release           with RCCLX_REQUIRE_KERNELS=1: the GPU kernels for all
-#                                      three targets (sm_90, gfx942, gfx950) must compile
-#   5. cargo clippy --release --all-targets -- -D warnings
-#   6. cargo test --release            unit tests and tests/*.rs (all of them: --no-fail-fast),
-#                                      with the paths from step 2
+#   3. cargo fmt --all --check         (skipped with a note when rustfmt is not installed)
+#   4. cargo build --release --workspace
+#                                      librcclx.so and the GPU test programs (gpu-tests/), with
+#                                      RCCLX_REQUIRE_KERNELS=1: the library's and the self-test's
+#                                      kernels must compile for all three targets (sm_90,
+#                                      gfx942, gfx950)
+#   5. cargo clippy --release --workspace --all-targets -- -D warnings
+#   6. cargo test --release --workspace
+#                                      unit tests, tests/*.rs and gpu-tests' CPU-only checks
+#                                      (all of them: --no-fail-fast), with the paths from step 2
 #
 # Environment: RCCLX_NO_KERNELS=1 builds without GPU kernels (forwarding only) instead of
 # requiring them; SKIP_APT=1 is passed on to install-toolchains.sh. Extra arguments are passed
@@ -110,20 +114,20 @@ fi
 if cargo fmt --version >/dev/null 2>&1; then
   fmt_check() {
     local files rc=0
-    files="$(cargo fmt --check -- --files-with-diff)" || rc=$?
+    files="$(cargo fmt --all --check -- --files-with-diff)" || rc=$?
     if [ "$rc" != 0 ]; then
       echo "$files"
-      echo "these files are not formatted: run \`cargo fmt\` (\`cargo fmt --check\` shows the diff)"
+      echo "these files are not formatted: run \`cargo fmt --all\` (\`cargo fmt --all --check\` shows the diff)"
     fi
     return "$rc"
   }
-  step 0 "cargo fmt --check" fmt_check
+  step 0 "cargo fmt --all --check" fmt_check
 else
   note "rustfmt is not installed: formatting not checked (rustup component add rustfmt)"
 fi
 
-# 4. Build: the product, target/release/librcclx.so.
-step 1 "cargo build --release" cargo build --release
+# 4. Build: the product, target/release/librcclx.so, and the GPU test programs.
+step 1 "cargo build --release --workspace" cargo build --release --workspace
 LIB="${CARGO_TARGET_DIR:-target}/release/librcclx.so"
 if [ -f "$LIB" ]; then
   echo "  built $LIB ($(stat -c %s "$LIB") bytes)"
@@ -131,7 +135,7 @@ fi
 
 # 5. Lints.
 if cargo clippy --version >/dev/null 2>&1; then
-  step 0 "cargo clippy -D warnings" cargo clippy --release --all-targets -- -D warnings
+  step 0 "cargo clippy -D warnings" cargo clippy --release --workspace --all-targets -- -D warnings
 else
   SUMMARY+=("FAIL  clippy is not installed (rustup component add clippy)")
   FAILED=1
@@ -140,7 +144,7 @@ fi
 # 6. Tests.
 TEST_LOG="$(mktemp)"
 trap 'rm -f "$FETCH_OUT" "$TEST_LOG"' EXIT
-step 0 "cargo test --release" bash -c 'set -o pipefail; cargo test --release --no-fail-fast "${@:2}" 2>&1 | tee "$1"' _ "$TEST_LOG" "$@"
+step 0 "cargo test --release --workspace" bash -c 'set -o pipefail; cargo test --release --workspace --no-fail-fast "${@:2}" 2>&1 | tee "$1"' _ "$TEST_LOG" "$@"
 TEST_COUNTS="$(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) g += $i } }
   END { printf "%d passed, %d failed, %d ignored", p, f, g }' "$TEST_LOG")"
 

@@ -88,45 +88,16 @@ RCCLX_DEV void rcclx_allreduce_ll(const RcclxArgs& a) {
   const uint64_t deadline = rcclx_call_deadline(a);
   const T s = R::scalar(a.nranks);
   const uint64_t bytes = a.count * sizeof(T);
-  const uint64_t units = (bytes + 7) / 8;
-  const uint64_t parity_off = (uint64_t)(seq & 1) * RCCLX_MAX_RANKS * a.ll_units * 2;
-  const unsigned char* send = (const unsigned char*)a.send;
-  unsigned char* recv = (unsigned char*)a.recv;
-  const bool aligned = (((uintptr_t)send | (uintptr_t)recv) & 7) == 0;
-  RCCLX_FOR_VEC(u, units) {
-    // Own 8 payload bytes (zero past the end of the message).
-    uint32_t lo = 0, hi = 0;
-    if (aligned && (u + 1) * 8 <= bytes) {
-      lo = ((const uint32_t*)send)[2 * u];
-      hi = ((const uint32_t*)send)[2 * u + 1];
-    } else {
-      for (int b = 0; b < 8; ++b)
-        if (u * 8 + b < bytes) (b < 4 ? lo : hi) |= (uint32_t)send[u * 8 + b] << (8 * (b & 3));
-    }
-    const uint64_t w0 = ((uint64_t)flag << 32) | lo, w1 = ((uint64_t)flag << 32) | hi;
-    for (int i = 1; i < a.nranks; ++i) {
-      const int p = (a.rank + i) % a.nranks;
-      rcclx_st_ll_unit(a.ll[p] + parity_off + ((uint64_t)a.rank * a.ll_units + u) * 2, w0, w1);
-    }
-    // Gather every rank's 8 bytes (own from registers), reduce in rank order.
+  const uint64_t parity_off = rcclx_ll_parity(a, seq);
+  RCCLX_FOR_VEC(u, (bytes + 7) / 8) {
     union { uint32_t w[2]; T e[PER]; } in[RCCLX_MAX_RANKS];
+    rcclx_ll_load8((const unsigned char*)a.send, u, bytes, &in[a.rank].w[0], &in[a.rank].w[1]);
+    for (int i = 1; i < a.nranks; ++i)
+      rcclx_ll_push(a, (a.rank + i) % a.nranks, parity_off, u, flag, in[a.rank].w[0], in[a.rank].w[1]);
+    // Gather every peer's 8 bytes, reduce in rank order.
 #pragma unroll
-    for (int p = 0; p < RCCLX_MAX_RANKS; ++p) {
-      if (p >= a.nranks) continue;
-      if (p == a.rank) { in[p].w[0] = lo; in[p].w[1] = hi; continue; }
-      const uint64_t* slot = a.ll[a.rank] + parity_off + ((uint64_t)p * a.ll_units + u) * 2;
-      uint64_t v0, v1;
-      for (uint32_t round = 0;; ++round) {
-        rcclx_ld_ll_unit(slot, &v0, &v1);
-        if ((uint32_t)(v0 >> 32) == flag && (uint32_t)(v1 >> 32) == flag) break;
-        if ((round & 1023) == 1023) {
-          if (rcclx_should_stop(a, deadline)) s_fail = 1;
-          if (*(volatile int*)&s_fail) break;
-        }
-      }
-      in[p].w[0] = (uint32_t)v0;
-      in[p].w[1] = (uint32_t)v1;
-    }
+    for (int p = 0; p < RCCLX_MAX_RANKS; ++p)
+      if (p < a.nranks && p != a.rank) rcclx_ll_pull(a, p, parity_off, u, flag, deadline, &s_fail, &in[p].w[0], &in[p].w[1]);
     union { uint32_t w[2]; T e[PER]; } res;
 #pragma unroll
     for (int e = 0; e < PER; ++e) {
@@ -136,13 +107,7 @@ RCCLX_DEV void rcclx_allreduce_ll(const RcclxArgs& a) {
         if (p < a.nranks) acc = R::apply(acc, R::pre(in[p].e[e], s));
       res.e[e] = R::post(acc, a.nranks);
     }
-    if (aligned && (u + 1) * 8 <= bytes) {
-      ((uint32_t*)recv)[2 * u] = res.w[0];
-      ((uint32_t*)recv)[2 * u + 1] = res.w[1];
-    } else {
-      for (int b = 0; b < 8; ++b)
-        if (u * 8 + b < bytes) recv[u * 8 + b] = (unsigned char)(res.w[b >> 2] >> (8 * (b & 3)));
-    }
+    rcclx_ll_store8((unsigned char*)a.recv, u, bytes, res.w[0], res.w[1]);
   }
   rcclx_seq_store(a, seq + 1);
 }

@@ -315,3 +315,61 @@ RCCLX_DEV void rcclx_reduce(const RcclxArgs& a, uint64_t off, uint64_t n, T* out
     if (keep) keep[i] = res;
   }
 }
+
+// ---- LL protocol (flagged 8-byte words; see the LL kernels) --------------------------------
+
+// Byte offset of inbox half `seq & 1` (in uint64 words).
+RCCLX_DEV uint64_t rcclx_ll_parity(const RcclxArgs& a, uint32_t seq) {
+  return (uint64_t)(seq & 1) * RCCLX_MAX_RANKS * a.ll_units * 2;
+}
+
+// The 8 payload bytes of unit u of p[0, bytes) (zero past the end) as two words.
+RCCLX_DEV void rcclx_ll_load8(const unsigned char* p, uint64_t u, uint64_t bytes, uint32_t* lo, uint32_t* hi) {
+  if (((uintptr_t)p & 7) == 0 && (u + 1) * 8 <= bytes) {
+    *lo = ((const uint32_t*)p)[2 * u];
+    *hi = ((const uint32_t*)p)[2 * u + 1];
+    return;
+  }
+  uint32_t l = 0, h = 0;
+  for (int b = 0; b < 8; ++b)
+    if (u * 8 + b < bytes) (b < 4 ? l : h) |= (uint32_t)p[u * 8 + b] << (8 * (b & 3));
+  *lo = l;
+  *hi = h;
+}
+
+// Writes the bytes of unit u that fall inside p[0, bytes).
+RCCLX_DEV void rcclx_ll_store8(unsigned char* p, uint64_t u, uint64_t bytes, uint32_t lo, uint32_t hi) {
+  if (((uintptr_t)p & 7) == 0 && (u + 1) * 8 <= bytes) {
+    ((uint32_t*)p)[2 * u] = lo;
+    ((uint32_t*)p)[2 * u + 1] = hi;
+    return;
+  }
+  const uint32_t w[2] = {lo, hi};
+  for (int b = 0; b < 8; ++b)
+    if (u * 8 + b < bytes) p[u * 8 + b] = (unsigned char)(w[b >> 2] >> (8 * (b & 3)));
+}
+
+// Stores unit u (payload lo/hi, this call's flag) into slot [this rank] of `peer`'s inbox.
+RCCLX_DEV void rcclx_ll_push(const RcclxArgs& a, int peer, uint64_t parity_off, uint64_t u, uint32_t flag, uint32_t lo, uint32_t hi) {
+  rcclx_st_ll_unit(a.ll[peer] + parity_off + ((uint64_t)a.rank * a.ll_units + u) * 2, ((uint64_t)flag << 32) | lo,
+                   ((uint64_t)flag << 32) | hi);
+}
+
+// Waits for unit u of this call from `src` in this rank's inbox and returns its payload. On
+// abort or timeout it sets *s_fail and returns garbage (the call's result is then undefined,
+// as the stock library's after an abort).
+RCCLX_DEV void rcclx_ll_pull(const RcclxArgs& a, int src, uint64_t parity_off, uint64_t u, uint32_t flag, uint64_t deadline,
+                             int* s_fail, uint32_t* lo, uint32_t* hi) {
+  const uint64_t* slot = a.ll[a.rank] + parity_off + ((uint64_t)src * a.ll_units + u) * 2;
+  uint64_t v0, v1;
+  for (uint32_t round = 0;; ++round) {
+    rcclx_ld_ll_unit(slot, &v0, &v1);
+    if ((uint32_t)(v0 >> 32) == flag && (uint32_t)(v1 >> 32) == flag) break;
+    if ((round & 1023) == 1023) {
+      if (rcclx_should_stop(a, deadline)) *s_fail = 1;
+      if (*(volatile int*)s_fail) break;
+    }
+  }
+  *lo = (uint32_t)v0;
+  *hi = (uint32_t)v1;
+}

@@ -6,4 +6,6 @@
 
 #include "common.cuh"     // argument struct, reduction arithmetic, barrier, copy/reduce helpers
 #include "allreduce.cuh"  // DDA AllReduce: ll, flat, tree
+#include "gather.cuh"     // DDA AllGather and AllToAll: ll, flat
+#include "reducescatter.cuh"  // DDA ReduceScatter: ll, flat
 #include "lowp.cuh"       // low-precision (FP8 on the wire) collectives

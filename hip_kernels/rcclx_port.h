@@ -21,7 +21,7 @@
 // Caveats:
 //   * AMD gridDim.x is read from the code-object-v5 hidden kernel argument block_count_x, and
 //     blockDim from the hidden group_size_x (clang does that itself). The code object MUST be
-//     built with -mcode-object-version=5 (build.rs pins it) and launched by the HIP runtime
+//     built with -mcode-object-version=5 (build/toolchain.rs pins it) and launched by the HIP runtime
 //     (hipModuleLaunchKernel / hipExtModuleLaunchKernel fill the hidden arguments).
 //   * FP8: NVIDIA and gfx950 use OCP E4M3FN (max 448, NaN 0x7F/0xFF); gfx942 hardware uses
 //     E4M3FNUZ (max 240, bias 8, NaN 0x80, no -0). Bytes are NOT interchangeable between

@@ -14,6 +14,17 @@
 #else
 #include <nccl.h>
 #endif
+/* Route indices of rcclxCommGetRouteStats (generated from src/kernel_table.rs): */
+#define RCCLX_ROUTE_ALLREDUCE_LL 0
+#define RCCLX_ROUTE_ALLREDUCE_FLAT 1
+#define RCCLX_ROUTE_ALLREDUCE_TREE 2
+#define RCCLX_ROUTE_ALLREDUCE_LOWP 3
+#define RCCLX_ROUTE_ALLGATHER_LOWP 4
+#define RCCLX_ROUTE_REDUCESCATTER_LOWP 5
+#define RCCLX_ROUTE_ALLTOALL_LOWP 6
+#define RCCLX_ROUTE_FORWARDED 7
+#define RCCLX_ROUTE_COUNT 8
+
 
 /**
  * rcclx version as `MAJOR*10000 + MINOR*100 + PATCH`.
@@ -21,26 +32,27 @@
 #define RCCLX_VERSION_CODE 100
 
 /**
- * Per-communicator statistics: calls and bytes per path.
+ * Per-communicator statistics by algorithm, summed over the collectives (a stable summary of
+ * the per-route counters of `rcclxCommGetRouteStats`).
  */
 typedef struct rcclxCommStats {
   /**
-   * AllReduce calls run by the DDA one-shot LL kernel (smallest messages), and their bytes.
+   * Calls run by a DDA one-shot LL kernel (smallest messages), and their bytes.
    */
   uint64_t ddaLlCalls;
   uint64_t ddaLlBytes;
   /**
-   * AllReduce calls run by the DDA flat (one-shot) kernel, and their bytes.
+   * Calls run by a DDA flat (one-shot) kernel, and their bytes.
    */
   uint64_t ddaFlatCalls;
   uint64_t ddaFlatBytes;
   /**
-   * AllReduce calls run by the DDA tree (two-shot) kernel, and their bytes.
+   * Calls run by a DDA tree (two-shot) kernel, and their bytes.
    */
   uint64_t ddaTreeCalls;
   uint64_t ddaTreeBytes;
   /**
-   * Calls run by the FP8 low-precision kernels, and their bytes.
+   * Calls run by a low-precision (FP8) kernel, and their bytes.
    */
   uint64_t lowpCalls;
   uint64_t lowpBytes;
@@ -54,6 +66,14 @@ typedef struct rcclxCommStats {
    */
   uint64_t forwardedByReason[16];
 } rcclxCommStats;
+
+/**
+ * Calls and bytes of one route (see `rcclxRouteName`).
+ */
+typedef struct rcclxRouteStats {
+  uint64_t calls;
+  uint64_t bytes;
+} rcclxRouteStats;
 
 #ifdef __cplusplus
 extern "C" {
@@ -93,6 +113,37 @@ ncclResult_t rcclxCommGetStats(ncclComm_t comm, struct rcclxCommStats *stats);
  * `stats` must be NULL or point to writable memory for one `rcclxCommStats`.
  */
 ncclResult_t rcclxGetProcessStats(struct rcclxCommStats *stats);
+
+/**
+ * Writes up to `capacity` routes of `comm` (index order, see `rcclxRouteName`) to `stats` and
+ * the number of routes there are to `*count` (call with `capacity` 0 to size the array).
+ *
+ * Returns `ncclInvalidArgument` for a NULL `count`, a NULL `stats` with `capacity` > 0, or a
+ * communicator rcclx does not know.
+ *
+ * # Safety
+ * `stats` must be NULL or point to writable memory for `capacity` `rcclxRouteStats`; `count`
+ * must be NULL or point to writable memory for one `int`.
+ */
+ncclResult_t rcclxCommGetRouteStats(ncclComm_t comm,
+                                    struct rcclxRouteStats *stats,
+                                    int capacity,
+                                    int *count);
+
+/**
+ * As `rcclxCommGetRouteStats`, summed over every communicator of the process (live and
+ * destroyed).
+ *
+ * # Safety
+ * As `rcclxCommGetRouteStats`.
+ */
+ncclResult_t rcclxGetProcessRouteStats(struct rcclxRouteStats *stats, int capacity, int *count);
+
+/**
+ * Name of route `index` (`<collective>.<algorithm>`, e.g. `allreduce.ll`, or `forwarded`), a
+ * static string, or NULL past the last one.
+ */
+const char *rcclxRouteName(int index);
 
 /**
  * Name of forward reason `index` of `rcclxCommStats::forwardedByReason` (a static string),

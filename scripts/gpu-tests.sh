@@ -6,9 +6,9 @@
 #
 # Environment:
 #   NRANKS=2          ranks (GPUs) to use; 4 and 8 need that many GPUs
-#   STEPS="..."       subset of: info selftest check stress graph timeout lowp lpgraph bench lpbench torch
+#   STEPS="..."       subset of: info selftest check stress graph timeout fidelity lowp lpgraph bench lpbench torch
 #   RCCLX_UPSTREAM_LIB  stock libnccl.so.2 (default: the one of python3's nvidia-nccl wheel)
-#   RCCLX_ARTIFACTS   folder with librcclx.so, gpu_selftest, lowp_accuracy and bench/ (default .carry)
+#   RCCLX_ARTIFACTS   folder with librcclx.so, selftest, lowp_accuracy, timeout and bench/ (default .carry)
 # Every command runs under `timeout`; logs go to OUTDIR (default bench/results/<date>-gpu),
 # with summary.txt listing each step and its exit code.
 set -uo pipefail
@@ -17,7 +17,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 N=${NRANKS:-2}
 OUT=${1:-bench/results/$(date +%F)-gpu}
 ART=${RCCLX_ARTIFACTS:-.carry}
-STEPS=${STEPS:-info selftest check stress graph timeout lowp lpgraph bench lpbench torch}
+STEPS=${STEPS:-info selftest check stress graph timeout fidelity lowp lpgraph bench lpbench torch}
 mkdir -p "$OUT"
 LIB=$(readlink -f "$ART/librcclx.so")
 B=$ART/bench
@@ -52,28 +52,39 @@ if step info; then
 fi
 
 if step selftest; then
-  run selftest 300 "$ART/gpu_selftest"
+  run selftest 300 "$ART/selftest"
 fi
 
-# Correctness of DDA AllReduce against the stock library: every type x op x count, in-place
-# and out-of-place; one process driving all GPUs, then one process per GPU.
-COUNTS=1,7,255,1023,4099,1048581,12582913
+# Correctness of the DDA kernels against the stock library: every collective x type x op x
+# count (LL, flat, tree and forwarded sizes), in-place and out-of-place; one process driving
+# all GPUs, then one process per GPU.
+COUNTS=1,7,255,1023,4099,65541,1048581,12582913
 if step check; then
-  run check-allreduce-1proc 600 "$B/rcclx_check" --libs "$LIBS" -g "$N" --coll all_reduce -d all -o all --counts "$COUNTS" --inplace both
-  run check-allreduce-${N}proc 600 "$B/rcclx_check" --libs "$LIBS" -P "$N" -g 1 --coll all_reduce -d all -o all --counts "$COUNTS" --inplace both
-  run check-others-${N}proc 300 "$B/rcclx_check" --libs "$LIBS" -P "$N" -g 1 --coll all_gather,reduce_scatter,alltoall -d float,bfloat16,int32 -o sum --counts 1,7,4099,1048581 --inplace both
+  for coll in all_reduce all_gather reduce_scatter alltoall; do
+    run check-$coll-1proc 600 "$B/rcclx_check" --libs "$LIBS" -g "$N" --coll $coll -d all -o all --counts "$COUNTS" --inplace both
+    run check-$coll-${N}proc 600 "$B/rcclx_check" --libs "$LIBS" -P "$N" -g 1 --coll $coll -d all -o all --counts "$COUNTS" --inplace both
+  done
 fi
 if step stress; then
   run stress-random-sizes 600 "$B/rcclx_check" --libs "$LIBS" -P "$N" -g 1 --coll all_reduce -d float -o sum --random-sizes 100000 --counts 1048576
+  run stress-random-sizes-others 600 "$B/rcclx_check" --libs "$LIBS" -P "$N" -g 1 --coll all_gather,reduce_scatter,alltoall -d float -o sum --random-sizes 20000 --counts 524288
 fi
 if step graph; then
-  run graph-replay 300 "$B/rcclx_check" --libs "$LIBS" -P "$N" -g 1 --coll all_reduce -d bfloat16,float -o sum --counts 1,1023,65536,1048581,3000007 --graph --graph-replays 1000
+  run graph-replay 300 "$B/rcclx_check" --libs "$LIBS" -P "$N" -g 1 --coll all_reduce,all_gather,reduce_scatter,alltoall -d bfloat16,float -o sum --counts 1,1023,65536,1048581,3000007 --graph --graph-replays 1000
+fi
+
+# The same C program (NCCL API only) with the stock library alone and with rcclx preloaded:
+# two streams on one communicator, a slow peer, NaN/Inf/extreme reductions, simulated groups,
+# non-blocking communicators of one thread, setup failures, abort, create/destroy while another
+# communicator is busy, leaks, finalize, revoke. Result lines must be identical.
+if step fidelity; then
+  run fidelity 3000 env RCCLX_LIB="$LIB" STOCK_NCCL="$STOCK" FIDELITY_BIN="$ART/fidelity" bash gpu-tests/fidelity/run.sh "$OUT"
 fi
 
 # A peer that never comes: the kernel gives up after RCCLX_TIMEOUT_MS, the error is reported,
 # and ncclCommAbort returns promptly.
 if step timeout; then
-  run dda-timeout-abort 120 "$ART/dda_timeout"
+  run dda-timeout-abort 120 "$ART/timeout"
 fi
 
 # FP8: accuracy against FP64 and the CPU reference codec, both process layouts.
@@ -87,7 +98,7 @@ fi
 # FP8 under CUDA graph capture: per collective, one graph of mixed-size calls on the FP8 path,
 # inputs regenerated inside the graph, 1000 replays, then checked against the stock result
 # within the FP8 error (|err| <= 0.2 * sum|inputs| per element for the reductions, the bound of
-# src/lowp/codec.rs being about 0.13 for 2 ranks; 0.2 * (|x| + 0.01) for AllGather and
+# gpu-tests/src/codec.rs being about 0.13 for 2 ranks; 0.2 * (|x| + 0.01) for AllGather and
 # AllToAll) and, for AllReduce, bit-identical on every rank.
 if step lpgraph; then
   run lp-graph-replay 300 env RCCL_LOW_PRECISION_ENABLE=1 RCCLX_LP_MIN_BYTES=0 "$B/rcclx_check" --libs "$LIBS" -P "$N" -g 1 --coll all_reduce,all_gather,reduce_scatter,alltoall -d bfloat16,float -o sum --counts 1,1023,65536,1048581,3000007 --graph --graph-replays 1000 --rel-tol 0.2
@@ -100,6 +111,10 @@ if step bench; then
     run bench-ar-P${N}-eager-$dt 300 "$B/all_reduce_perf" --libs "$LIBS" -P "$N" -g 1 -b 1K -e 256M -f 4 -n 50 -w 10 -d $dt
     run bench-ar-g${N}-graph-$dt 300 "$B/all_reduce_perf" --libs "$LIBS" -g "$N" -b 1K -e 16M -f 4 -n 20 -w 5 -G 50 -d $dt
     run bench-ar-P${N}-graph-$dt 300 "$B/all_reduce_perf" --libs "$LIBS" -P "$N" -g 1 -b 1K -e 16M -f 4 -n 20 -w 5 -G 50 -d $dt
+    for c in all_gather reduce_scatter alltoall; do
+      run bench-$c-P${N}-eager-$dt 300 "$B/${c}_perf" --libs "$LIBS" -P "$N" -g 1 -b 1K -e 256M -f 4 -n 50 -w 10 -d $dt
+      run bench-$c-P${N}-graph-$dt 300 "$B/${c}_perf" --libs "$LIBS" -P "$N" -g 1 -b 1K -e 16M -f 4 -n 20 -w 5 -G 50 -d $dt
+    done
   done
 fi
 if step lpbench; then

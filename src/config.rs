@@ -4,7 +4,6 @@
 //! invalid value logs a warning naming the variable and falls back to the default. Tests
 //! build a `Config` with [`Config::from_lookup`] (no process environment involved).
 
-
 use std::sync::OnceLock;
 
 const KIB: u64 = 1024;
@@ -104,10 +103,10 @@ config_table! {
     dda_all_to_all: bool = true, "RCCL_ENABLE_DDA_ALL_TO_ALL", "enable DDA AllToAll";
     dda_flat_max_bytes: Option<u64> = None, "RCCL_DDA_ALL_REDUCE_FLAT_MAX_BYTES", "AllReduce: flat (one-shot) up to this many bytes (default by rank count)";
     dda_tree_max_bytes: Option<u64> = None, "RCCL_DDA_ALL_REDUCE_TREE_MAX_BYTES", "AllReduce: tree (two-shot) up to this many bytes, stock library above (default by rank count)";
-    dda_all_gather_max_bytes: u64 = 0, "RCCL_DDA_ALL_GATHER_MAX_BYTES", "AllGather: DDA up to this many output bytes (0: off)";
-    dda_reduce_scatter_max_bytes: u64 = 0, "RCCL_DDA_REDUCE_SCATTER_MAX_BYTES", "ReduceScatter: DDA up to this many input bytes (0: off)";
-    dda_all_to_all_max_bytes: u64 = 0, "RCCL_DDA_ALL_TO_ALL_MAX_BYTES", "AllToAll: DDA up to this many bytes (0: off)";
-    dda_ll_max_bytes: Option<u64> = None, "RCCLX_DDA_LL_MAX_BYTES", "AllReduce: LL one-shot (no barrier) up to this many bytes, at most 1M (default by rank count)";
+    dda_all_gather_max_bytes: Option<u64> = None, "RCCL_DDA_ALL_GATHER_MAX_BYTES", "AllGather: DDA up to this many output bytes, stock library above (default by rank count)";
+    dda_reduce_scatter_max_bytes: Option<u64> = None, "RCCL_DDA_REDUCE_SCATTER_MAX_BYTES", "ReduceScatter: DDA up to this many input bytes, stock library above (default by rank count)";
+    dda_all_to_all_max_bytes: Option<u64> = None, "RCCL_DDA_ALL_TO_ALL_MAX_BYTES", "AllToAll: DDA up to this many bytes (all blocks), stock library above (default by rank count)";
+    dda_ll_max_bytes: Option<u64> = None, "RCCLX_DDA_LL_MAX_BYTES", "LL one-shot (no barrier) up to this many bytes per rank (AllReduce: the message; others: one rank's block), at most 1M (default by rank count)";
     dda_max_blocks: u64 = 128, "RCCL_DDA_MAX_BLOCKS", "grid cap of DDA and FP8 kernels";
     dda_sendbuf_bytes: Option<u64> = None, "RCCL_DDA_SENDBUF_BYTES", "per-rank staging buffer of DDA and FP8 (default 16 MiB, 32 MiB when an FP8 switch is on)";
     lowp_enable: bool = false, "RCCL_LOW_PRECISION_ENABLE", "1: low precision (FP8) for AllGather, AllReduce, ReduceScatter, AllToAll";

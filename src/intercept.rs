@@ -146,31 +146,80 @@ impl LowpSwitches {
 /// The thresholds `decide` reads (a subset of `Config`, agreed across ranks at setup).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Thresholds {
-    pub dda_all_reduce: bool,
+    /// DDA switched on per collective (`RCCL_ENABLE_DDA_*`), in `Coll` order.
+    pub dda: [bool; 4],
+    /// LL one-shot up to this many bytes per rank (AllReduce: the message).
     pub ll_max_bytes: u64,
     pub flat_max_bytes: u64,
     pub tree_max_bytes: u64,
+    /// DDA up to this many bytes (as `CallDesc::bytes` counts them) for AllGather,
+    /// ReduceScatter, AllToAll.
+    pub all_gather_max_bytes: u64,
+    pub reduce_scatter_max_bytes: u64,
+    pub all_to_all_max_bytes: u64,
     pub lowp_min_bytes: u64,
 }
 
-/// Default AllReduce crossovers by rank count: (LL max, flat max, tree max) in bytes.
-/// 2 ranks: measured on 2x H200 (bench/results/2026-11-29-h200x2/tune-*): one-shot reads no
-/// more over NVLink than two-shot there, so flat wins at every size up to 64 MiB. More ranks:
-/// one-shot traffic grows with the rank count, so the crossovers shrink (RCCLX's 8-rank
-/// values for flat/tree); not measured here (no 4/8-GPU machine).
-pub const DEFAULT_CROSSOVERS: [(usize, u64, u64, u64); 3] =
-    [(2, 256 << 10, 64 << 20, 64 << 20), (4, 64 << 10, 1 << 20, 16 << 20), (8, 32 << 10, 256 << 10, 8 << 20)];
+/// Default crossovers for communicators of up to `ranks` ranks, in bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct Crossovers {
+    pub ranks: usize,
+    pub ll_max: u64,
+    pub flat_max: u64,
+    pub tree_max: u64,
+    pub all_gather_max: u64,
+    pub reduce_scatter_max: u64,
+    pub all_to_all_max: u64,
+}
+
+/// Default crossovers by rank count. 2 ranks, AllReduce: measured on 2x H200
+/// (bench/results/2026-11-29-h200x2/tune-*): one-shot reads no more over NVLink than two-shot
+/// there, so flat wins at every size up to 64 MiB. AllGather, ReduceScatter, AllToAll: see
+/// bench/results (the DDA crossover sweep). More ranks: one-shot traffic grows with the rank
+/// count, so the crossovers shrink to RCCLX's 8-rank values; not measured (no 4/8-GPU machine).
+pub const DEFAULT_CROSSOVERS: [Crossovers; 3] = [
+    Crossovers {
+        ranks: 2,
+        ll_max: 256 << 10,
+        flat_max: 64 << 20,
+        tree_max: 64 << 20,
+        all_gather_max: 16 << 20,
+        reduce_scatter_max: 16 << 20,
+        all_to_all_max: 16 << 20,
+    },
+    Crossovers {
+        ranks: 4,
+        ll_max: 64 << 10,
+        flat_max: 1 << 20,
+        tree_max: 16 << 20,
+        all_gather_max: 16 << 20,
+        reduce_scatter_max: 8 << 20,
+        all_to_all_max: 2 << 20,
+    },
+    Crossovers {
+        ranks: 8,
+        ll_max: 32 << 10,
+        flat_max: 256 << 10,
+        tree_max: 8 << 20,
+        all_gather_max: 16 << 20,
+        reduce_scatter_max: 8 << 20,
+        all_to_all_max: 2 << 20,
+    },
+];
 
 impl Thresholds {
     /// The thresholds of a communicator of `nranks` ranks: set variables win, else
     /// [`DEFAULT_CROSSOVERS`] for the smallest listed rank count >= `nranks`.
     pub fn for_ranks(c: &crate::config::Config, nranks: usize) -> Self {
-        let row = DEFAULT_CROSSOVERS.iter().find(|r| nranks <= r.0).unwrap_or(&DEFAULT_CROSSOVERS[2]);
+        let row = DEFAULT_CROSSOVERS.iter().find(|r| nranks <= r.ranks).unwrap_or(&DEFAULT_CROSSOVERS[2]);
         Self {
-            dda_all_reduce: c.dda_all_reduce,
-            ll_max_bytes: c.dda_ll_max_bytes.unwrap_or(row.1),
-            flat_max_bytes: c.dda_flat_max_bytes.unwrap_or(row.2),
-            tree_max_bytes: c.dda_tree_max_bytes.unwrap_or(row.3),
+            dda: [c.dda_all_reduce, c.dda_all_gather, c.dda_reduce_scatter, c.dda_all_to_all],
+            ll_max_bytes: c.dda_ll_max_bytes.unwrap_or(row.ll_max),
+            flat_max_bytes: c.dda_flat_max_bytes.unwrap_or(row.flat_max),
+            tree_max_bytes: c.dda_tree_max_bytes.unwrap_or(row.tree_max),
+            all_gather_max_bytes: c.dda_all_gather_max_bytes.unwrap_or(row.all_gather_max),
+            reduce_scatter_max_bytes: c.dda_reduce_scatter_max_bytes.unwrap_or(row.reduce_scatter_max),
+            all_to_all_max_bytes: c.dda_all_to_all_max_bytes.unwrap_or(row.all_to_all_max),
             lowp_min_bytes: c.lowp_min_bytes,
         }
     }
@@ -206,6 +255,7 @@ reasons! {
     Op = c"op",
     Size = c"size",
     Empty = c"zero-count",
+    // Reserved (index kept stable): every collective has kernels now.
     Collective = c"collective-not-accelerated",
     Failed = c"launch-failed",
     NullBuffer = c"null-buffer",
@@ -242,25 +292,32 @@ pub fn decide(call: &CallDesc, comm: &CommFacts, th: &Thresholds) -> Route {
     if comm.lowp.get(call.coll) && lowp_dtype(call.dtype) && call.op == ncclRedOp_t::Sum && bytes >= th.lowp_min_bytes {
         return Route::Own(Algo::Lowp);
     }
-    match call.coll {
-        Coll::AllReduce => {
-            if !th.dda_all_reduce {
-                Up(Reason::Disabled)
-            } else if !dda_dtype(call.dtype) {
-                Up(Reason::Dtype)
-            } else if !dda_op(call.op) {
-                Up(Reason::Op)
-            } else if bytes <= th.ll_max_bytes {
-                Route::Own(Algo::Ll)
-            } else if bytes <= th.flat_max_bytes {
-                Route::Own(Algo::Flat)
-            } else if bytes <= th.tree_max_bytes {
-                Route::Own(Algo::Tree)
-            } else {
-                Up(Reason::Size)
-            }
-        }
-        _ => Up(Reason::Collective),
+    if !th.dda[call.coll as usize] {
+        return Up(Reason::Disabled);
+    }
+    let reduces = matches!(call.coll, Coll::AllReduce | Coll::ReduceScatter);
+    if reduces && !dda_dtype(call.dtype) {
+        return Up(Reason::Dtype);
+    }
+    if reduces && !dda_op(call.op) {
+        return Up(Reason::Op);
+    }
+    // Bytes of one rank's part: the LL inbox holds that much per source rank.
+    let per_rank = (call.count as u64).saturating_mul(call.dtype.size().unwrap_or(0) as u64);
+    let max = match call.coll {
+        Coll::AllReduce => th.tree_max_bytes,
+        Coll::AllGather => th.all_gather_max_bytes,
+        Coll::ReduceScatter => th.reduce_scatter_max_bytes,
+        Coll::AllToAll => th.all_to_all_max_bytes,
+    };
+    if per_rank <= th.ll_max_bytes {
+        Route::Own(Algo::Ll)
+    } else if bytes > max {
+        Up(Reason::Size)
+    } else if call.coll != Coll::AllReduce || bytes <= th.flat_max_bytes {
+        Route::Own(Algo::Flat)
+    } else {
+        Route::Own(Algo::Tree)
     }
 }
 
@@ -332,10 +389,13 @@ mod tests {
                 for call in all_calls(&th) {
                     let r = decide(&call, &facts(nranks, lowp), &th);
                     match r {
-                        Route::Own(Algo::Ll | Algo::Flat | Algo::Tree) => {
-                            assert!(dda_dtype(call.dtype) && dda_op(call.op) && call.count > 0, "{call:?} -> {r:?}");
-                            assert_eq!(call.coll, Coll::AllReduce);
-                            assert!(nranks >= 2);
+                        Route::Own(algo @ (Algo::Ll | Algo::Flat | Algo::Tree)) => {
+                            assert!(call.count > 0 && nranks >= 2, "{call:?} -> {r:?}");
+                            assert!(call.dtype.size().is_some(), "{call:?} -> {r:?}");
+                            if matches!(call.coll, Coll::AllReduce | Coll::ReduceScatter) {
+                                assert!(dda_dtype(call.dtype) && dda_op(call.op), "{call:?} -> {r:?}");
+                            }
+                            assert!(algo != Algo::Tree || call.coll == Coll::AllReduce, "{call:?} -> {r:?}");
                         }
                         Route::Own(Algo::Lowp) => {
                             assert!(lowp && lowp_dtype(call.dtype) && call.op == ncclRedOp_t::Sum, "{call:?}");
@@ -417,7 +477,10 @@ mod tests {
                 assert_eq!(decide(&call(coll, dtype, ncclRedOp_t::Sum), &facts(2, true), &th), Route::Own(Algo::Lowp));
                 assert_ne!(decide(&call(coll, dtype, ncclRedOp_t::Sum), &facts(2, false), &th), Route::Own(Algo::Lowp));
             }
-            assert_ne!(decide(&call(coll, ncclDataType_t::Int32, ncclRedOp_t::Sum), &facts(2, true), &th), Route::Own(Algo::Lowp));
+            assert_ne!(
+                decide(&call(coll, ncclDataType_t::Int32, ncclRedOp_t::Sum), &facts(2, true), &th),
+                Route::Own(Algo::Lowp)
+            );
         }
         assert_ne!(
             decide(&call(Coll::AllReduce, ncclDataType_t::Float32, ncclRedOp_t::Max), &facts(2, true), &th),
@@ -437,6 +500,38 @@ mod tests {
     }
 
     #[test]
+    fn every_collective_takes_dda_up_to_its_limit_and_can_be_switched_off() {
+        let th = th();
+        let f = facts(2, false);
+        for (coll, max) in [
+            (Coll::AllGather, th.all_gather_max_bytes),
+            (Coll::ReduceScatter, th.reduce_scatter_max_bytes),
+            (Coll::AllToAll, th.all_to_all_max_bytes),
+        ] {
+            // count is per rank: bytes() = 2 ranks x count x 4.
+            let call = |bytes: u64| CallDesc {
+                coll,
+                count: (bytes / 8) as usize,
+                dtype: ncclDataType_t::Float32,
+                op: ncclRedOp_t::Max,
+            };
+            assert_eq!(decide(&call(16), &f, &th), Route::Own(Algo::Ll));
+            assert_eq!(decide(&call(2 * th.ll_max_bytes), &f, &th), Route::Own(Algo::Ll));
+            assert_eq!(decide(&call(2 * th.ll_max_bytes + 8), &f, &th), Route::Own(Algo::Flat));
+            assert_eq!(decide(&call(max), &f, &th), Route::Own(Algo::Flat));
+            assert_eq!(decide(&call(max + 8), &f, &th), Route::Upstream(Reason::Size));
+            let mut off = th;
+            off.dda[coll as usize] = false;
+            assert_eq!(decide(&call(16), &f, &off), Route::Upstream(Reason::Disabled));
+        }
+        // Data movement takes any type, ReduceScatter only the ones it reduces.
+        let fp8 = |coll| CallDesc { coll, count: 64, dtype: ncclDataType_t::Float8e4m3, op: ncclRedOp_t::Sum };
+        assert_eq!(decide(&fp8(Coll::AllGather), &f, &th), Route::Own(Algo::Ll));
+        assert_eq!(decide(&fp8(Coll::AllToAll), &f, &th), Route::Own(Algo::Ll));
+        assert_eq!(decide(&fp8(Coll::ReduceScatter), &f, &th), Route::Upstream(Reason::Dtype));
+    }
+
+    #[test]
     fn reason_names_are_unique() {
         let mut n: Vec<_> = Reason::ALL.iter().map(|r| r.c_name()).collect();
         n.sort();
@@ -452,7 +547,8 @@ mod tests {
                 let f = facts(2, true);
                 for call in all_calls(&th).filter(|c| c.coll == coll) {
                     if decide(&call, &f, &th) == Route::Own(algo) {
-                        let fam = family(coll, algo).unwrap_or_else(|| panic!("{coll:?} {algo:?} has no kernel family"));
+                        let fam =
+                            family(coll, algo).unwrap_or_else(|| panic!("{coll:?} {algo:?} has no kernel family"));
                         assert!(
                             crate::kernel_table::kernel_index(fam, call.dtype.0, call.op.0).is_some(),
                             "{call:?}: no kernel"

@@ -1,6 +1,6 @@
 //! THE table of rcclx's GPU kernels: collective x algorithm x element type x reduction op.
 //!
-//! Layer: base (plain data, `core` only). `build.rs` includes this very file to emit one
+//! Layer: base (plain data, `core` only). `build/main.rs` includes this very file to emit one
 //! `extern "C"` kernel per entry into the code objects it compiles; [`crate::kernels`] uses it
 //! to name and index those kernels, and [`crate::comm::stats`] to count calls per family. So a new
 //! kernel family is one row of [`FAMILIES`] plus its device function in `hip_kernels/`.
@@ -90,6 +90,24 @@ pub const FAMILIES: &[Family] = &[
     Family { coll: "allreduce", algo: "ll", device_fn: "rcclx_allreduce_ll", types: REDUCE_TYPES, ops: REDUCE_OPS },
     Family { coll: "allreduce", algo: "flat", device_fn: "rcclx_allreduce_flat", types: REDUCE_TYPES, ops: REDUCE_OPS },
     Family { coll: "allreduce", algo: "tree", device_fn: "rcclx_allreduce_tree", types: REDUCE_TYPES, ops: REDUCE_OPS },
+    Family { coll: "allgather", algo: "ll", device_fn: "rcclx_allgather_ll", types: BYTES, ops: NO_OP },
+    Family { coll: "allgather", algo: "flat", device_fn: "rcclx_allgather_flat", types: BYTES, ops: NO_OP },
+    Family {
+        coll: "reducescatter",
+        algo: "ll",
+        device_fn: "rcclx_reducescatter_ll",
+        types: REDUCE_TYPES,
+        ops: REDUCE_OPS,
+    },
+    Family {
+        coll: "reducescatter",
+        algo: "flat",
+        device_fn: "rcclx_reducescatter_flat",
+        types: REDUCE_TYPES,
+        ops: REDUCE_OPS,
+    },
+    Family { coll: "alltoall", algo: "ll", device_fn: "rcclx_alltoall_ll", types: BYTES, ops: NO_OP },
+    Family { coll: "alltoall", algo: "flat", device_fn: "rcclx_alltoall_flat", types: BYTES, ops: NO_OP },
     Family { coll: "allreduce", algo: "lowp", device_fn: "rcclx_allreduce_lowp", types: LOWP_TYPES, ops: NO_OP },
     Family { coll: "allgather", algo: "lowp", device_fn: "rcclx_allgather_lowp", types: LOWP_TYPES, ops: NO_OP },
     Family {
@@ -126,11 +144,7 @@ pub fn kernel_index(f: usize, dtype: i32, op: i32) -> Option<usize> {
     } else {
         fam.types.iter().position(|t| t.nccl == dtype)?
     };
-    let within = if fam.ops.is_empty() {
-        t
-    } else {
-        t * fam.ops.len() + fam.ops.iter().position(|o| o.nccl == op)?
-    };
+    let within = if fam.ops.is_empty() { t } else { t * fam.ops.len() + fam.ops.iter().position(|o| o.nccl == op)? };
     Some(family_start(f) + within)
 }
 

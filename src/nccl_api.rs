@@ -27,7 +27,7 @@ macro_rules! nccl_api {
             forward fn ncclGetVersion(version: *mut c_int) -> ncclResult_t;
             forward fn ncclGetUniqueId(uniqueId: *mut ncclUniqueId) -> ncclResult_t;
             hook fn ncclGetErrorString(result: ncclResult_t) -> *const c_char;
-            forward fn ncclGetLastError(comm: ncclComm_t) -> *const c_char;
+            hook fn ncclGetLastError(comm: ncclComm_t) -> *const c_char;
             forward fn ncclResetDebugInit() -> ();
             forward fn ncclResetDebugInitInternal() -> ();
             forward fn ncclSetEncryption(config: *const ncclEncryptionConfig_t) -> ncclResult_t;

@@ -252,4 +252,3 @@ pub type ncclTeam = ncclTeam_t;
 pub type size_t = usize;
 pub type cudaStream_t = Stream;
 pub type unsigned_int = c_uint;
-

@@ -48,7 +48,6 @@ macro_rules! upstream_fns {
 }
 crate::nccl_api!(upstream_fns);
 
-
 /// The loaded stock library.
 pub struct Upstream {
     pub path: PathBuf,
@@ -61,21 +60,64 @@ static UPSTREAM: OnceLock<Result<Upstream, String>> = OnceLock::new();
 /// The stock library, loading it on first use. Without one, logs once (naming
 /// `RCCLX_UPSTREAM_LIB`) and returns `ncclSystemError`; never aborts.
 pub fn get() -> Result<&'static Upstream, ncclResult_t> {
-    match UPSTREAM.get_or_init(|| {
+    loaded().as_ref().map_err(|_| ncclResult_t::SystemError)
+}
+
+/// The outcome of loading the stock library, which happens on first use.
+fn loaded() -> &'static Result<Upstream, String> {
+    UPSTREAM.get_or_init(|| {
         crate::log::init();
         let r = load();
         match &r {
-            Ok(u) => tracing::info!("upstream library: {}", u.path.display()),
+            Ok(u) => tracing::info!(
+                target: crate::log::VERSION_TARGET,
+                "rcclx {}+{} -> {} ({})",
+                env!("CARGO_PKG_VERSION"),
+                env!("RCCLX_GIT_HASH"),
+                u.path.display(),
+                u.version()
+            ),
             Err(why) => tracing::warn!(
                 "no stock NCCL/RCCL library could be loaded ({why}); every call returns ncclSystemError. \
                  Set RCCLX_UPSTREAM_LIB=/path/to/libnccl.so.2 (or librccl.so.1)"
             ),
         }
         r
-    }) {
-        Ok(u) => Ok(u),
-        Err(_) => Err(ncclResult_t::SystemError),
+    })
+}
+
+impl Upstream {
+    /// The stock library's version as `major.minor.patch` (from `ncclGetVersion`).
+    pub fn version(&self) -> String {
+        let mut code: c_int = 0;
+        let ok = self.fns.ncclGetVersion.is_some_and(|f| {
+            // SAFETY: resolved from the stock library with the header's signature; out-pointer
+            // to a local.
+            guarded(|| unsafe { f(&mut code) }).is_ok()
+        });
+        if !ok {
+            return "version unknown".into();
+        }
+        // NCCL_VERSION_CODE: X*10000 + Y*100 + Z since 2.9 (X*1000 + Y*100 + Z before).
+        let (x, y, z) = if code >= 10000 {
+            (code / 10000, code % 10000 / 100, code % 100)
+        } else {
+            (code / 1000, code % 1000 / 100, code % 100)
+        };
+        format!("{x}.{y}.{z}")
     }
+}
+
+/// Why no stock library could be loaded (what was tried, what to set), or `None` if one was.
+pub fn load_error() -> Option<&'static CStr> {
+    static TEXT: OnceLock<std::ffi::CString> = OnceLock::new();
+    let why = loaded().as_ref().err()?;
+    Some(TEXT.get_or_init(|| {
+        let text = format!(
+            "rcclx could not load the stock NCCL/RCCL library ({why}); set RCCLX_UPSTREAM_LIB=/path/to/libnccl.so.2 (or librccl.so.1)"
+        );
+        std::ffi::CString::new(text.replace('\0', " ")).unwrap_or_default()
+    }))
 }
 
 /// Resolves one symbol; `None` if the library lacks it (older NCCL/RCCL).
@@ -315,7 +357,10 @@ mod tests {
     fn candidates_name_no_relative_path() {
         for c in candidates() {
             let s = c.to_string_lossy();
-            assert!(c.is_absolute() || !s.contains('/'), "{s}: a relative path would resolve against the current directory");
+            assert!(
+                c.is_absolute() || !s.contains('/'),
+                "{s}: a relative path would resolve against the current directory"
+            );
         }
     }
 }

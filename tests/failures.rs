@@ -39,7 +39,13 @@ fn assert_no_upstream_results(r: &Run) {
         for code in 0..=9 {
             expect(&format!("ncclGetErrorString({code})"), common::nccl_error_string(code));
         }
-        expect("ncclGetLastError(NULL)", common::nccl_error_string(2));
+        // rcclx's reason: what was tried and what to set (PyTorch shows this text).
+        let last = r.get(&format!("{p}ncclGetLastError(NULL)"));
+        assert!(
+            last.starts_with("rcclx could not load the stock NCCL/RCCL library") && last.contains("RCCLX_UPSTREAM_LIB"),
+            "{p}ncclGetLastError(NULL): {last}\n{}",
+            r.dump()
+        );
     }
     let code = rcclx::abi::own::RCCLX_VERSION_CODE;
     assert_eq!(r.get("rcclxGetVersion"), format!("0 {code}"), "{}", r.dump());

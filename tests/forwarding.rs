@@ -223,3 +223,38 @@ fn first_call_is_traced() {
     let n = r.rcclx_log().iter().filter(|(lvl, m)| *lvl == "TRACE" && *m == "ncclBcast").count();
     assert_eq!(n, 1, "the first call's TRACE line is missing:\n{}", r.dump());
 }
+
+/// NCCL's logging variables: `NCCL_DEBUG=VERSION` gives one banner naming rcclx's version and
+/// commit and the stock library's path and version; `NCCL_DEBUG_FILE` (with `%h`, `%p`)
+/// receives the lines; each line carries host, pid and OS thread id.
+#[test]
+fn version_banner_in_the_nccl_debug_file() {
+    let Some(nccl) = common::nccl_2_28() else { return };
+    let s = Setup::new("debug-file", nccl);
+    let pattern = s.dir.join("log.%h.%p");
+    let r =
+        s.rcclx(Mode::Preload, "all", &[("NCCL_DEBUG", "VERSION".as_ref()), ("NCCL_DEBUG_FILE", pattern.as_os_str())]);
+    r.assert_ok();
+    let logs: Vec<_> = std::fs::read_dir(&s.dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("log."))
+        .collect();
+    assert_eq!(logs.len(), 1, "one NCCL_DEBUG_FILE per process, %h and %p expanded");
+    let name = logs[0].file_name().to_string_lossy().into_owned();
+    assert!(!name.contains('%'), "{name}");
+    let text = std::fs::read_to_string(logs[0].path()).unwrap();
+    let banner: Vec<&str> = text.lines().filter(|l| l.contains(" RCCLX INFO rcclx ")).collect();
+    assert_eq!(banner.len(), 1, "one version banner:\n{text}");
+    let expected = format!("-> {} (2.28.9)", s.nccl.lib.display());
+    assert!(
+        banner[0].contains(&format!("rcclx {}+", env!("CARGO_PKG_VERSION"))) && banner[0].contains(&expected),
+        "{}",
+        banner[0]
+    );
+    // host:pid:tid prefix, the tid a number (the OS thread id).
+    let prefix: Vec<&str> = banner[0].split(' ').next().unwrap().split(':').collect();
+    assert_eq!(prefix.len(), 3, "{}", banner[0]);
+    assert!(prefix[1].parse::<u32>().is_ok() && prefix[2].parse::<u32>().is_ok(), "{}", banner[0]);
+    assert!(!r.rcclx_log().iter().any(|(_, m)| m.starts_with("rcclx ")), "the banner went to the file, not stderr");
+}

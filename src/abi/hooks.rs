@@ -30,6 +30,15 @@ pub unsafe fn ncclGetErrorString(result: ncclResult_t) -> *const c_char {
     }
 }
 
+/// The stock library's last error, or, when none could be loaded, rcclx's reason (what was tried,
+/// what to set): PyTorch shows this text to the user.
+pub unsafe fn ncclGetLastError(comm: ncclComm_t) -> *const c_char {
+    match crate::upstream::load_error() {
+        Some(why) => why.as_ptr(),
+        None => forward!(ncclGetLastError(comm)),
+    }
+}
+
 pub unsafe fn ncclCommInitRank(
     comm: *mut ncclComm_t,
     nranks: c_int,

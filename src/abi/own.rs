@@ -164,7 +164,11 @@ pub unsafe extern "C" fn rcclxCommGetRouteStats(
 /// # Safety
 /// As `rcclxCommGetRouteStats`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn rcclxGetProcessRouteStats(stats: *mut rcclxRouteStats, capacity: c_int, count: *mut c_int) -> ncclResult_t {
+pub unsafe extern "C" fn rcclxGetProcessRouteStats(
+    stats: *mut rcclxRouteStats,
+    capacity: c_int,
+    count: *mut c_int,
+) -> ncclResult_t {
     boundary("rcclxGetProcessRouteStats", || {
         // SAFETY: forwarded from the caller.
         unsafe { write_routes(&crate::comm::process_stats(), stats, capacity, count) }

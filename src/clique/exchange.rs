@@ -136,7 +136,8 @@ impl Exchange {
     fn idle(&self) -> bool {
         let Ok(rt) = gpu::runtime() else { return true };
         self.parts.iter().all(|(_, _, slot)| {
-            slot.as_ref().is_none_or(|s| rt.device_guard(s.device).and_then(|_g| rt.query_stream(s.stream)).unwrap_or(true))
+            slot.as_ref()
+                .is_none_or(|s| rt.device_guard(s.device).and_then(|_g| rt.query_stream(s.stream)).unwrap_or(true))
         })
     }
 }

@@ -94,9 +94,9 @@ impl Lease {
 
     /// No peer may still read this rank's memory: each is closed, never opened, or gone.
     pub fn peers_done(&self) -> bool {
-        (0..self.pids.len()).filter(|&p| p != self.rank).all(|p| {
-            self.word(p).load(Ordering::Acquire) != OPEN || !process_alive(self.pids[p])
-        })
+        (0..self.pids.len())
+            .filter(|&p| p != self.rank)
+            .all(|p| self.word(p).load(Ordering::Acquire) != OPEN || !process_alive(self.pids[p]))
     }
 }
 

@@ -120,7 +120,13 @@ impl Clique {
     }
 
     /// Launches `func` with `args` on `stream`.
-    pub fn launch(&self, func: Function, grid: (u32, u32), mut args: KernelArgs, stream: gpu::Stream) -> Result<(), Error> {
+    pub fn launch(
+        &self,
+        func: Function,
+        grid: (u32, u32),
+        mut args: KernelArgs,
+        stream: gpu::Stream,
+    ) -> Result<(), Error> {
         let rt = gpu::runtime()?;
         let _guard = rt.device_guard(self.device)?;
         let mut arg_ptr = &mut args as *mut KernelArgs as *mut c_void;
@@ -128,7 +134,7 @@ impl Clique {
         // mirrors (size asserted on both sides); its pointers are this clique's buffers and the
         // caller's send/recv buffers of the call's size, on the stream's device.
         unsafe { rt.launch(func, (grid.0, 1, 1), (grid.1, 1, 1), 0, stream, std::slice::from_mut(&mut arg_ptr)) }
-        .map_err(Error::from)
+            .map_err(Error::from)
     }
 
     /// The first error a kernel reported: `ncclRemoteError` after a timeout, none after an abort
@@ -274,6 +280,7 @@ impl Setup {
         let mut locals = Vec::new();
         for &c in comms {
             let mut l = query(c)?;
+            crate::log::set_device(l.device);
             l.fault = Fault::parse(cfg.fault_inject.as_deref(), l.rank);
             prepare(&mut l, &cfg);
             locals.push(l);
@@ -293,7 +300,8 @@ impl Setup {
                 Stage::Records(ex) => {
                     let Some(gathered) = ex.poll()? else { return Ok(None) };
                     let recs: Vec<Vec<Record>> = gathered.iter().map(|g| Record::all(g)).collect();
-                    let mapped: Vec<Option<Mapped>> = self.locals.iter().zip(&recs).map(|(l, r)| first_verdict(l, r)).collect();
+                    let mapped: Vec<Option<Mapped>> =
+                        self.locals.iter().zip(&recs).map(|(l, r)| first_verdict(l, r)).collect();
                     let parts = self
                         .locals
                         .iter()
@@ -411,14 +419,19 @@ fn prepare(l: &mut Local, env_cfg: &Config) {
     rec.flat_max = th.flat_max_bytes;
     rec.tree_max = th.tree_max_bytes;
     rec.lowp_min = th.lowp_min_bytes;
+    rec.all_gather_max = th.all_gather_max_bytes;
+    rec.reduce_scatter_max = th.reduce_scatter_max_bytes;
+    rec.all_to_all_max = th.all_to_all_max_bytes;
     rec.timeout_ms = cfg.timeout_ms;
-    rec.dda_all_reduce = cfg.dda_all_reduce as u32;
+    rec.dda_bits = th.dda.iter().enumerate().fold(0, |b, (i, &on)| b | (on as u32) << i);
     // The low-precision switches are read again for each communicator, so they can differ
     // between communicators of one process (RCCLX reads them at every call; per communicator
     // keeps every rank's decision fixed and graph capture safe).
     let lp = LowpSwitches::from_config(env_cfg);
-    rec.lowp_bits =
-        lp.all_reduce as u32 | (lp.all_gather as u32) << 1 | (lp.reduce_scatter as u32) << 2 | (lp.all_to_all as u32) << 3;
+    rec.lowp_bits = lp.all_reduce as u32
+        | (lp.all_gather as u32) << 1
+        | (lp.reduce_scatter as u32) << 2
+        | (lp.all_to_all as u32) << 3;
     let staging = cfg.dda_sendbuf_bytes.unwrap_or(if lp.any() { DEFAULT_STAGING_LOWP } else { DEFAULT_STAGING });
     rec.staging_bytes = staging.max(64 * 1024) & !4095;
     if !(2..=MAX_RANKS).contains(&l.nranks) {
@@ -463,12 +476,18 @@ fn device_kernels(device: i32) -> Result<Arc<Vec<Function>>, gpu::Error> {
     }
     let rt = gpu::runtime()?;
     let module = rt.load_rcclx_module(device)?;
-    let kernels = Arc::new(crate::kernel_table::kernel_names().map(|n| rt.function(module, &n)).collect::<Result<Vec<_>, _>>()?);
+    let kernels =
+        Arc::new(crate::kernel_table::kernel_names().map(|n| rt.function(module, &n)).collect::<Result<Vec<_>, _>>()?);
     cache.push((device, kernels.clone()));
     Ok(kernels)
 }
 
-fn allocate(device: i32, staging_bytes: usize, max_blocks: usize, ll_max: u64) -> Result<(Resources, String), gpu::Error> {
+fn allocate(
+    device: i32,
+    staging_bytes: usize,
+    max_blocks: usize,
+    ll_max: u64,
+) -> Result<(Resources, String), gpu::Error> {
     let rt = gpu::runtime()?;
     let arch = rt.device_info(device)?.arch;
     let kernels = device_kernels(device)?;
@@ -548,10 +567,13 @@ fn map_peers(l: &Local, recs: &[Record]) -> Result<PeerPtrs, Error> {
 fn finish(l: Local, m: Mapped, r0: &Record, started: Instant) -> Clique {
     let res = l.res.expect("a rank that mapped its peers was capable");
     let thresholds = Thresholds {
-        dda_all_reduce: r0.dda_all_reduce != 0,
+        dda: std::array::from_fn(|i| r0.dda_bits & (1 << i) != 0),
         ll_max_bytes: r0.ll_max,
         flat_max_bytes: r0.flat_max,
         tree_max_bytes: r0.tree_max,
+        all_gather_max_bytes: r0.all_gather_max,
+        reduce_scatter_max_bytes: r0.reduce_scatter_max,
+        all_to_all_max_bytes: r0.all_to_all_max,
         lowp_min_bytes: r0.lowp_min,
     };
     let lowp = LowpSwitches {

@@ -31,8 +31,13 @@ pub struct Record {
     pub flat_max: u64,
     pub tree_max: u64,
     pub lowp_min: u64,
+    pub all_gather_max: u64,
+    pub reduce_scatter_max: u64,
+    pub all_to_all_max: u64,
     pub timeout_ms: u64,
-    pub dda_all_reduce: u32,
+    /// DDA switched on, one bit per collective (`Coll` order).
+    pub dda_bits: u32,
+    /// Low-precision switches, one bit per collective (`Coll` order).
     pub lowp_bits: u32,
 }
 
@@ -75,7 +80,9 @@ pub fn verdict(rank: usize, nranks: usize, recs: &[Record]) -> Result<(), String
             return Err(format!("rank {p} runs another rcclx version"));
         }
         if r.capable == 0 {
-            return Err(format!("rank {p} could not prepare (no kernels for its GPU, no memory, or an injected fault)"));
+            return Err(format!(
+                "rank {p} could not prepare (no kernels for its GPU, no memory, or an injected fault)"
+            ));
         }
         if r.host != me.host {
             return Err("ranks on more than one host".into());

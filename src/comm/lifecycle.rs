@@ -13,15 +13,15 @@
 //!   communicators created together form one batch; once the stock library reports all of them
 //!   ready, the batch's setup starts, and every `ncclCommGetAsyncError` (of any communicator,
 //!   from any thread) advances every pending batch one step. A communicator reports
-//!   `ncclInProgress` until its setup is done, so no user operation precedes the exchanges. A
-//!   thread owning several ranks thus polls all of them forward.
+//!   `ncclInProgress` until its setup is done, so no user operation precedes the exchanges (an
+//!   operation before that gets `ncclInvalidUsage`, as the stock library answers for a
+//!   communicator that is not ready). A thread owning several ranks polls all of them forward.
 //!
 //! Inside a group, rcclx's kernels wait for the outermost `ncclGroupEnd` (the stock library
 //! launches nothing before it), and `ncclGroupSimulateEnd` drops them, as it drops the group.
 
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
-use std::time::Duration;
 
 use parking_lot::Mutex;
 
@@ -184,20 +184,6 @@ fn upstream_state(comm: ncclComm_t) -> ncclResult_t {
     // SAFETY: a communicator handle the stock library created, and an out-pointer to a local.
     let r = upstream::guarded(|| unsafe { get(comm, &mut state) });
     if r.is_ok() { state } else { r }
-}
-
-/// Waits until `state`'s setup has finished, advancing pending setups (an operation on a
-/// non-blocking communicator that was never polled ready). Returns at once when it has.
-pub fn wait_set_up(state: &State) {
-    let mut nap = Duration::from_micros(20);
-    while !state.set_up() {
-        progress();
-        if state.set_up() || state.is_closed() {
-            return;
-        }
-        std::thread::sleep(nap);
-        nap = (nap * 2).min(Duration::from_millis(1));
-    }
 }
 
 /// `ncclCommGetAsyncError` reported `ncclSuccess` for `comm`: what rcclx adds. A communicator

@@ -112,6 +112,11 @@ pub fn lookup(comm: ncclComm_t) -> Option<Arc<State>> {
 }
 
 fn insert(comm: ncclComm_t) -> Arc<State> {
+    static AT_EXIT: std::sync::Once = std::sync::Once::new();
+    // SAFETY: registers a plain `extern "C" fn` that catches every panic.
+    AT_EXIT.call_once(|| unsafe {
+        libc::atexit(log_at_exit);
+    });
     let s = Arc::new(State::new(comm));
     table().write().insert(comm as usize, s.clone());
     s
@@ -122,10 +127,22 @@ fn remove(comm: ncclComm_t) -> Option<Arc<State>> {
     let s = table().write().remove(&(comm as usize));
     if let Some(s) = &s {
         let snap = s.stats.snapshot();
-        tracing::info!("comm {comm:p}: {}", snap.summary());
+        tracing::info!(target: "rcclx::summary", "comm {comm:p}: {}", snap.summary());
         RETIRED.write().add(&snap);
     }
     s
+}
+
+/// At process exit (jobs often end without destroying their communicators), one INFO line per
+/// live communicator with the routes its calls took.
+extern "C" fn log_at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        if let Some(t) = table().try_read() {
+            for s in t.values() {
+                tracing::info!(target: "rcclx::summary", "comm {:p} at exit: {}", s.comm(), s.stats.snapshot().summary());
+            }
+        }
+    });
 }
 
 /// Counters of destroyed communicators.
@@ -143,14 +160,25 @@ pub fn process_stats() -> Snapshot {
     t
 }
 
-/// The state of `comm` ready for an operation: setup finished (waiting for it if needed), not
-/// closed. `Err` carries the error an operation must return (rcclx's own late error); `Ok(None)`:
-/// rcclx has nothing to do with this call (unknown, closed, or forwarding everything).
+/// The state of `comm` ready for an operation: set up, not closed. `Err` carries the error an
+/// operation must return: rcclx's own late error, or `ncclInvalidUsage` for a non-blocking
+/// communicator whose setup has not finished (it still reports `ncclInProgress`, and the stock
+/// library answers an operation on such a communicator the same way). `Ok(None)`: rcclx has
+/// nothing to do with this call (unknown, closed, or forwarding everything).
 type Usable = Result<Option<(Arc<State>, Arc<Clique>)>, (Arc<State>, ncclResult_t)>;
 
 fn usable(comm: ncclComm_t) -> Usable {
     let Some(state) = lookup(comm) else { return Ok(None) };
-    lifecycle::wait_set_up(&state);
+    if !state.set_up() {
+        lifecycle::progress();
+        if !state.set_up() {
+            tracing::warn!(
+                "comm {comm:p} used before ncclCommGetAsyncError reported it ready (rcclx setup in progress); \
+                 returning ncclInvalidUsage as the stock library does"
+            );
+            return Err((state, ncclResult_t::InvalidUsage));
+        }
+    }
     if state.is_closed() {
         return Ok(None);
     }
@@ -190,7 +218,12 @@ fn forward_in_order(
 /// Runs one intercepted collective: decides the route and runs rcclx's kernel (now, or at the
 /// end of the caller's group), or calls `forward` (the stock function with the caller's
 /// arguments).
-pub fn collective(comm: ncclComm_t, call: CallDesc, bufs: Buffers, forward: impl FnOnce() -> ncclResult_t) -> ncclResult_t {
+pub fn collective(
+    comm: ncclComm_t,
+    call: CallDesc,
+    bufs: Buffers,
+    forward: impl FnOnce() -> ncclResult_t,
+) -> ncclResult_t {
     let (state, clique) = match usable(comm) {
         Ok(Some(sc)) => sc,
         Ok(None) => {
@@ -205,6 +238,7 @@ pub fn collective(comm: ncclComm_t, call: CallDesc, bufs: Buffers, forward: impl
             return code;
         }
     };
+    crate::log::set_device(clique.device);
     let bytes = call.bytes(clique.nranks).unwrap_or(0);
     let route = crate::intercept::decide(&call, &clique.facts, &clique.thresholds);
     tracing::trace!("{:?} count {} {:?} {:?} on comm {comm:p}: {route:?}", call.coll, call.count, call.dtype, call.op);
@@ -266,5 +300,81 @@ impl Job {
         self.state.stats.count(self.coll, Route::Upstream(Reason::Failed), self.bytes);
         self.state.record_error(e.code);
         e.code
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::intercept::Coll;
+    use crate::types::{ncclDataType_t, ncclRedOp_t};
+
+    /// A handle no stock library made: the side table only uses it as a key.
+    fn fake(n: usize) -> ncclComm_t {
+        (0x7000_0000 + n * 64) as ncclComm_t
+    }
+
+    fn call() -> CallDesc {
+        CallDesc { coll: Coll::AllReduce, count: 1024, dtype: ncclDataType_t::Float32, op: ncclRedOp_t::Sum }
+    }
+
+    fn bufs() -> Buffers {
+        let p = 0x1000 as *mut std::ffi::c_void;
+        // SAFETY: a null stream handle is the legacy default stream; nothing is launched here.
+        Buffers { send: p, recv: p, stream: unsafe { crate::gpu::Stream::from_raw(std::ptr::null_mut()) } }
+    }
+
+    #[test]
+    fn unknown_comm_forwards() {
+        assert_eq!(collective(fake(1), call(), bufs(), || ncclResult_t(42)), ncclResult_t(42));
+        assert_eq!(ordered(fake(1), bufs().stream, || ncclResult_t(43)), ncclResult_t(43));
+    }
+
+    #[test]
+    fn a_comm_in_error_returns_that_error_and_forwards_nothing() {
+        let s = insert(fake(2));
+        s.finish_setup(None);
+        s.record_error(ncclResult_t::RemoteError);
+        s.record_error(ncclResult_t::InternalError); // the first error wins
+        let never = || -> ncclResult_t { panic!("forwarded a call on a communicator in error") };
+        assert_eq!(collective(fake(2), call(), bufs(), never), ncclResult_t::RemoteError);
+        assert_eq!(ordered(fake(2), bufs().stream, never), ncclResult_t::RemoteError);
+        assert_eq!(s.stats.snapshot().reasons[Reason::CommError as usize], 1);
+        remove(fake(2));
+    }
+
+    #[test]
+    fn a_closed_comm_forwards_to_the_stock_library() {
+        let s = insert(fake(3));
+        s.finish_setup(None);
+        s.record_error(ncclResult_t::RemoteError);
+        s.close(true);
+        // The stock library answers for a finalized / revoked communicator.
+        assert_eq!(collective(fake(3), call(), bufs(), || ncclResult_t::InvalidUsage), ncclResult_t::InvalidUsage);
+        assert_eq!(ordered(fake(3), bufs().stream, || ncclResult_t::Success), ncclResult_t::Success);
+        remove(fake(3));
+    }
+
+    #[test]
+    fn a_comm_still_setting_up_answers_invalid_usage() {
+        let s = insert(fake(4));
+        let never = || -> ncclResult_t { panic!("forwarded before setup ended") };
+        assert_eq!(collective(fake(4), call(), bufs(), never), ncclResult_t::InvalidUsage);
+        assert!(!s.set_up());
+        s.finish_setup(None);
+        assert_eq!(collective(fake(4), call(), bufs(), || ncclResult_t(7)), ncclResult_t(7));
+        remove(fake(4));
+    }
+
+    #[test]
+    fn a_comm_created_in_a_simulated_group_forwards() {
+        lifecycle::group_start();
+        lifecycle::created(&[fake(5)], ncclResult_t::Success);
+        let s = lookup(fake(5)).unwrap();
+        assert!(!s.set_up(), "set up only when the group ends");
+        lifecycle::group_end(ncclResult_t::Success, true);
+        assert!(s.set_up() && s.clique().is_none());
+        assert!(!lifecycle::in_group());
+        remove(fake(5));
     }
 }

@@ -52,10 +52,11 @@ impl Snapshot {
 
     /// Calls and bytes summed over the families whose algorithm is `algo` (`ll`, `lowp`, ...).
     pub fn algo(&self, algo: &str) -> Counter {
-        FAMILIES.iter().zip(&self.routes).filter(|(f, _)| f.algo == algo).fold(Counter::default(), |a, (_, c)| Counter {
-            calls: a.calls + c.calls,
-            bytes: a.bytes + c.bytes,
-        })
+        FAMILIES
+            .iter()
+            .zip(&self.routes)
+            .filter(|(f, _)| f.algo == algo)
+            .fold(Counter::default(), |a, (_, c)| Counter { calls: a.calls + c.calls, bytes: a.bytes + c.bytes })
     }
 
     /// One line for the INFO log.
@@ -111,7 +112,10 @@ impl Stats {
 
     pub fn snapshot(&self) -> Snapshot {
         Snapshot {
-            routes: std::array::from_fn(|i| Counter { calls: self.routes[i][0].load(Relaxed), bytes: self.routes[i][1].load(Relaxed) }),
+            routes: std::array::from_fn(|i| Counter {
+                calls: self.routes[i][0].load(Relaxed),
+                bytes: self.routes[i][1].load(Relaxed),
+            }),
             reasons: std::array::from_fn(|i| self.reasons[i].load(Relaxed)),
         }
     }

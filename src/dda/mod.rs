@@ -9,24 +9,32 @@ use crate::clique::{Buffers, Clique, Launch, THREADS};
 use crate::error::Error;
 use crate::intercept::{Algo, CallDesc, Coll};
 
+mod allgather;
 mod allreduce;
+mod alltoall;
+mod reducescatter;
 
 /// The launch of `call` on `algo` (LL, flat or tree).
 pub fn plan(clique: &Clique, algo: Algo, call: &CallDesc, bufs: &Buffers) -> Result<Launch, Error> {
     let family = crate::intercept::family(call.coll, algo)
         .ok_or_else(|| Error::internal(format!("no DDA kernels for {:?} {algo:?}", call.coll)))?;
-    let func = clique
-        .kernel(family, call.dtype.0, call.op.0)
-        .ok_or_else(|| Error::internal(format!("no kernel for {:?} {algo:?} {:?} {:?}", call.coll, call.dtype, call.op)))?;
+    let func = clique.kernel(family, call.dtype.0, call.op.0).ok_or_else(|| {
+        Error::internal(format!("no kernel for {:?} {algo:?} {:?} {:?}", call.coll, call.dtype, call.op))
+    })?;
     let elem = call.dtype.size().unwrap_or(1) as u64;
+    let (count, n) = (call.count as u64, clique.nranks as u64);
     let mut args = clique.args();
-    let (window, blocks, threads) = match call.coll {
-        Coll::AllReduce => allreduce::grid(algo, call.count as u64, elem, clique.nranks as u64, args.half_bytes, clique.max_blocks),
-        other => return Err(Error::internal(format!("no DDA host code for {other:?}"))),
+    let (half, max) = (args.half_bytes, clique.max_blocks);
+    // The data-movement kernels count bytes; the reducing ones, elements.
+    let (count, (window, blocks, threads)) = match call.coll {
+        Coll::AllReduce => (count, allreduce::grid(algo, count, elem, n, half, max)),
+        Coll::ReduceScatter => (count, reducescatter::grid(algo, count, elem, n, half, max)),
+        Coll::AllGather => (count * elem, allgather::grid(algo, count * elem, half, max)),
+        Coll::AllToAll => (count * elem, alltoall::grid(algo, count * elem, n, half, max)),
     };
     args.send = bufs.send as u64;
     args.recv = bufs.recv as u64;
-    args.count = call.count as u64;
+    args.count = count;
     args.window_elems = window;
     Ok(Launch { func, grid: (blocks, threads), args })
 }

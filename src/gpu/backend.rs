@@ -4,7 +4,6 @@ use std::ffi::{CStr, c_void};
 
 use super::{CaptureStatus, DeviceInfo, Error, IpcHandle, MemKind};
 
-
 /// The raw operations each runtime provides. Handles are passed as raw pointers and come from
 /// the typed wrappers in this file; "current device" means the calling thread's current device
 /// (CUDA: the primary context made current by `set_device`).
@@ -51,7 +50,13 @@ pub(crate) trait Backend: Send + Sync {
     unsafe fn memcpy_async(&self, dst: u64, src: u64, bytes: usize, stream: *mut c_void) -> Result<(), Error>;
     /// # Safety
     /// `src` is readable for `bytes`; `dst..dst+bytes` is device memory.
-    unsafe fn memcpy_htod_async(&self, dst: u64, src: *const u8, bytes: usize, stream: *mut c_void) -> Result<(), Error>;
+    unsafe fn memcpy_htod_async(
+        &self,
+        dst: u64,
+        src: *const u8,
+        bytes: usize,
+        stream: *mut c_void,
+    ) -> Result<(), Error>;
     /// # Safety
     /// `dst` is writable for `bytes`; `src..src+bytes` is device memory.
     unsafe fn memcpy_dtoh_async(&self, dst: *mut u8, src: u64, bytes: usize, stream: *mut c_void) -> Result<(), Error>;
@@ -151,4 +156,3 @@ pub(crate) fn open_library(candidates: &[String]) -> Result<(libloading::Library
     let parts: Vec<String> = failures.iter().map(|(names, why)| format!("{} ({why})", names.join(", "))).collect();
     Err(parts.join(", "))
 }
-

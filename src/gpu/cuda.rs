@@ -322,7 +322,13 @@ impl Backend for Cuda {
         self.check("cuMemcpyAsync", unsafe { (self.api.cuMemcpyAsync)(dst, src, bytes, stream) })
     }
 
-    unsafe fn memcpy_htod_async(&self, dst: u64, src: *const u8, bytes: usize, stream: *mut c_void) -> Result<(), Error> {
+    unsafe fn memcpy_htod_async(
+        &self,
+        dst: u64,
+        src: *const u8,
+        bytes: usize,
+        stream: *mut c_void,
+    ) -> Result<(), Error> {
         // SAFETY: the caller guarantees both ranges and the stream.
         self.check("cuMemcpyHtoDAsync_v2", unsafe { (self.api.cuMemcpyHtoDAsync)(dst, src.cast(), bytes, stream) })
     }

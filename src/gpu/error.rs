@@ -2,7 +2,6 @@
 
 use std::fmt;
 
-
 /// Every failure of the GPU layer, with enough context to act on it from a log line alone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Error {
@@ -82,4 +81,3 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
-

@@ -3,7 +3,6 @@
 use std::ffi::c_void;
 use std::fmt;
 
-
 /// Which runtime is loaded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Vendor {
@@ -179,4 +178,3 @@ pub(crate) fn c_buf_to_string(buf: &[u8]) -> String {
     let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
     String::from_utf8_lossy(&buf[..end]).into_owned()
 }
-

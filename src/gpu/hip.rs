@@ -366,10 +366,17 @@ impl Backend for Hip {
         self.check("hipMemcpyAsync", rc)
     }
 
-    unsafe fn memcpy_htod_async(&self, dst: u64, src: *const u8, bytes: usize, stream: *mut c_void) -> Result<(), Error> {
+    unsafe fn memcpy_htod_async(
+        &self,
+        dst: u64,
+        src: *const u8,
+        bytes: usize,
+        stream: *mut c_void,
+    ) -> Result<(), Error> {
         // SAFETY: the caller guarantees both ranges and the stream.
-        let rc =
-            unsafe { (self.api.hipMemcpyAsync)(dst as *mut c_void, src.cast(), bytes, HIP_MEMCPY_HOST_TO_DEVICE, stream) };
+        let rc = unsafe {
+            (self.api.hipMemcpyAsync)(dst as *mut c_void, src.cast(), bytes, HIP_MEMCPY_HOST_TO_DEVICE, stream)
+        };
         self.check("hipMemcpyAsync", rc)
     }
 

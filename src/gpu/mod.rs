@@ -98,7 +98,6 @@ pub struct Runtime {
 
 static RUNTIME: OnceLock<Result<Runtime, Error>> = OnceLock::new();
 
-
 /// The GPU runtime, loaded on first use and then shared by the whole process.
 ///
 /// Tries CUDA, then HIP; `RCCLX_GPU_RUNTIME=cuda|hip` allows only that one. Returns
@@ -107,7 +106,6 @@ static RUNTIME: OnceLock<Result<Runtime, Error>> = OnceLock::new();
 pub fn runtime() -> Result<&'static Runtime, Error> {
     RUNTIME.get_or_init(load_runtime).as_ref().map_err(Clone::clone)
 }
-
 
 fn load_runtime() -> Result<Runtime, Error> {
     let choice = std::env::var("RCCLX_GPU_RUNTIME").unwrap_or_default();

@@ -21,7 +21,6 @@ fn release_failed(what: &str, err: &Error) {
     tracing::warn!("gpu: releasing {what} failed: {err}");
 }
 
-
 /// Restores the calling thread's previous current device when dropped.
 /// Made by [`Runtime::device_guard`].
 #[must_use = "the device is restored when the guard is dropped"]
@@ -215,4 +214,3 @@ impl Drop for HostMapped {
         }
     }
 }
-

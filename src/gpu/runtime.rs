@@ -251,7 +251,7 @@ impl Runtime {
             let available: Vec<&str> = kernels::CODE_OBJECTS.iter().map(|c| c.target).collect();
             return Err(Error::NoCodeObject { arch, available: available.join(", ") });
         };
-        // SAFETY: build.rs embeds complete code objects produced by the kernel compiler for
+        // SAFETY: the build script embeds complete code objects produced by the kernel compiler for
         // `code.target`, which matches this device's arch.
         let module = unsafe { self.load_module(device, code.image) }
             .map_err(|e| e.with_detail(format!("rcclx code object {} on device {device}", code.target)))?;
@@ -396,4 +396,3 @@ impl fmt::Debug for Runtime {
             .finish()
     }
 }
-

@@ -333,7 +333,9 @@ pub fn assert_same_results(stock: &Run, rcclx: &Run) {
 /// The C spelling of a type written the way `rcclx::abi::table::EXPORTS` writes it (Rust
 /// tokens, with the C type names already used for NCCL's own types).
 pub fn c_type(rust: &str) -> String {
-    let t = rust.trim();
+    // A type passed through two macros is stringified with spaces: `* mut T`.
+    let t = rust.trim().replace("* mut", "*mut").replace("* const", "*const");
+    let t = t.as_str();
     if t == "()" {
         return "void".into();
     }

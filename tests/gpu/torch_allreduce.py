@@ -1,7 +1,8 @@
 """PyTorch job through rcclx: run with torchrun (2 processes) and LD_PRELOAD=librcclx.so.
 
-Checks that dist.all_reduce results are correct (eager and captured in a CUDA graph), and
-that rcclx's own kernels ran (rcclxGetProcessStats, exported by the preloaded library).
+Checks that dist.all_reduce results are correct (eager and captured in a CUDA graph), that
+all_gather_into_tensor, reduce_scatter_tensor and all_to_all_single give exact results, and that
+rcclx's own kernels ran for each (rcclxGetProcessRouteStats, exported by the preloaded library).
 Prints PASS/FAIL lines and exits non-zero on any failure.
 """
 import ctypes
@@ -26,6 +27,19 @@ def stats():
         return None
     assert lib.rcclxGetProcessStats(ctypes.byref(s)) == 0
     return s
+
+
+def route_stats():
+    """{route name: calls} of the whole process, or None without rcclx."""
+    lib = ctypes.CDLL(None)
+    if not hasattr(lib, "rcclxGetProcessRouteStats"):
+        return None
+    lib.rcclxRouteName.restype = ctypes.c_char_p
+    count = ctypes.c_int(0)
+    assert lib.rcclxGetProcessRouteStats(None, 0, ctypes.byref(count)) == 0
+    arr = (ctypes.c_uint64 * (2 * count.value))()
+    assert lib.rcclxGetProcessRouteStats(arr, count.value, ctypes.byref(count)) == 0
+    return {lib.rcclxRouteName(i).decode(): arr[2 * i] for i in range(count.value)}
 
 
 def main():
@@ -82,7 +96,33 @@ def main():
                 ok &= bool((y == want).all())
         check(f"cuda-graph replay bf16 n={n} x200", ok)
 
+    # The other three collectives: exact results (integer-valued data), small and large.
+    for dtype in (torch.bfloat16, torch.float32):
+        for n in (8, 1000 + 3, 1 << 16, (1 << 20) + 5):
+            x = torch.arange(n, dtype=torch.float32, device=dev).remainder(61).add(100 * rank).to(dtype)
+            out = torch.empty(world * n, dtype=dtype, device=dev)
+            dist.all_gather_into_tensor(out, x)
+            want = torch.cat([torch.arange(n, device=dev).remainder(61).add(100 * r) for r in range(world)]).to(dtype)
+            check(f"all_gather_into_tensor {dtype} n={n}", bool((out == want).all()))
+            big = torch.arange(world * n, dtype=torch.float32, device=dev).remainder(53).add(rank).to(dtype)
+            rs = torch.empty(n, dtype=dtype, device=dev)
+            dist.reduce_scatter_tensor(rs, big)
+            base = torch.arange(world * n, device=dev).remainder(53)[rank * n:(rank + 1) * n]
+            want = (base * world + sum(range(world))).to(dtype)
+            check(f"reduce_scatter_tensor {dtype} n={n}", bool((rs == want).all()))
+            a2a_in = torch.arange(world * n, dtype=torch.float32, device=dev).remainder(47).add(1000 * rank).to(dtype)
+            a2a_out = torch.empty_like(a2a_in)
+            dist.all_to_all_single(a2a_out, a2a_in)
+            want = torch.cat([(torch.arange(world * n, device=dev).remainder(47).add(1000 * r))[rank * n:(rank + 1) * n]
+                              for r in range(world)]).to(dtype)
+            check(f"all_to_all_single {dtype} n={n}", bool((a2a_out == want).all()))
+
     torch.cuda.synchronize()
+    routes = route_stats()
+    if routes is not None:
+        taken = {k: v for k, v in routes.items() if v}
+        for coll in ("allgather", "reducescatter", "alltoall"):
+            check(f"rcclx DDA {coll} taken", routes.get(f"{coll}.ll", 0) + routes.get(f"{coll}.flat", 0) > 0, str(taken))
     st = stats()
     if st is None:
         check("rcclx loaded (rcclxGetProcessStats)", False, "symbol not found: is LD_PRELOAD set?")

@@ -1,18 +1,19 @@
 //! GPU self-test: checks on real hardware what rcclx's algorithms rely on, through `rcclx::gpu`
-//! and the kernels of `hip_kernels/selftest.cuh`.
+//! and the kernels of `hip_kernels/selftest.cuh` (compiled by `build.rs` into this program only).
 //!
 //! ```text
-//! gpu_selftest                 run every check; prints PASS/FAIL/SKIP <check> <detail> per check
-//! gpu_selftest child-ipc ...   (internal) the child process of the `ipc` check
-//! gpu_selftest child-pingpong  (internal) the child process of the `handshake-ipc` check
+//! selftest                 run every check; prints PASS/FAIL/SKIP <check> <detail> per check
+//! selftest child-ipc ...   (internal) the child process of the `ipc` check
+//! selftest child-pingpong  (internal) the child process of the `handshake-ipc` check
 //! ```
 //!
-//! Exit status: 0 all checks passed or were skipped, 1 a check failed, 2 no GPU runtime/device.
-//! Checks: `module` (code object choice, load, fill kernel verified on the host), `ipc` (handles
-//! both ways between two processes), `peer` (peer access, copy and kernel writes across GPUs),
-//! `handshake-same-process` and `handshake-ipc` (flag ping-pong between two GPUs), `timeout`
-//! (a bounded spin-wait reports to host-mapped memory). Checks needing two GPUs print SKIP on one.
-//! Every host-side wait is bounded: streams by polling, child processes by line timeouts.
+//! Exit status: 0 all checks passed or were skipped, 1 a check failed, 2 no GPU runtime/device,
+//! 3 a stall. Checks: `module` (code object choice, load, fill kernel verified on the host),
+//! `ipc` (handles both ways between two processes), `peer` (peer access, copy and kernel writes
+//! across GPUs), `handshake-same-process` and `handshake-ipc` (flag ping-pong between two GPUs),
+//! `timeout` (a bounded spin-wait reports to host-mapped memory). Checks needing two GPUs print
+//! SKIP on one. Every host-side wait is bounded: streams by polling, child processes by line
+//! timeouts; the watchdog catches a call that never returns.
 //!
 //! Parent and child talk over the child's stdin/stdout, one line per message:
 //! `HANDLE <128 hex digits>`, `RESULT ...`, `ERROR <text>` from the child; `DONE`, `GO`, `EXIT`
@@ -20,15 +21,20 @@
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 use std::ffi::c_void;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::str::FromStr;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use rcclx::gpu::{self, DevicePtr, Function, IpcHandle, MemKind, Runtime, Stream};
+use rcclx_gpu_tests::children::{Children, Lines, say};
+use rcclx_gpu_tests::{self as harness, EXIT_FAILED, EXIT_NO_GPU, Fail, Outcome, Tally, hex, watchdog};
+
+/// The self-test code objects built by `build.rs` (`CODE_OBJECTS`).
+mod embedded {
+    include!(concat!(env!("OUT_DIR"), "/selftest_kernels.rs"));
+}
 
 /// Words written by the `module` check's fill kernel (odd, not a multiple of the block size).
 const FILL_N: u32 = 1_000_003;
@@ -46,6 +52,8 @@ const HOST_WAIT: Duration = Duration::from_secs(60);
 /// The `timeout` check's kernel timeout, and the limit on how long the kernel may take in all.
 const WAIT_KERNEL_TIMEOUT: Duration = Duration::from_millis(200);
 const WAIT_KERNEL_LIMIT: Duration = Duration::from_secs(2);
+/// No progress for this long ends the process (several HOST_WAITs of one failing check fit).
+const STALL_LIMIT: Duration = Duration::from_secs(300);
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -54,8 +62,8 @@ fn main() -> ExitCode {
         Some("child-ipc") => child_main(|| child_ipc(&args[1..])),
         Some("child-pingpong") => child_main(|| child_pingpong(&args[1..])),
         Some(other) => {
-            eprintln!("usage: gpu_selftest (no arguments); unknown argument {other:?}");
-            ExitCode::from(2)
+            eprintln!("usage: selftest (no arguments); unknown argument {other:?}");
+            ExitCode::from(EXIT_NO_GPU)
         }
     }
 }
@@ -64,47 +72,21 @@ fn main() -> ExitCode {
 // Parent: the checks
 // ---------------------------------------------------------------------------------------------
 
-/// A failed check (or child role), with its explanation.
-struct Fail(String);
-
-impl From<gpu::Error> for Fail {
-    fn from(e: gpu::Error) -> Self {
-        Fail(e.to_string())
-    }
-}
-impl From<std::io::Error> for Fail {
-    fn from(e: std::io::Error) -> Self {
-        Fail(format!("i/o: {e}"))
-    }
-}
-impl From<String> for Fail {
-    fn from(s: String) -> Self {
-        Fail(s)
-    }
-}
-
-enum Outcome {
-    Pass(String),
-    Skip(String),
-}
-
 type CheckFn = fn(&'static Runtime) -> Result<Outcome, Fail>;
 
 fn run_all() -> ExitCode {
-    let rt = match gpu::runtime() {
+    let rt = match harness::gpu::runtime_or_exit("selftest", 1) {
         Ok(rt) => rt,
-        Err(e) => {
-            println!("gpu_selftest: {e}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
+    watchdog::start(STALL_LIMIT);
     println!(
         "INFO runtime {} ({}, driver {}), {} device(s), host id {:016x}",
         rt.vendor().name(),
         rt.library(),
         rt.driver_version(),
         rt.device_count(),
-        gpu::host_id()
+        rcclx::clique::host::host_id()
     );
     for d in 0..rt.device_count() {
         match rt.device_info(d) {
@@ -124,33 +106,26 @@ fn run_all() -> ExitCode {
         ("handshake-ipc", check_handshake_ipc),
         ("timeout", check_timeout),
     ];
-    let mut failed = 0;
+    let mut tally = Tally::timed();
     for (name, check) in checks {
-        let started = Instant::now();
-        let outcome = catch_unwind(AssertUnwindSafe(|| check(rt)));
-        let secs = started.elapsed().as_secs_f64();
-        match outcome {
-            Ok(Ok(Outcome::Pass(detail))) => println!("PASS {name} {detail} [{secs:.1} s]"),
-            Ok(Ok(Outcome::Skip(detail))) => println!("SKIP {name} {detail}"),
-            Ok(Err(Fail(detail))) => {
-                failed += 1;
-                println!("FAIL {name} {detail} [{secs:.1} s]");
-            }
-            Err(_) => {
-                failed += 1;
-                println!("FAIL {name} panicked");
-            }
-        }
+        watchdog::progress(name);
+        tally.check(name, || check(rt));
     }
-    println!("SUMMARY {failed} of {} checks failed, {} release failure(s)", checks.len(), gpu::release_failures());
-    if failed == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) }
+    // The summary line of earlier logs, then the suite's.
+    println!(
+        "SUMMARY {} of {} checks failed, {} release failure(s)",
+        tally.failed(),
+        checks.len(),
+        gpu::release_failures()
+    );
+    tally.finish()
 }
 
 /// Check 1: The device's code object: which one, that it loads, and a fill kernel over an odd size.
 fn check_module(rt: &'static Runtime) -> Result<Outcome, Fail> {
     let info = rt.device_info(0)?;
-    let embedded: Vec<&str> = rcclx::kernels::CODE_OBJECTS.iter().map(|c| c.target).collect();
-    let chosen = rcclx::kernels::for_arch(&info.arch).map_or("none", |c| c.target);
+    let embedded: Vec<&str> = embedded::CODE_OBJECTS.iter().map(|c| c.target).collect();
+    let chosen = code_object(&info.arch).map_or("none", |c| c.target);
     let what = format!("device 0 arch {} -> code object {chosen} (embedded: {})", info.arch, embedded.join(","));
     let k = Kernels::load(rt, 0).map_err(|Fail(e)| Fail(format!("{what}: {e}")))?;
     let stream = OwnedStream::new(rt, 0)?;
@@ -185,18 +160,18 @@ fn check_ipc(rt: &'static Runtime) -> Result<Outcome, Fail> {
     wait(rt, stream.0, "parent fill")?;
     let handle = buf.ipc_handle()?;
 
-    let mut child = ChildProcess::spawn(&[
-        "child-ipc".into(),
+    let mut child = Children::spawn([[
+        "child-ipc".to_string(),
         child_dev.to_string(),
-        to_hex(&handle),
+        hex::encode(&handle.0),
         XFER_N.to_string(),
         s_parent.to_string(),
         s_child_write.to_string(),
         s_child_own.to_string(),
-    ])?;
+    ]])?;
     // The child answers after it checked our data, wrote its own pattern through the mapping
     // and synchronized, and filled a buffer of its own.
-    let child_handle = from_hex(&child.expect("HANDLE")?)?;
+    let child_handle = ipc_handle(&child.lines().expect("HANDLE", "child", HOST_WAIT)?)?;
     let mut words = vec![0u32; XFER_N as usize];
     buf.copy_to_host(&mut words)?;
     verify_fill(&words, s_child_write).map_err(|e| Fail(format!("parent does not see the child's write: {e}")))?;
@@ -206,8 +181,8 @@ fn check_ipc(rt: &'static Runtime) -> Result<Outcome, Fail> {
         let words = unsafe { read_words(rt, 0, mapping.ptr(), XFER_N) }?;
         verify_fill(&words, s_child_own).map_err(|e| Fail(format!("parent read of the child's buffer: {e}")))?;
     }
-    child.send("DONE")?;
-    child.finish()?;
+    child.send(0, "DONE")?;
+    child.finish(HOST_WAIT)?;
     Ok(Outcome::Pass(format!(
         "parent (device 0) <-> child (device {child_dev}): child read and wrote the parent's \
          buffer, parent read the child's buffer ({XFER_N} words each)"
@@ -305,16 +280,16 @@ fn check_handshake_ipc(rt: &'static Runtime) -> Result<Outcome, Fail> {
     let res = rt.alloc(0, 8, MemKind::Normal)?;
     buf.zero()?;
     res.zero()?;
-    let mut child = ChildProcess::spawn(&[
-        "child-pingpong".into(),
-        "1".into(),
-        to_hex(&buf.ipc_handle()?),
+    let mut child = Children::spawn([[
+        "child-pingpong".to_string(),
+        "1".to_string(),
+        hex::encode(&buf.ipc_handle()?.0),
         PP_ITERS.to_string(),
         PP_N.to_string(),
-    ])?;
+    ]])?;
     // The child has zeroed its buffer and mapped ours before it sends its handle.
-    let peer = rt.open_ipc(0, &from_hex(&child.expect("HANDLE")?)?)?;
-    child.send("GO")?;
+    let peer = rt.open_ipc(0, &ipc_handle(&child.lines().expect("HANDLE", "child", HOST_WAIT)?)?)?;
+    child.send(0, "GO")?;
     let started = Instant::now();
     {
         let _g = rt.device_guard(0)?;
@@ -326,14 +301,14 @@ fn check_handshake_ipc(rt: &'static Runtime) -> Result<Outcome, Fail> {
     let elapsed = started.elapsed();
     let mut r0 = [0u32; 2];
     res.copy_to_host(&mut r0)?;
-    let line = child.expect("RESULT")?;
+    let line = child.lines().expect("RESULT", "child", HOST_WAIT)?;
     let fields: Vec<u32> = line.split_whitespace().filter_map(|f| f.parse().ok()).collect();
     let [mismatches, timed_out, child_us] = fields[..] else {
         return Err(Fail(format!("child sent a malformed result {line:?}")));
     };
     drop(peer);
-    child.send("EXIT")?;
-    child.finish()?;
+    child.send(0, "EXIT")?;
+    child.finish(HOST_WAIT)?;
     let outcome = judge_pingpong(&[("parent GPU 0", r0), ("child GPU 1", [mismatches, timed_out])], elapsed)?;
     Ok(match outcome {
         Outcome::Pass(d) => Outcome::Pass(format!("{d}; child kernel {:.1} ms", f64::from(child_us) / 1e3)),
@@ -385,12 +360,13 @@ fn check_timeout(rt: &'static Runtime) -> Result<Outcome, Fail> {
 // Children
 // ---------------------------------------------------------------------------------------------
 
+/// Runs a child role; its failure goes to the parent as `ERROR <text>`.
 fn child_main(role: impl FnOnce() -> Result<(), Fail>) -> ExitCode {
     match role() {
         Ok(()) => ExitCode::SUCCESS,
         Err(Fail(e)) => {
-            println!("ERROR {e}");
-            ExitCode::from(1)
+            say(&format!("ERROR {e}"));
+            ExitCode::from(EXIT_FAILED)
         }
     }
 }
@@ -399,11 +375,11 @@ fn child_main(role: impl FnOnce() -> Result<(), Fail>) -> ExitCode {
 fn child_ipc(args: &[String]) -> Result<(), Fail> {
     let rt = gpu::runtime()?;
     let device: i32 = parse_arg(args, 0, "device")?;
-    let handle = from_hex(args.get(1).map_or("", String::as_str))?;
+    let handle = ipc_handle(args.get(1).map_or("", String::as_str))?;
     let n: u32 = parse_arg(args, 2, "n")?;
     let (expect_seed, write_seed, own_seed): (u32, u32, u32) =
         (parse_arg(args, 3, "seed")?, parse_arg(args, 4, "seed")?, parse_arg(args, 5, "seed")?);
-    let parent = line_reader(std::io::stdin());
+    let parent = Lines::stdin();
     let k = Kernels::load(rt, device)?;
     let stream = OwnedStream::new(rt, device)?;
     let mapping = rt.open_ipc(device, &handle)?;
@@ -419,8 +395,8 @@ fn child_ipc(args: &[String]) -> Result<(), Fail> {
         unsafe { launch_fill(rt, &k, own.ptr(), n, own_seed, stream.0) }?;
     }
     wait(rt, stream.0, "child fills")?;
-    say(&format!("HANDLE {}", to_hex(&own.ipc_handle()?)));
-    expect_line(&parent, "DONE", "parent")?;
+    say(&format!("HANDLE {}", hex::encode(&own.ipc_handle()?.0)));
+    parent.expect("DONE", "parent", HOST_WAIT)?;
     Ok(())
 }
 
@@ -428,12 +404,12 @@ fn child_ipc(args: &[String]) -> Result<(), Fail> {
 fn child_pingpong(args: &[String]) -> Result<(), Fail> {
     let rt = gpu::runtime()?;
     let device: i32 = parse_arg(args, 0, "device")?;
-    let handle = from_hex(args.get(1).map_or("", String::as_str))?;
+    let handle = ipc_handle(args.get(1).map_or("", String::as_str))?;
     let (iters, n): (u32, u32) = (parse_arg(args, 2, "iters")?, parse_arg(args, 3, "n")?);
     if (iters, n) != (PP_ITERS, PP_N) {
         return Err(Fail(format!("parent and child disagree on iters/n: {iters}/{n}")));
     }
-    let parent = line_reader(std::io::stdin());
+    let parent = Lines::stdin();
     let k = Kernels::load(rt, device)?;
     let stream = OwnedStream::new(rt, device)?;
     let buf = rt.alloc(device, pingpong_bytes(n), MemKind::Uncached)?;
@@ -441,8 +417,8 @@ fn child_pingpong(args: &[String]) -> Result<(), Fail> {
     buf.zero()?;
     res.zero()?;
     let peer = rt.open_ipc(device, &handle)?;
-    say(&format!("HANDLE {}", to_hex(&buf.ipc_handle()?)));
-    expect_line(&parent, "GO", "parent")?;
+    say(&format!("HANDLE {}", hex::encode(&buf.ipc_handle()?.0)));
+    parent.expect("GO", "parent", HOST_WAIT)?;
     let started = Instant::now();
     {
         let _g = rt.device_guard(device)?;
@@ -455,7 +431,7 @@ fn child_pingpong(args: &[String]) -> Result<(), Fail> {
     let mut r = [0u32; 2];
     res.copy_to_host(&mut r)?;
     say(&format!("RESULT {} {} {us}", r[0], r[1]));
-    expect_line(&parent, "EXIT", "parent")?;
+    parent.expect("EXIT", "parent", HOST_WAIT)?;
     Ok(())
 }
 
@@ -463,7 +439,15 @@ fn child_pingpong(args: &[String]) -> Result<(), Fail> {
 // Helpers
 // ---------------------------------------------------------------------------------------------
 
+/// The embedded code object for a device's `arch`: the one of the target rcclx itself picks for
+/// it (`rcclx::kernels::for_arch`; the library and this program are built for the same targets).
+fn code_object(arch: &str) -> Option<&'static embedded::CodeObject> {
+    let target = rcclx::kernels::for_arch(arch)?.target;
+    embedded::CODE_OBJECTS.iter().find(|c| c.target == target)
+}
+
 /// The self-test kernels on one device.
+#[derive(Clone, Copy)]
 struct Kernels {
     fill: Function,
     pingpong: Function,
@@ -471,13 +455,28 @@ struct Kernels {
 }
 
 impl Kernels {
+    /// The kernels on `device`, its code object loaded on first use (a module stays loaded for
+    /// the life of the process, so every check shares one per device).
     fn load(rt: &Runtime, device: i32) -> Result<Kernels, Fail> {
-        let module = rt.load_rcclx_module(device)?;
-        Ok(Kernels {
+        static LOADED: Mutex<Vec<(i32, Kernels)>> = Mutex::new(Vec::new());
+        let mut loaded = LOADED.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(&(_, kernels)) = loaded.iter().find(|(d, _)| *d == device) {
+            return Ok(kernels);
+        }
+        let arch = rt.device_info(device)?.arch;
+        let Some(code) = code_object(&arch) else {
+            return Err(Fail(format!("no self-test code object for arch {arch} on device {device}")));
+        };
+        // SAFETY: build.rs embeds complete code objects made by the kernel compiler for
+        // `code.target`, the target rcclx picks for this device's arch.
+        let module = unsafe { rt.load_module(device, code.image) }?;
+        let kernels = Kernels {
             fill: rt.function(module, "rcclx_selftest_fill")?,
             pingpong: rt.function(module, "rcclx_selftest_pingpong")?,
             wait_timeout: rt.function(module, "rcclx_selftest_wait_timeout")?,
-        })
+        };
+        loaded.push((device, kernels));
+        Ok(kernels)
     }
 }
 
@@ -579,11 +578,7 @@ fn enable_peer_both_ways(rt: &Runtime) -> Result<(), Fail> {
 
 /// Waits for `stream` with the host-side bound.
 fn wait(rt: &Runtime, stream: Stream, what: &str) -> Result<(), Fail> {
-    if rt.wait_stream(stream, HOST_WAIT)? {
-        Ok(())
-    } else {
-        Err(Fail(format!("{what}: not finished after {} s", HOST_WAIT.as_secs())))
-    }
+    harness::gpu::wait_stream(rt, stream, HOST_WAIT, what)
 }
 
 /// Copies `n` words from `ptr` (on or mapped into `device`) to the host.
@@ -613,129 +608,14 @@ fn verify_fill(words: &[u32], seed: u32) -> Result<(), String> {
     ))
 }
 
-fn to_hex(handle: &IpcHandle) -> String {
-    handle.0.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn from_hex(text: &str) -> Result<IpcHandle, Fail> {
-    let text = text.trim();
-    let mut handle = IpcHandle([0; 64]);
-    if text.len() != 128 || !text.is_ascii() {
-        return Err(Fail(format!("IPC handle must be 128 hex digits, got {text:?}")));
-    }
-    for (i, byte) in handle.0.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).map_err(|e| Fail(format!("IPC handle: {e}")))?;
-    }
-    Ok(handle)
+/// An IPC handle from its hex form in a message.
+fn ipc_handle(text: &str) -> Result<IpcHandle, Fail> {
+    let bytes = hex::decode(text, 64).map_err(|e| Fail(format!("IPC handle: {e}")))?;
+    Ok(IpcHandle(bytes.try_into().expect("decode returns 64 bytes")))
 }
 
 fn parse_arg<T: FromStr>(args: &[String], index: usize, what: &str) -> Result<T, Fail> {
     args.get(index)
         .and_then(|a| a.parse().ok())
         .ok_or_else(|| Fail(format!("argument {index} ({what}) missing or malformed: {args:?}")))
-}
-
-/// Writes one protocol line to the parent.
-fn say(line: &str) {
-    println!("{line}");
-    let _ = std::io::stdout().flush();
-}
-
-/// Lines of `input`, read on a thread so that the reader can wait with a timeout.
-fn line_reader(input: impl Read + Send + 'static) -> Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(input).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
-}
-
-/// Waits (at most HOST_WAIT) for the line `key [rest]` and returns `rest`; `ERROR ...` from the
-/// other side fails at once, other lines are echoed.
-fn expect_line(lines: &Receiver<String>, key: &str, from: &str) -> Result<String, Fail> {
-    let deadline = Instant::now() + HOST_WAIT;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match lines.recv_timeout(left) {
-            Ok(line) => {
-                if let Some(rest) = line.strip_prefix("ERROR ") {
-                    return Err(Fail(format!("{from}: {rest}")));
-                }
-                if line == key {
-                    return Ok(String::new());
-                }
-                if let Some(rest) = line.strip_prefix(key).and_then(|r| r.strip_prefix(' ')) {
-                    return Ok(rest.to_string());
-                }
-                eprintln!("  ({from}) {line}");
-            }
-            Err(RecvTimeoutError::Timeout) => {
-                return Err(Fail(format!("no {key} from the {from} within {} s", HOST_WAIT.as_secs())));
-            }
-            Err(RecvTimeoutError::Disconnected) => {
-                return Err(Fail(format!("the {from} closed the pipe before sending {key}")));
-            }
-        }
-    }
-}
-
-/// A copy of this program in a child role, killed if still running when dropped.
-struct ChildProcess {
-    child: Child,
-    stdin: ChildStdin,
-    lines: Receiver<String>,
-}
-
-impl ChildProcess {
-    fn spawn(args: &[String]) -> Result<ChildProcess, Fail> {
-        let mut child = Command::new(std::env::current_exe()?)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()?;
-        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-            let _ = child.kill();
-            return Err(Fail("child process without pipes".into()));
-        };
-        Ok(ChildProcess { child, stdin, lines: line_reader(stdout) })
-    }
-
-    fn send(&mut self, line: &str) -> Result<(), Fail> {
-        writeln!(self.stdin, "{line}")?;
-        self.stdin.flush()?;
-        Ok(())
-    }
-
-    fn expect(&mut self, key: &str) -> Result<String, Fail> {
-        expect_line(&self.lines, key, "child")
-    }
-
-    /// Waits (at most HOST_WAIT) for the child to exit successfully.
-    fn finish(&mut self) -> Result<(), Fail> {
-        let deadline = Instant::now() + HOST_WAIT;
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                return if status.success() { Ok(()) } else { Err(Fail(format!("child exited with {status}"))) };
-            }
-            if Instant::now() >= deadline {
-                return Err(Fail(format!("child still running after {} s", HOST_WAIT.as_secs())));
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for ChildProcess {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
 }

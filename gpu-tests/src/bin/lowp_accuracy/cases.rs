@@ -1,0 +1,190 @@
+//! The cases of `lowp_accuracy`: collective x type x count x placement x distribution, their
+//! run order, the seeds of their input data, and which path (FP8 or not) rcclx should take.
+
+use rcclx::config::Config;
+use rcclx::intercept::{Algo, CallDesc, Coll, CommFacts, LowpSwitches, Route, Thresholds};
+use rcclx::types::{ncclDataType_t, ncclRedOp_t};
+use rcclx_gpu_tests::codec::Io;
+use rcclx_gpu_tests::codec::synth::Dist;
+
+/// Bytes of one staging half with the default staging buffer of an FP8 communicator.
+const DEFAULT_HALF_BYTES: u64 = rcclx::clique::DEFAULT_STAGING_LOWP / 2;
+/// rcclx's default grid cap (`RCCL_DDA_MAX_BLOCKS`).
+const DEFAULT_MAX_BLOCKS: u32 = 128;
+const MI: usize = 1024 * 1024;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    AllReduce,
+    ReduceScatter,
+    AllGather,
+    /// `ncclAlltoAll` (NCCL's name).
+    AlltoAll,
+    /// `ncclAllToAll` (RCCL's name).
+    AllToAllRccl,
+}
+
+impl Op {
+    pub const ALL: [Op; 5] = [Op::AllReduce, Op::ReduceScatter, Op::AllGather, Op::AlltoAll, Op::AllToAllRccl];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::AllReduce => "allreduce",
+            Op::ReduceScatter => "reducescatter",
+            Op::AllGather => "allgather",
+            Op::AlltoAll => "alltoall",
+            Op::AllToAllRccl => "alltoall-rccl",
+        }
+    }
+
+    /// The collective as rcclx sees it (both AllToAll spellings are one).
+    pub fn coll(self) -> Coll {
+        match self {
+            Op::AllReduce => Coll::AllReduce,
+            Op::ReduceScatter => Coll::ReduceScatter,
+            Op::AllGather => Coll::AllGather,
+            Op::AlltoAll | Op::AllToAllRccl => Coll::AllToAll,
+        }
+    }
+
+    /// Elements of each rank's input / output for the call's `count`.
+    pub fn in_len(self, count: usize, n: usize) -> usize {
+        match self {
+            Op::AllReduce | Op::AllGather => count,
+            _ => count * n,
+        }
+    }
+    pub fn out_len(self, count: usize, n: usize) -> usize {
+        match self {
+            Op::AllReduce | Op::ReduceScatter => count,
+            _ => count * n,
+        }
+    }
+
+    /// Every rank's output is the same tensor.
+    pub fn shared_output(self) -> bool {
+        matches!(self, Op::AllReduce | Op::AllGather)
+    }
+}
+
+pub fn dtype_of(io: Io) -> ncclDataType_t {
+    match io {
+        Io::F32 => ncclDataType_t::Float32,
+        Io::Bf16 => ncclDataType_t::Bfloat16,
+        Io::F16 => ncclDataType_t::Float16,
+    }
+}
+
+/// Everything of a case except the placement (the host data is shared by both placements).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Group {
+    pub op: Op,
+    pub io: Io,
+    pub count: usize,
+    pub dist: Dist,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Case {
+    pub g: Group,
+    pub inplace: bool,
+}
+
+impl Case {
+    /// `allreduce bf16 127 in-place gaussian` (what `--filter` matches).
+    pub fn name(&self) -> String {
+        format!(
+            "{} {} {} {} {}",
+            self.g.op.name(),
+            self.g.io.name(),
+            self.g.count,
+            if self.inplace { "in-place" } else { "out-of-place" },
+            self.g.dist.name()
+        )
+    }
+}
+
+/// Elements per window of `op`'s FP8 kernel with the default staging size (rcclx's own grid).
+pub fn window_elems(op: Op, n: usize) -> u64 {
+    rcclx::lowp::grid(op.coll(), u64::MAX, n as u64, DEFAULT_HALF_BYTES, DEFAULT_MAX_BLOCKS).0
+}
+
+/// Element count that spans 3 of the largest LP windows and one element more (default staging).
+fn windows_count(op: Op, n: usize) -> usize {
+    3 * window_elems(op, n) as usize + 1
+}
+
+/// The groups in run order (each group runs out-of-place then in-place).
+fn groups(n: usize, quick: bool) -> Vec<Group> {
+    let mut out = Vec::new();
+    for op in Op::ALL {
+        for io in Io::ALL {
+            let big = if op == Op::AllReduce && io != Io::F16 && !quick { 16 * MI + 3 } else { MI + 3 };
+            let mut counts = vec![(1, false), (127, false), (129, false), (128 * n + 1, false), (big, false)];
+            if !quick {
+                // Multi-window: AllReduce (f32, bf16, every distribution) as specified; the
+                // others once (f32, gaussian) since they window per chunk too.
+                if op == Op::AllReduce && io != Io::F16 {
+                    counts.push((windows_count(op, n), false));
+                } else if op != Op::AllReduce && io == Io::F32 {
+                    counts.push((windows_count(op, n), true));
+                }
+            }
+            for (count, gaussian_only) in counts {
+                for dist in Dist::ALL {
+                    if (quick && !matches!(dist, Dist::Gaussian | Dist::BigAndSmall))
+                        || (gaussian_only && dist != Dist::Gaussian)
+                    {
+                        continue;
+                    }
+                    out.push(Group { op, io, count, dist });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The case list of `n` ranks, in run order; `filter` keeps only cases whose name contains it.
+pub fn cases(n: usize, quick: bool, filter: Option<&str>) -> Vec<Case> {
+    groups(n, quick)
+        .into_iter()
+        .flat_map(|g| [false, true].map(|inplace| Case { g, inplace }))
+        .filter(|c| filter.is_none_or(|f| c.name().contains(f)))
+        .collect()
+}
+
+/// Seed of rank `r`'s input of a group (the two AllToAll spellings share data).
+pub fn seed(g: &Group, r: usize, base: u64) -> u64 {
+    let op = if g.op.coll() == Coll::AllToAll { Op::AlltoAll } else { g.op };
+    let mut h = Fnv::new();
+    for v in [base, op as u64, g.io as u64, g.count as u64, g.dist as u64, r as u64] {
+        h.write(&v.to_le_bytes());
+    }
+    h.0
+}
+
+/// 64-bit FNV-1a, for seeds and output fingerprints (stable across builds and processes).
+pub struct Fnv(pub u64);
+
+impl Fnv {
+    pub fn new() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+    pub fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+}
+
+/// Whether rcclx should run the call on the FP8 path: its own decision (`intercept::decide`)
+/// on a clique of `n` ranks with working DDA, with the switches a communicator created now
+/// would read (the environment, through rcclx's own config parser).
+pub fn expect_lowp(op: Op, io: Io, count: usize, n: usize) -> bool {
+    let (config, _) = Config::from_lookup(rcclx::config::env);
+    let call = CallDesc { coll: op.coll(), count, dtype: dtype_of(io), op: ncclRedOp_t::Sum };
+    let facts = CommFacts { nranks: n, dda: true, lowp: LowpSwitches::from_config(&config), ..CommFacts::default() };
+    !config.disable
+        && rcclx::intercept::decide(&call, &facts, &Thresholds::for_ranks(&config, n)) == Route::Own(Algo::Lowp)
+}

@@ -1,0 +1,329 @@
+//! Accuracy and correctness test of rcclx's FP8 low-precision (LP) collectives on real GPUs.
+//!
+//! ```text
+//! lowp_accuracy [--procs N | --one-process | --toggle] [--quick] [--filter TEXT] [--no-lp]
+//!               [--seed N] [--list]
+//!   --procs N       (default, N = 2) N child processes, one GPU each (rank r on device r),
+//!                   communicator by ncclCommInitRank (unique id through a temp file)
+//!   --one-process   one thread, ncclCommInitAll on devices 0..N-1 (N from --procs, default 2),
+//!                   every case issued for all communicators inside ncclGroupStart/End
+//!   --toggle        LP switch read at communicator creation: comm A with
+//!                   RCCL_LOW_PRECISION_ENABLE=1, comm B with it unset, comm C with only
+//!                   RCCL_LOW_PRECISION_ENABLE_ALLGATHER=1; checks which calls took the FP8 path
+//!   --quick         counts 1, 127, 129, 128*N+1, 1Mi+3 only; gaussian and big-and-small only
+//!   --filter TEXT   only cases whose name ("allreduce bf16 127 in-place gaussian") contains TEXT
+//!   --no-lp         control run: RCCL_LOW_PRECISION_ENABLE=0; expects the non-FP8 path and
+//!                   compares with the exact result rounded to the output type
+//!   --seed N        base seed of the input data (default 1)
+//!   --list          print the cases and exit (no GPU needed)
+//!   --host-check    no GPU: feed the codec model itself through the checks as if it were the GPU's
+//!                   output (validates the harness: bounds, tolerances, verdicts; and host time)
+//!   (internal) --child RANK IDFILE: one rank of --procs
+//! ```
+//!
+//! Environment: `RCCLX_UPSTREAM_LIB` (the stock libnccl.so.2) as for any rcclx program. Unless
+//! already set, the program sets `RCCL_LOW_PRECISION_ENABLE=1` (`0` with `--no-lp`),
+//! `RCCLX_LP_MIN_BYTES=0` and `NCCL_NVLS_ENABLE=0` before the first rcclx call; the path each
+//! case should take is rcclx's own decision (`rcclx::intercept::decide`) for those variables.
+//!
+//! Each case: collective x type x count x placement x distribution (`cases.rs`). The host
+//! computes the exact result (f64), the codec model (`rcclx_gpu_tests::codec::*_ref`, what the
+//! kernels must produce, rounded to the output type) and the documented per-element error bound
+//! (`reference.rs`), runs the case (`device.rs`; `procs.rs` for one process per rank) and
+//! compares every output element (`report.rs`, whose `CRITERIA` say what passes). Output: one
+//! line per case, `PASS|FAIL coll dtype count placement dist relL2=.. maxrel=.. vs_model=.. ...`,
+//! mismatches verbatim under it, then `N passed, M failed`.
+//!
+//! Exit status: 0 all passed, 1 a case failed, 2 no GPU / fewer than N GPUs / bad arguments,
+//! 3 a stall (no progress for 300 s; every wait is bounded).
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+
+mod cases;
+mod device;
+mod procs;
+mod reference;
+mod report;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use rcclx::clique::MAX_RANKS;
+use rcclx::gpu::Runtime;
+use rcclx_gpu_tests::codec::synth::Dist;
+use rcclx_gpu_tests::codec::{Fp8Format, Io};
+use rcclx_gpu_tests::{self as harness, EXIT_FAILED, EXIT_NO_GPU, Tally, watchdog};
+
+use cases::{Case, Group, Op, expect_lowp};
+use device::Comms;
+use reference::{for_each_prepared, prepare, to_bytes};
+use report::{RankResult, evaluate, judge};
+
+/// No progress for this long ends the process (exit 3).
+const STALL_LIMIT: Duration = Duration::from_secs(300);
+/// Count of the `--toggle` calls.
+const TOGGLE_COUNT: usize = 64 * 1024 + 3;
+
+// ---------------------------------------------------------------------------------------------
+// Options
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Procs,
+    OneProcess,
+    Toggle,
+    Child(usize),
+}
+
+#[derive(Clone, Debug)]
+struct Opts {
+    mode: Mode,
+    nranks: usize,
+    quick: bool,
+    filter: Option<String>,
+    no_lp: bool,
+    seed: u64,
+    list: bool,
+    host_check: bool,
+    idfile: Option<String>,
+    /// The arguments as given (passed on to children).
+    raw: Vec<String>,
+}
+
+impl Opts {
+    /// The cases these options select, in run order.
+    fn cases(&self) -> Vec<Case> {
+        cases::cases(self.nranks, self.quick, self.filter.as_deref())
+    }
+}
+
+fn parse_args(args: Vec<String>) -> Result<Opts, String> {
+    let mut o = Opts {
+        mode: Mode::Procs,
+        nranks: 2,
+        quick: false,
+        filter: None,
+        no_lp: false,
+        seed: 1,
+        list: false,
+        host_check: false,
+        idfile: None,
+        raw: args.clone(),
+    };
+    let mut it = args.into_iter();
+    let num = |v: Option<String>, what: &str| -> Result<u64, String> {
+        v.ok_or(format!("{what} needs a value"))?.parse::<u64>().map_err(|e| format!("{what}: {e}"))
+    };
+    let mut child = None;
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--procs" => o.nranks = num(it.next(), "--procs")? as usize,
+            "--one-process" => o.mode = Mode::OneProcess,
+            "--toggle" => o.mode = Mode::Toggle,
+            "--quick" => o.quick = true,
+            "--no-lp" => o.no_lp = true,
+            "--list" => o.list = true,
+            "--host-check" => o.host_check = true,
+            "--seed" => o.seed = num(it.next(), "--seed")?,
+            "--filter" => o.filter = Some(it.next().ok_or("--filter needs a value")?),
+            "--child" => {
+                child = Some(num(it.next(), "--child")? as usize);
+                o.idfile = Some(it.next().ok_or("--child needs RANK IDFILE")?);
+            }
+            "-h" | "--help" => return Err(String::new()),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    if !(2..=MAX_RANKS).contains(&o.nranks) {
+        return Err(format!("--procs must be 2..={MAX_RANKS}"));
+    }
+    if let Some(r) = child {
+        if r >= o.nranks {
+            return Err(format!("--child rank {r} >= {}", o.nranks));
+        }
+        o.mode = Mode::Child(r);
+    }
+    Ok(o)
+}
+
+const USAGE: &str = "usage: lowp_accuracy [--procs N | --one-process | --toggle] [--quick] [--filter TEXT] [--no-lp] [--seed N] [--list] [--host-check]";
+
+/// Sets the LP switches and the rest of the test's environment, unless already set (the
+/// switch always, with `--no-lp`).
+fn set_default_env(no_lp: bool) {
+    let lp = if no_lp { "0" } else { "1" };
+    for (k, v) in [("RCCL_LOW_PRECISION_ENABLE", lp), ("RCCLX_LP_MIN_BYTES", "0"), ("NCCL_NVLS_ENABLE", "0")] {
+        let forced = no_lp && k == "RCCL_LOW_PRECISION_ENABLE";
+        if forced || std::env::var_os(k).is_none() {
+            // SAFETY: called at the start of main, before any other thread exists.
+            unsafe { std::env::set_var(k, v) };
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let opts = match parse_args(std::env::args().skip(1).collect()) {
+        Ok(o) => o,
+        Err(e) => {
+            if !e.is_empty() {
+                eprintln!("lowp_accuracy: {e}");
+            }
+            eprintln!("{USAGE}");
+            return ExitCode::from(EXIT_NO_GPU);
+        }
+    };
+    if opts.list {
+        for (i, c) in opts.cases().iter().enumerate() {
+            println!("{i} {}", c.name());
+        }
+        return ExitCode::SUCCESS;
+    }
+    // Before any rcclx call (rcclx reads its configuration once) and before any thread exists.
+    // A child inherits its parent's environment.
+    if !matches!(opts.mode, Mode::Child(_)) {
+        set_default_env(opts.no_lp);
+    }
+    if opts.host_check {
+        return run_host_check(&opts);
+    }
+    watchdog::start(STALL_LIMIT);
+    let rt = match harness::gpu::runtime_or_exit("lowp_accuracy", opts.nranks) {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    match opts.mode {
+        Mode::Child(r) => procs::run_child(&opts, r, rt),
+        Mode::Procs => {
+            report::header(&opts, rt);
+            procs::run_procs(&opts)
+        }
+        Mode::OneProcess => {
+            report::header(&opts, rt);
+            run_one_process(&opts, rt)
+        }
+        Mode::Toggle => {
+            report::header(&opts, rt);
+            run_toggle(&opts, rt)
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Modes (--procs and --child: procs.rs)
+// ---------------------------------------------------------------------------------------------
+
+/// `--one-process`: one thread drives every rank.
+fn run_one_process(opts: &Opts, rt: &'static Runtime) -> ExitCode {
+    let n = opts.nranks;
+    let comms = match Comms::init_all(rt, n) {
+        Ok(c) => c,
+        Err(e) => {
+            println!("FATAL {e}");
+            return ExitCode::from(EXIT_FAILED);
+        }
+    };
+    let (fmt, _) = device::fp8_format(rt);
+    let mut tally = Tally::new();
+    for_each_prepared(&opts.cases(), n, fmt, opts.seed, |_, case, p, lowp, _| {
+        let mut notes = Vec::new();
+        let rs = comms.run_case(rt, case, p, &mut |s| notes.push(s));
+        let (ok, line) = judge(case, lowp, &rs);
+        tally.record(ok, &line);
+        notes.iter().for_each(|s| println!("    {s}"));
+    });
+    comms.destroy(rt);
+    tally.finish()
+}
+
+/// `--host-check`: the model stands in for the GPU's output of every rank.
+fn run_host_check(opts: &Opts) -> ExitCode {
+    let n = opts.nranks;
+    let mut tally = Tally::new();
+    let all = opts.cases();
+    println!("INFO host check: the codec model is fed through the checks as the GPU output ({} cases)", all.len());
+    for_each_prepared(&all, n, Fp8Format::E4m3fn, opts.seed, |_, case, p, lowp, prep| {
+        let g = case.g;
+        let mut notes = Vec::new();
+        let rs: Vec<RankResult> = (0..n)
+            .map(|r| {
+                let mut x = evaluate(p, r, g.io, &to_bytes(g.io, &p.model[p.out(r)]), &mut |s| notes.push(s));
+                x.lp_delta = lowp as u64;
+                x
+            })
+            .collect();
+        let (mut ok, mut line) = judge(case, lowp, &rs);
+        // The checks must catch a wrong element: 4 ulps off, and a NaN.
+        let m = &p.model[p.out(0)];
+        let k = (0..m.len()).max_by(|&a, &b| m[a].abs().total_cmp(&m[b].abs())).unwrap_or(0);
+        for (what, bad) in [("4 ulp", m[k] + 4.0 * g.io.ulp(m[k])), ("NaN", f32::NAN)] {
+            let mut v = m.clone();
+            v[k] = bad;
+            let x = evaluate(p, 0, g.io, &to_bytes(g.io, &v), &mut |_| {});
+            if x.mism == 0 || (bad.is_nan() && x.nonfinite == 0) {
+                ok = false;
+                line = format!("FAIL{} -- a {what} error at element {k} went unnoticed", &line[4..]);
+            }
+        }
+        tally.record(ok, &format!("{line} [host {prep:.2} s]"));
+        notes.iter().for_each(|s| println!("    {s}"));
+    });
+    tally.finish()
+}
+
+/// `--toggle`: the LP switches are read when a communicator is created.
+fn run_toggle(opts: &Opts, rt: &'static Runtime) -> ExitCode {
+    let n = opts.nranks;
+    let (fmt, _) = device::fp8_format(rt);
+    let set = |k: &str, v: Option<&str>| match v {
+        // SAFETY: this mode's only other thread is the watchdog, which reads no environment;
+        // no communicator call is in flight while the environment changes.
+        Some(v) => unsafe { std::env::set_var(k, v) },
+        // SAFETY: as above.
+        None => unsafe { std::env::remove_var(k) },
+    };
+    const AR: &str = "RCCL_LOW_PRECISION_ENABLE";
+    const AG: &str = "RCCL_LOW_PRECISION_ENABLE_ALLGATHER";
+    // (label, global switch, allgather switch)
+    let configs = [("A:LP=1", Some("1"), None), ("B:LP-unset", None, None), ("C:only-ALLGATHER=1", None, Some("1"))];
+    let mut sets = Vec::new();
+    for (label, ar, ag) in configs {
+        set(AR, ar);
+        set(AG, ag);
+        let expect: Vec<bool> =
+            [Op::AllReduce, Op::AllGather].iter().map(|&op| expect_lowp(op, Io::F32, TOGGLE_COUNT, n)).collect();
+        match Comms::init_all(rt, n) {
+            Ok(c) => sets.push((label, c, expect)),
+            Err(e) => {
+                println!("FATAL toggle {label}: {e}");
+                return ExitCode::from(EXIT_FAILED);
+            }
+        }
+    }
+    set(AR, Some("1"));
+    set(AG, None);
+    let mut tally = Tally::new();
+    for (label, comms, expect) in &sets {
+        for (k, op) in [Op::AllReduce, Op::AllGather].into_iter().enumerate() {
+            let case = Case { g: Group { op, io: Io::F32, count: TOGGLE_COUNT, dist: Dist::Gaussian }, inplace: false };
+            let p = prepare(&case.g, n, fmt, opts.seed, expect[k]);
+            let mut notes = Vec::new();
+            let rs = comms.run_case(rt, &case, &p, &mut |s| notes.push(s));
+            let (ok, line) = judge(&case, expect[k], &rs);
+            let mut line = format!(
+                "{} toggle {label} expects {} {}",
+                &line[..4],
+                if expect[k] { "FP8" } else { "non-FP8" },
+                &line[5..]
+            );
+            if !ok && !expect[k] && rs.iter().any(|x| x.lp_delta > 0) {
+                line += " (rcclx did not re-read the LP switches when this communicator was created)";
+            }
+            tally.record(ok, &line);
+            notes.iter().for_each(|s| println!("    {s}"));
+        }
+    }
+    for (_, c, _) in sets {
+        c.destroy(rt);
+    }
+    tally.finish()
+}

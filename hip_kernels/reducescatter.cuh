@@ -1,0 +1,70 @@
+// DDA ReduceScatter (host side: src/dda/reducescatter.rs). count = elements per rank's output;
+// input block c (at c * count) is reduced over the ranks into rank c's output.
+//   ll:   every rank pushes input block c as flagged words into rank c's LL inbox (remote
+//         stores, no barrier) and reduces its own block from what arrives; small messages.
+//   flat: copy-in of every block to the own staging (block c's window at c * window_elems)
+//         -> barrier -> every rank reduces its block from every rank's staging.
+// Accumulation: RcclxRed, ranks 0, 1, ..., n-1 (common.cuh): with 2 ranks bit-identical to the
+// stock library, with more a fixed order. In place (NCCL: recvbuff == sendbuff + rank * count *
+// size), the own input block is read (copied or loaded) before the output is written.
+// Reuse, tails and graph capture: as common.cuh and allreduce.cuh.
+#pragma once
+
+template <typename T, int OP>
+RCCLX_DEV void rcclx_reducescatter_ll(const RcclxArgs& a) {
+  typedef RcclxRed<T, OP> R;
+  constexpr int PER = 8 / sizeof(T) > 0 ? 8 / sizeof(T) : 1;
+  __shared__ uint32_t s_seq;
+  __shared__ int s_fail;
+  const uint32_t seq = rcclx_seq_load(a, &s_seq, &s_fail);
+  const uint32_t flag = seq + 1;
+  const uint64_t deadline = rcclx_call_deadline(a);
+  const T s = R::scalar(a.nranks);
+  const uint64_t bytes = a.count * sizeof(T);
+  const uint64_t parity_off = rcclx_ll_parity(a, seq);
+  const unsigned char* send = (const unsigned char*)a.send;
+  RCCLX_FOR_VEC(u, (bytes + 7) / 8) {
+    union { uint32_t w[2]; T e[PER]; } in[RCCLX_MAX_RANKS];
+    for (int i = 1; i < a.nranks; ++i) {
+      const int c = (a.rank + i) % a.nranks;
+      uint32_t lo, hi;
+      rcclx_ll_load8(send + c * bytes, u, bytes, &lo, &hi);
+      rcclx_ll_push(a, c, parity_off, u, flag, lo, hi);
+    }
+    rcclx_ll_load8(send + a.rank * bytes, u, bytes, &in[a.rank].w[0], &in[a.rank].w[1]);
+#pragma unroll
+    for (int p = 0; p < RCCLX_MAX_RANKS; ++p)
+      if (p < a.nranks && p != a.rank) rcclx_ll_pull(a, p, parity_off, u, flag, deadline, &s_fail, &in[p].w[0], &in[p].w[1]);
+    union { uint32_t w[2]; T e[PER]; } res;
+#pragma unroll
+    for (int e = 0; e < PER; ++e) {
+      T acc = R::pre(in[0].e[e], s);
+#pragma unroll
+      for (int p = 1; p < RCCLX_MAX_RANKS; ++p)
+        if (p < a.nranks) acc = R::apply(acc, R::pre(in[p].e[e], s));
+      res.e[e] = R::post(acc, a.nranks);
+    }
+    rcclx_ll_store8((unsigned char*)a.recv, u, bytes, res.w[0], res.w[1]);
+  }
+  rcclx_seq_store(a, seq + 1);
+}
+
+template <typename T, int OP>
+RCCLX_DEV void rcclx_reducescatter_flat(const RcclxArgs& a) {
+  __shared__ uint32_t s_seq;
+  __shared__ int s_fail;
+  uint32_t seq = rcclx_seq_load(a, &s_seq, &s_fail);
+  const uint64_t deadline = rcclx_call_deadline(a);
+  const T* send = (const T*)a.send;
+  T* recv = (T*)a.recv;
+  const uint64_t W = a.window_elems;
+  for (uint64_t base = 0; base < a.count; base += W, ++seq) {
+    const uint64_t n = a.count - base < W ? a.count - base : W;
+    const uint64_t half_off = (uint64_t)(seq & 1) * a.half_bytes;
+    T* mine = (T*)(a.staging[a.rank] + half_off);
+    for (int c = 0; c < a.nranks; ++c) rcclx_copy<T>(mine + c * W, send + c * a.count + base, n);
+    if (!rcclx_barrier(a, seq * 4 + 1, deadline, &s_fail)) { ++seq; break; }
+    rcclx_reduce<T, OP>(a, half_off + a.rank * W * sizeof(T), n, recv + base, (T*)nullptr);
+  }
+  rcclx_seq_store(a, seq);
+}
