@@ -88,13 +88,18 @@ template <> struct RcclxF32<rcclx_bf16> {
 enum { RCCLX_SUM = 0, RCCLX_PROD = 1, RCCLX_MAX = 2, RCCLX_MIN = 3, RCCLX_AVG = 4 };
 
 // The reduction of the stock library, step for step (NCCL's reduce_kernel.h):
-//   pre(x):     AVG of floating types multiplies each input by s = float(1.0 / nranks) (in the
-//               element type) before summing (PreMulSum); identity otherwise.
-//   apply(a,b): one op in the element type, one rounding: integers wrap, max/min of floats
-//               ignore a NaN unless both are NaN (fmaxf / __hmax).
-//   post(a):    AVG of integer types divides the (wrapped) sum by nranks, rounding toward 0.
+//   pre(x):       AVG of floating types multiplies each input by s = float(1.0 / nranks) (in the
+//                 element type) before summing (PreMulSum); identity otherwise.
+//   fold(acc, x): acc op pre(x), one op in the element type, one rounding: integers wrap,
+//                 max/min of floats ignore a NaN unless both are NaN (fmaxf / __hmax). AVG of
+//                 f32/f64 is one fused multiply-add, fma(x, s, acc): the stock library's
+//                 compiled pre-multiply-then-add is contracted into one (measured on H200:
+//                 avg(-maxsub, +maxsub) is -0 there, +0 with two roundings).
+//   post(a):      AVG of integer types divides the (wrapped) sum by nranks, rounding toward 0.
 // Ranks are combined in order 0, 1, ..., n-1, identical on every rank, so every rank's output
-// is bit-identical; with 2 ranks every op is commutative, so it is also the stock library's.
+// is bit-identical. With 2 ranks that is the stock library's result for every input whose
+// result does not depend on the order (fp64 NaN payloads and averages of subnormals do: the
+// stock library itself gives different bits for them at different element positions).
 template <typename T, int OP> struct RcclxRed;
 
 template <typename T, int OP> struct RcclxIntRed {
@@ -106,6 +111,7 @@ template <typename T, int OP> struct RcclxIntRed {
     if (OP == RCCLX_MIN) return a < b ? a : b;
     return (T)((U)a + (U)b);  // SUM, AVG
   }
+  RCCLX_DEV static T fold(T acc, T x, T) { return apply(acc, x); }
   RCCLX_DEV static T post(T a, int n) { return OP == RCCLX_AVG ? (T)(a / (T)n) : a; }
   RCCLX_DEV static T scalar(int) { return 0; }
 };
@@ -128,6 +134,7 @@ template <int OP> struct RcclxRed<float, OP> {
     if (OP == RCCLX_MIN) return rcclx_min_f32(a, b);
     return a + b;
   }
+  RCCLX_DEV static float fold(float acc, float x, float s) { return OP == RCCLX_AVG ? rcclx_fma_f32(x, s, acc) : apply(acc, x); }
   RCCLX_DEV static float post(float a, int) { return a; }
 };
 template <int OP> struct RcclxRed<double, OP> {
@@ -139,6 +146,7 @@ template <int OP> struct RcclxRed<double, OP> {
     if (OP == RCCLX_MIN) return rcclx_min_f64(a, b);
     return a + b;
   }
+  RCCLX_DEV static double fold(double acc, double x, double s) { return OP == RCCLX_AVG ? rcclx_fma_f64(x, s, acc) : apply(acc, x); }
   RCCLX_DEV static double post(double a, int) { return a; }
 };
 #define RCCLX_HALF_RED_(T, P, TO_BITS_)                                                  \
@@ -152,6 +160,7 @@ template <int OP> struct RcclxRed<double, OP> {
       if (OP == RCCLX_MIN) return mk(P##_min(a.bits, b.bits));                           \
       return mk(P##_add(a.bits, b.bits));                                                \
     }                                                                                     \
+    RCCLX_DEV static T fold(T acc, T x, T s) { return apply(acc, pre(x, s)); }             \
     RCCLX_DEV static T post(T a, int) { return a; }                                       \
   };
 RCCLX_HALF_RED_(rcclx_half, rcclx_f16, rcclx_f32_to_f16_rne)
@@ -298,7 +307,7 @@ RCCLX_DEV void rcclx_reduce(const RcclxArgs& a, uint64_t off, uint64_t n, T* out
         T acc = R::pre(in[u][0].e[e], s);
 #pragma unroll
         for (int r = 1; r < RCCLX_MAX_RANKS; ++r)
-          if (r < a.nranks) acc = R::apply(acc, R::pre(in[u][r].e[e], s));
+          if (r < a.nranks) acc = R::fold(acc, in[u][r].e[e], s);
         res.e[e] = R::post(acc, a.nranks);
       }
       if (out_aligned) rcclx_st16((rcclx_u32x4*)out + j, res.v);
@@ -309,7 +318,7 @@ RCCLX_DEV void rcclx_reduce(const RcclxArgs& a, uint64_t off, uint64_t n, T* out
   if (blockIdx.x == 0 && threadIdx.x < n % N) {
     const uint64_t i = nvec * N + threadIdx.x;
     T acc = R::pre(((const T*)(a.staging[0] + off))[i], s);
-    for (int r = 1; r < a.nranks; ++r) acc = R::apply(acc, R::pre(((const T*)(a.staging[r] + off))[i], s));
+    for (int r = 1; r < a.nranks; ++r) acc = R::fold(acc, ((const T*)(a.staging[r] + off))[i], s);
     const T res = R::post(acc, a.nranks);
     out[i] = res;
     if (keep) keep[i] = res;

@@ -198,6 +198,8 @@ RCCLX_DEV uint16_t rcclx_f32_to_f16_rne(float f) {
 // order: n/a (pure). The reduction steps of the stock library, one rounding each. On AMD
 // through f32 (exact for fp16/bf16 inputs, then one RNE rounding: the same value as a native
 // fp16/bf16 operation). Not checked against RCCL on hardware yet.
+RCCLX_DEV float rcclx_fma_f32(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
+RCCLX_DEV double rcclx_fma_f64(double a, double b, double c) { return __builtin_fma(a, b, c); }
 RCCLX_DEV float rcclx_max_f32(float a, float b) { return __builtin_fmaxf(a, b); }
 RCCLX_DEV float rcclx_min_f32(float a, float b) { return __builtin_fminf(a, b); }
 RCCLX_DEV double rcclx_max_f64(double a, double b) { return __builtin_fmax(a, b); }
@@ -373,6 +375,8 @@ RCCLX_DEV uint16_t rcclx_f32_to_f16_rne(float f) { return __half_as_ushort(__flo
 // intrinsics of NCCL's reduction functions (src/device/reduce_kernel.h, sm_80+): fmaxf/fminf,
 // fmax/fmin, and __hadd/__hmul/__hmax/__hmin on half and bf16 (NaN ignored by max/min unless
 // both are NaN, +0 > -0).
+RCCLX_DEV float rcclx_fma_f32(float a, float b, float c) { return fmaf(a, b, c); }
+RCCLX_DEV double rcclx_fma_f64(double a, double b, double c) { return fma(a, b, c); }
 RCCLX_DEV float rcclx_max_f32(float a, float b) { return fmaxf(a, b); }
 RCCLX_DEV float rcclx_min_f32(float a, float b) { return fminf(a, b); }
 RCCLX_DEV double rcclx_max_f64(double a, double b) { return fmax(a, b); }

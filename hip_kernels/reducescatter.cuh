@@ -41,7 +41,7 @@ RCCLX_DEV void rcclx_reducescatter_ll(const RcclxArgs& a) {
       T acc = R::pre(in[0].e[e], s);
 #pragma unroll
       for (int p = 1; p < RCCLX_MAX_RANKS; ++p)
-        if (p < a.nranks) acc = R::apply(acc, R::pre(in[p].e[e], s));
+        if (p < a.nranks) acc = R::fold(acc, in[p].e[e], s);
       res.e[e] = R::post(acc, a.nranks);
     }
     rcclx_ll_store8((unsigned char*)a.recv, u, bytes, res.w[0], res.w[1]);

@@ -697,6 +697,19 @@ std::vector<Pair> patternOf(const TypeInfo& t) {
   return intPattern(8 * t.size, t.kind == 'i');
 }
 
+// Whether the result of a (rank 0, rank 1) pair depends on the order the stock library combines
+// them in, which varies with the element's position: both values NaN (which payload survives;
+// fp64 keeps one operand's payload), or an average whose pre-multiplied value is inexact (a
+// subnormal input; the stock library fuses that multiply with the add for one of the ranks).
+bool orderDependent(const TypeInfo& t, ncclRedOp_t op, const Pair& p) {
+  if (t.kind != 'f') return false;
+  const FloatFormat F{t.E, t.M};
+  auto isNan = [&](uint64_t v) { return ((v >> F.M) & F.emax()) == F.emax() && (v & ((1ull << F.M) - 1)) != 0; };
+  auto isSub = [&](uint64_t v) { return ((v >> F.M) & F.emax()) == 0 && (v & ((1ull << F.M) - 1)) != 0; };
+  if (isNan(p.first) && isNan(p.second)) return true;
+  return op == ncclAvg && (isSub(p.first) || isSub(p.second));
+}
+
 // Rank `rank`'s input: the pattern repeated to n elements, little endian.
 void buildInput(const std::vector<Pair>& P, int rank, int size, size_t n, uint8_t* dst) {
   for (size_t i = 0; i < n; i++) {
@@ -763,7 +776,20 @@ bool caseReductions(Ctx& c) {
             STEP(download(res[i].data(), dOut[i], bytes + kGuardBytes));
             for (size_t b = 0; b < kGuardBytes; b++) guard = guard && res[i][bytes + b] == kSentinel;
           }
-          const uint64_t hash = fnv1a(res[0].data(), bytes);
+          // The large results are hashed without the pairs whose result depends on the order the
+          // two values are combined in: the stock library's order varies with an element's
+          // position (which rank reduces its chunk), so not even it gives one answer for them.
+          // The small line (bits=) shows them masked.
+          std::vector<uint8_t> stable;
+          size_t excluded = 0;
+          for (size_t i = 0; i < n; i++) {
+            if (orderDependent(t, op.op, P[i % P.size()])) {
+              excluded++;
+              continue;
+            }
+            stable.insert(stable.end(), res[0].begin() + i * (size_t)t.size, res[0].begin() + (i + 1) * (size_t)t.size);
+          }
+          const uint64_t hash = k == 0 ? fnv1a(res[0].data(), bytes) : fnv1a(stable.data(), stable.size());
           bool same;
           if (L.size() > 1) same = memcmp(res[0].data(), res[1].data(), bytes) == 0;
           else same = minAll(c, (int64_t)hash) == maxAll(c, (int64_t)hash);
@@ -771,14 +797,23 @@ bool caseReductions(Ctx& c) {
 
           std::string what;
           if (k == 0) {
+            // Order-dependent pairs (see orderDependent) show as `*` here: the stock library
+            // gives different bits for them at different positions (seen on H200, even within
+            // this small array), so no one answer can be compared. Their bits are in `#` lines.
             what = "bits=";
+            std::string raw;
             for (size_t i = 0; i < n; i++) {
               uint64_t v = 0;
               memcpy(&v, res[0].data() + i * (size_t)t.size, (size_t)t.size);
-              what += format("%s%0*llx", i ? "," : "", 2 * t.size, (unsigned long long)v);
+              const std::string hex = format("%0*llx", 2 * t.size, (unsigned long long)v);
+              const bool masked = orderDependent(t, op.op, P[i]);
+              what += (i ? "," : "") + (masked ? std::string("*") : hex);
+              if (masked) raw += format(" %zu:%s", i, hex.c_str());
             }
+            if (!raw.empty() && c.proc == 0)
+              line("# %s %s %s inplace=%d order-dependent:%s", g_case, t.name, op.name, inplace, raw.c_str());
           } else {
-            what = format("hash=%016llx", (unsigned long long)hash);
+            what = format("hash=%016llx excluded=%zu", (unsigned long long)hash, excluded);
           }
           caseLine(c, same && guard, "%s %s n=%zu inplace=%d %s same=%d guard=%d", t.name, op.name, n, inplace,
                    what.c_str(), same ? 1 : 0, guard ? 1 : 0);
@@ -1130,10 +1165,13 @@ bool caseLeaks(Ctx& c) {
        after.fds, rssDelta);
   const bool devOk = minAll(c, devDelta <= (1 << 20)) != 0;
   const bool fdsOk = minAll(c, fdDelta == 0) != 0;
-  const bool rssOk = minAll(c, rssDelta <= (4 << 20)) != 0;
+  // RSS: the stock library itself grows by tens of MB over hundreds of cycles on the machines
+  // seen so far, so run.sh judges rcclx's growth against the stock run's (this line only
+  // reports it): `# leaks rss_max=` is the larger of the two ranks' deltas.
+  line("# %s rss_max=%lld", g_case, (long long)maxAll(c, rssDelta));
   const int64_t wrongAll = sumAll(c, wrong);
-  caseLine(c, wrongAll == 0 && devOk && fdsOk && rssOk, "wrong=%lld devmem_ok=%d fds_ok=%d rss_ok=%d",
-           (long long)wrongAll, devOk ? 1 : 0, fdsOk ? 1 : 0, rssOk ? 1 : 0);
+  caseLine(c, wrongAll == 0 && devOk && fdsOk, "wrong=%lld devmem_ok=%d fds_ok=%d", (long long)wrongAll,
+           devOk ? 1 : 0, fdsOk ? 1 : 0);
   arFree(b);
   return true;
 }
@@ -1173,10 +1211,17 @@ bool caseAfterFinalize(Ctx& c) {
   const bool allDone = minAll(c, done) != 0;
   // A launched call that never completes would make the destroy wait for it: abort instead.
   const ncclResult_t end = allDone ? ncclCommDestroy(l.comm) : ncclCommAbort(l.comm);
-  const std::string fins = perProc(c, fin), states = perProc(c, state), ars = perProc(c, ar);
-  const std::string wrongs = perProc(c, wrong), ends = perProc(c, end);
-  caseLine(c, true, "finalize=%s state=%s allreduce=%s stream_done=%d wrong=%s %s=%s", fins.c_str(), states.c_str(),
-           ars.c_str(), allDone ? 1 : 0, wrongs.c_str(), allDone ? "destroy" : "abort", ends.c_str());
+  // NCCL's documentation allows only destroy after finalize: stock 2.28 still launches the
+  // AllReduce (ncclSuccess), rcclx refuses it (ncclInvalidUsage, see src/comm/mod.rs
+  // State::finalize). Either is accepted; a launched one must complete with the right result.
+  const bool arValid = ar == ncclSuccess || ar == ncclInvalidUsage;
+  const bool resultOk = ar != ncclSuccess || (done && wrong == 0);
+  line("# %s rank%d: allreduce after finalize returned %d, wrong=%lld", g_case, l.rank, (int)ar, (long long)wrong);
+  const std::string fins = perProc(c, fin), states = perProc(c, state), ends = perProc(c, end);
+  const bool allValid = minAll(c, arValid) != 0, allResultOk = minAll(c, resultOk) != 0;
+  caseLine(c, allValid && allResultOk, "finalize=%s state=%s allreduce_valid=%d result_ok=%d stream_done=%d %s=%s",
+           fins.c_str(), states.c_str(), allValid ? 1 : 0, allResultOk ? 1 : 0, allDone ? 1 : 0,
+           allDone ? "destroy" : "abort", ends.c_str());
   return true;
 }
 

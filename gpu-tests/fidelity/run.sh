@@ -77,14 +77,23 @@ BAD_RCCLX=$(grep -cE "$BAD_RE" "$OUT/fidelity-rcclx.cases")
   grep -E "$BAD_RE" "$OUT/fidelity-rcclx.cases"
   echo "# exit status: stock $RC_STOCK, rcclx $RC_RCCLX (124: the run's time limit expired)"
 } >>"$DIFF"
+# Leaks: rcclx's RSS growth over the create/destroy cycles may exceed the stock library's own by
+# at most 4 MiB (device memory and file descriptors are judged absolutely, in the CASE line).
+RSS_STOCK=$(sed -n 's/^# leaks rss_max=//p' "$OUT/fidelity-stock.log" | head -n 1)
+RSS_RCCLX=$(sed -n 's/^# leaks rss_max=//p' "$OUT/fidelity-rcclx.log" | head -n 1)
+RSS_OK=1
+if [ -n "$RSS_STOCK" ] && [ -n "$RSS_RCCLX" ]; then
+  [ "$RSS_RCCLX" -le $((RSS_STOCK + 4 * 1024 * 1024)) ] || RSS_OK=0
+  echo "# leaks: RSS growth stock $RSS_STOCK B, rcclx $RSS_RCCLX B (allowed: stock + 4 MiB): ok=$RSS_OK" >>"$DIFF"
+fi
 NCASES=$(wc -l <"$OUT/fidelity-stock.cases")
 rm -f "$OUT/fidelity-stock.cases" "$OUT/fidelity-rcclx.cases"
 
 if [ "$DIFF_RC" -eq 0 ] && [ "$BAD_STOCK" -eq 0 ] && [ "$BAD_RCCLX" -eq 0 ] && [ "$RC_STOCK" -eq 0 ] \
-  && [ "$RC_RCCLX" -eq 0 ] && [ "$NCASES" -gt 0 ]; then
+  && [ "$RC_RCCLX" -eq 0 ] && [ "$NCASES" -gt 0 ] && [ "$RSS_OK" -eq 1 ]; then
   echo "fidelity: PASS ($NCASES CASE lines identical, none failing)"
   exit 0
 fi
-echo "fidelity: FAIL ($NDIFF differing lines; failing lines: stock $BAD_STOCK, rcclx $BAD_RCCLX;" \
+echo "fidelity: FAIL ($NDIFF differing lines; failing lines: stock $BAD_STOCK, rcclx $BAD_RCCLX; rss ok $RSS_OK;" \
   "exit status: stock $RC_STOCK, rcclx $RC_RCCLX) -- see $DIFF"
 exit 1

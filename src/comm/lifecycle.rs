@@ -199,10 +199,11 @@ pub fn async_state(comm: ncclComm_t) -> ncclResult_t {
     if state.is_closed() { ncclResult_t::Success } else { state.own_error() }
 }
 
-/// `ncclCommFinalize` (before forwarding): rcclx launches nothing more on `comm`.
+/// `ncclCommFinalize` (before forwarding): rcclx launches nothing more on `comm`, and
+/// operations on it are invalid usage (`State::finalize`).
 pub fn finalized(comm: ncclComm_t) {
     if let Some(s) = super::lookup(comm) {
-        s.close(false);
+        s.finalize();
     }
 }
 
@@ -214,10 +215,11 @@ pub fn revoked(comm: ncclComm_t) {
     }
 }
 
-/// `ncclCommDestroy` / `ncclCommAbort` of `comm`: `forward` is the stock call. On abort, rcclx's
-/// kernels are told to stop and the stock abort runs before anything that waits for the device
-/// (a stock kernel of this communicator may be stuck on a dead peer). On destroy, rcclx's
-/// resources are released first (that waits for the device, as the stock destroy does).
+/// `ncclCommDestroy` / `ncclCommAbort` of `comm`: `forward` is the stock call, and it runs
+/// before anything of rcclx's that waits: on abort a stock kernel of this communicator may be
+/// stuck on a dead peer (rcclx's kernels are told to stop first); on destroy the stock library
+/// may synchronise with the peers' destroy, which a peer reaches only after a collective of
+/// another communicator that rcclx's wait for the device (releasing the clique) would hold up.
 pub fn ended(comm: ncclComm_t, abort: bool, forward: impl FnOnce() -> ncclResult_t) -> ncclResult_t {
     let Some(state) = super::remove(comm) else { return forward() };
     state.close(abort);
@@ -225,17 +227,9 @@ pub fn ended(comm: ncclComm_t, abort: bool, forward: impl FnOnce() -> ncclResult
     if let Some(mut pending) = PENDING.try_lock() {
         pending.retain_mut(|b| !(b.states.iter().any(|s| Arc::ptr_eq(s, &state)) && step(b)));
     }
-    let clique = state.clique().cloned();
-    if abort {
-        let r = forward();
-        if let Some(c) = clique {
-            c.release(Release::Abort);
-        }
-        r
-    } else {
-        if let Some(c) = clique {
-            c.release(Release::Destroy);
-        }
-        forward()
+    let r = forward();
+    if let Some(c) = state.clique() {
+        c.release(if abort { Release::Abort } else { Release::Destroy });
     }
+    r
 }

@@ -37,6 +37,8 @@ pub struct State {
     error: AtomicU32,
     /// Finalized, revoked or aborted: rcclx launches nothing more on it, calls forward.
     closed: AtomicBool,
+    /// Finalized: operations get `ncclInvalidUsage` (see [`State::finalize`]).
+    finalized: AtomicBool,
     order: order::Order,
 }
 
@@ -48,6 +50,7 @@ impl State {
             clique: OnceLock::new(),
             error: AtomicU32::new(0),
             closed: AtomicBool::new(false),
+            finalized: AtomicBool::new(false),
             order: order::Order::default(),
         }
     }
@@ -88,6 +91,16 @@ impl State {
 
     pub fn is_closed(&self) -> bool {
         self.closed.load(Relaxed)
+    }
+
+    /// `ncclCommFinalize`: from now on an operation on this communicator is invalid usage, which
+    /// rcclx reports as such. why: the stock library (2.28) has stopped the communicator's proxy
+    /// and launches the operation anyway; one whose connections were never set up (rcclx took
+    /// the earlier calls) then faults on the device (seen on 2x H200: an illegal address that
+    /// ends the process). Its documentation allows only destroy after finalize.
+    pub fn finalize(&self) {
+        self.finalized.store(true, Relaxed);
+        self.close(false);
     }
 
     /// rcclx launches nothing more on this communicator; its kernels stop waiting.
@@ -178,6 +191,10 @@ fn usable(comm: ncclComm_t) -> Usable {
             );
             return Err((state, ncclResult_t::InvalidUsage));
         }
+    }
+    if state.finalized.load(Relaxed) {
+        tracing::warn!("comm {comm:p} used after ncclCommFinalize; returning ncclInvalidUsage");
+        return Err((state, ncclResult_t::InvalidUsage));
     }
     if state.is_closed() {
         return Ok(None);
@@ -353,6 +370,17 @@ mod tests {
         assert_eq!(collective(fake(3), call(), bufs(), || ncclResult_t::InvalidUsage), ncclResult_t::InvalidUsage);
         assert_eq!(ordered(fake(3), bufs().stream, || ncclResult_t::Success), ncclResult_t::Success);
         remove(fake(3));
+    }
+
+    #[test]
+    fn a_finalized_comm_answers_invalid_usage() {
+        let s = insert(fake(6));
+        s.finish_setup(None);
+        s.finalize();
+        let never = || -> ncclResult_t { panic!("forwarded an operation after ncclCommFinalize") };
+        assert_eq!(collective(fake(6), call(), bufs(), never), ncclResult_t::InvalidUsage);
+        assert_eq!(ordered(fake(6), bufs().stream, never), ncclResult_t::InvalidUsage);
+        remove(fake(6));
     }
 
     #[test]
