@@ -94,7 +94,10 @@ fn git_hash(repo: &std::path::Path) -> String {
         println!("cargo:rerun-if-changed={}", git.join("HEAD").display());
         if let Some(r) = head.trim().strip_prefix("ref: ") {
             println!("cargo:rerun-if-changed={}", git.join(r).display());
-            println!("cargo:rerun-if-changed={}", git.join("packed-refs").display());
+            // A missing file counts as changed on every build: name packed-refs only if it exists.
+            if git.join("packed-refs").exists() {
+                println!("cargo:rerun-if-changed={}", git.join("packed-refs").display());
+            }
         }
     }
     std::process::Command::new("git")
@@ -119,7 +122,9 @@ fn stamp(tu: &str, kernels: &std::path::Path, require: bool) -> String {
         text.push_str(&f.display().to_string());
         text.push_str(&std::fs::read_to_string(&f).unwrap_or_default());
     }
-    for var in toolchain::ENV_VARS {
+    // PATH itself is left out: the compilers it resolves to are in the stamp (`available`), and
+    // pip's isolated builds put a fresh temporary folder on it every time.
+    for var in toolchain::ENV_VARS.iter().filter(|v| **v != "PATH") {
         text.push_str(&format!("{var}={:?}\n", env::var_os(var)));
     }
     text.push_str(&format!("require={require}"));

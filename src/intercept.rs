@@ -174,8 +174,10 @@ pub struct Crossovers {
 
 /// Default crossovers by rank count. 2 ranks, AllReduce: measured on 2x H200
 /// (bench/results/2026-11-29-h200x2/tune-*): one-shot reads no more over NVLink than two-shot
-/// there, so flat wins at every size up to 64 MiB. AllGather, ReduceScatter, AllToAll: see
-/// bench/results (the DDA crossover sweep). More ranks: one-shot traffic grows with the rank
+/// there, so flat wins at every size up to 64 MiB. AllGather, ReduceScatter, AllToAll
+/// (bench/results/2026-11-30-h200x2-v2/speed/tune): LL wins up to 512 KiB per rank; flat beats
+/// stock by 1.30x or more up to 64 MiB for AllGather and ReduceScatter, but AllToAll's margin
+/// falls to 1.08-1.27x above 16 MiB (one 32 MiB sample lost), so it stops at 16 MiB. More ranks: one-shot traffic grows with the rank
 /// count, so the crossovers shrink to RCCLX's 8-rank values; not measured (no 4/8-GPU machine).
 pub const DEFAULT_CROSSOVERS: [Crossovers; 3] = [
     Crossovers {
@@ -183,8 +185,8 @@ pub const DEFAULT_CROSSOVERS: [Crossovers; 3] = [
         ll_max: 256 << 10,
         flat_max: 64 << 20,
         tree_max: 64 << 20,
-        all_gather_max: 16 << 20,
-        reduce_scatter_max: 16 << 20,
+        all_gather_max: 64 << 20,
+        reduce_scatter_max: 64 << 20,
         all_to_all_max: 16 << 20,
     },
     Crossovers {
