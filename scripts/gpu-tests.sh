@@ -7,6 +7,7 @@
 # Environment:
 #   NRANKS=2          ranks (GPUs) to use; 4 and 8 need that many GPUs
 #   STEPS="..."       subset of: info selftest check stress graph timeout fidelity lowp lpgraph bench lpbench torch
+#   CHECK_COLLS="..."  collectives of the check step (default: all four)
 #   RCCLX_UPSTREAM_LIB  stock libnccl.so.2 (default: the one of python3's nvidia-nccl wheel)
 #   RCCLX_ARTIFACTS   folder with librcclx.so, selftest, lowp_accuracy, timeout and bench/ (default .carry)
 # Every command runs under `timeout`; logs go to OUTDIR (default bench/results/<date>-gpu),
@@ -60,7 +61,7 @@ fi
 # all GPUs, then one process per GPU.
 COUNTS=1,7,255,1023,4099,65541,1048581,12582913
 if step check; then
-  for coll in all_reduce all_gather reduce_scatter alltoall; do
+  for coll in ${CHECK_COLLS:-all_reduce all_gather reduce_scatter alltoall}; do
     run check-$coll-1proc 600 "$B/rcclx_check" --libs "$LIBS" -g "$N" --coll $coll -d all -o all --counts "$COUNTS" --inplace both
     run check-$coll-${N}proc 600 "$B/rcclx_check" --libs "$LIBS" -P "$N" -g 1 --coll $coll -d all -o all --counts "$COUNTS" --inplace both
   done
@@ -77,8 +78,12 @@ fi
 # two streams on one communicator, a slow peer, NaN/Inf/extreme reductions, simulated groups,
 # non-blocking communicators of one thread, setup failures, abort, create/destroy while another
 # communicator is busy, leaks, finalize, revoke. Result lines must be identical.
+# The leak case does FIDELITY_LEAK_CYCLES (default here 100) create/destroy cycles per run: the
+# stock library's init takes ~0.7 s on the 2x H200 machine, so 500 cycles twice would not fit a
+# 10-minute job.
 if step fidelity; then
-  run fidelity 3000 env RCCLX_LIB="$LIB" STOCK_NCCL="$STOCK" FIDELITY_BIN="$ART/fidelity" bash gpu-tests/fidelity/run.sh "$OUT"
+  run fidelity 3000 env RCCLX_LIB="$LIB" STOCK_NCCL="$STOCK" FIDELITY_BIN="$ART/fidelity" \
+    FIDELITY_LEAK_CYCLES="${FIDELITY_LEAK_CYCLES:-100}" bash gpu-tests/fidelity/run.sh "$OUT"
 fi
 
 # A peer that never comes: the kernel gives up after RCCLX_TIMEOUT_MS, the error is reported,
@@ -107,13 +112,13 @@ fi
 # Speed: stock and rcclx side by side in one process per run (ratio = stock / rcclx time).
 if step bench; then
   for dt in float bfloat16; do
-    run bench-ar-g${N}-eager-$dt 300 "$B/all_reduce_perf" --libs "$LIBS" -g "$N" -b 1K -e 256M -f 4 -n 50 -w 10 -d $dt
-    run bench-ar-P${N}-eager-$dt 300 "$B/all_reduce_perf" --libs "$LIBS" -P "$N" -g 1 -b 1K -e 256M -f 4 -n 50 -w 10 -d $dt
-    run bench-ar-g${N}-graph-$dt 300 "$B/all_reduce_perf" --libs "$LIBS" -g "$N" -b 1K -e 16M -f 4 -n 20 -w 5 -G 50 -d $dt
-    run bench-ar-P${N}-graph-$dt 300 "$B/all_reduce_perf" --libs "$LIBS" -P "$N" -g 1 -b 1K -e 16M -f 4 -n 20 -w 5 -G 50 -d $dt
+    run bench-ar-g${N}-eager-$dt 300 "$B/all_reduce_perf" --libs "$LIBS" -g "$N" -b 1K -e 256M -f 4 -n 50 -w 10 -d $dt -J "$OUT/bench-ar-g${N}-eager-$dt.json"
+    run bench-ar-P${N}-eager-$dt 300 "$B/all_reduce_perf" --libs "$LIBS" -P "$N" -g 1 -b 1K -e 256M -f 4 -n 50 -w 10 -d $dt -J "$OUT/bench-ar-P${N}-eager-$dt.json"
+    run bench-ar-g${N}-graph-$dt 300 "$B/all_reduce_perf" --libs "$LIBS" -g "$N" -b 1K -e 16M -f 4 -n 20 -w 5 -G 50 -d $dt -J "$OUT/bench-ar-g${N}-graph-$dt.json"
+    run bench-ar-P${N}-graph-$dt 300 "$B/all_reduce_perf" --libs "$LIBS" -P "$N" -g 1 -b 1K -e 16M -f 4 -n 20 -w 5 -G 50 -d $dt -J "$OUT/bench-ar-P${N}-graph-$dt.json"
     for c in all_gather reduce_scatter alltoall; do
-      run bench-$c-P${N}-eager-$dt 300 "$B/${c}_perf" --libs "$LIBS" -P "$N" -g 1 -b 1K -e 256M -f 4 -n 50 -w 10 -d $dt
-      run bench-$c-P${N}-graph-$dt 300 "$B/${c}_perf" --libs "$LIBS" -P "$N" -g 1 -b 1K -e 16M -f 4 -n 20 -w 5 -G 50 -d $dt
+      run bench-$c-P${N}-eager-$dt 300 "$B/${c}_perf" --libs "$LIBS" -P "$N" -g 1 -b 1K -e 256M -f 4 -n 50 -w 10 -d $dt -J "$OUT/bench-$c-P${N}-eager-$dt.json"
+      run bench-$c-P${N}-graph-$dt 300 "$B/${c}_perf" --libs "$LIBS" -P "$N" -g 1 -b 1K -e 16M -f 4 -n 20 -w 5 -G 50 -d $dt -J "$OUT/bench-$c-P${N}-graph-$dt.json"
     done
   done
 fi
@@ -121,7 +126,7 @@ if step lpbench; then
   export RCCL_LOW_PRECISION_ENABLE=1
   for c in all_reduce all_gather reduce_scatter alltoall; do
     for dt in bfloat16 float; do
-      run lpbench-$c-P${N}-$dt 300 "$B/${c}_perf" --libs "$LIBS" -P "$N" -g 1 -b 4M -e 256M -f 2 -n 20 -w 5 -c 0 -d $dt
+      run lpbench-$c-P${N}-$dt 300 "$B/${c}_perf" --libs "$LIBS" -P "$N" -g 1 -b 4M -e 256M -f 2 -n 20 -w 5 -c 0 -d $dt -J "$OUT/lpbench-$c-P${N}-$dt.json"
     done
   done
   unset RCCL_LOW_PRECISION_ENABLE

@@ -16,9 +16,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <thread>
 
 static int g_proc = -1;  // process index once forked / set up (for error messages)
+void (*g_dieHook)(const char* msg) = nullptr;
 
 void die(const char* file, int line, const char* fmt, ...) {
   char msg[2048];
@@ -29,6 +31,12 @@ void die(const char* file, int line, const char* fmt, ...) {
   fflush(stdout);
   fprintf(stderr, "[proc %d pid %d] %s:%d: %s\n", g_proc, (int)getpid(), file, line, msg);
   fflush(stderr);
+  static std::atomic<bool> dying{false};
+  if (g_dieHook && !dying.exchange(true)) {  // once, and never from inside the hook
+    char full[2200];
+    snprintf(full, sizeof full, "[proc %d] %s:%d: %s", g_proc, file, line, msg);
+    g_dieHook(full);
+  }
   _exit(2);  // no atexit handlers: they could hang in CUDA/NCCL teardown
 }
 

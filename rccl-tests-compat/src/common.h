@@ -24,6 +24,9 @@
 // ------------------------------------------------------------------------------------------
 [[noreturn]] void die(const char* file, int line, const char* fmt, ...)
     __attribute__((format(printf, 3, 4)));
+// Called once by die() with the message, before the process ends (the *_perf JSON output uses
+// it to record the error). nullptr: none.
+extern void (*g_dieHook)(const char* msg);
 #define FAIL(...) die(__FILE__, __LINE__, __VA_ARGS__)
 #define CHECK(cond, ...) do { if (!(cond)) die(__FILE__, __LINE__, __VA_ARGS__); } while (0)
 #define CUDACHECK(cmd) do {                                                                   \

@@ -3,14 +3,21 @@
 // several NCCL-API libraries side by side in one process, size by size.
 #include "common.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <libgen.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <mutex>
 
 // ------------------------------------------------------------------------------------------
 // Options (parsed before the fork, inherited by every process)
@@ -20,7 +27,7 @@ struct Opts {
   size_t minBytes = 32 << 20, maxBytes = 32 << 20, stepBytes = 1 << 20;
   int stepFactor = 1, iters = 20, warmup = 1, agg = 1, cycles = 1, check = 1, graphs = 0;
   int blocking = 0, average = 1, parallelInit = 0, nullStream = 0, cputime = 0, timeout = 600;
-  std::string libs, typeArg = "float", opArg = "sum", capture, prog;
+  std::string libs, typeArg = "float", opArg = "sum", capture, prog, jsonFile;
   const CollDesc* coll = nullptr;
 };
 static Opts O;
@@ -30,8 +37,9 @@ static std::vector<const TypeDesc*> g_types;
 static std::vector<const OpDesc*> g_ops;
 
 struct Half { double us = 0, algbw = 0, busbw = 0; long long wrong = -1; };  // wrong -1: not checked (N/A)
-struct Row { size_t bytes = 0, count = 0; const TypeDesc* type; const OpDesc* op; Half r[kMaxLibs][2]; };
-static std::vector<Row> g_rows;  // recorded by global thread 0 (process 0)
+struct Row { size_t bytes = 0, count = 0; int cycle = 0; const TypeDesc* type; const OpDesc* op; Half r[kMaxLibs][2]; };
+static std::vector<Row> g_rows;  // recorded by global thread 0 (process 0); pushed under g_rowsMu
+static std::mutex g_rowsMu;      // g_rows and the JSON error list (read by the JSON writer)
 static long long g_errors = 0;   // results with wrong elements, all libraries (same in every process)
 
 struct Bufs { char* send[kMaxGpusPerThread]; char* recv[kMaxGpusPerThread]; unsigned long long* bad[kMaxGpusPerThread]; };
@@ -252,19 +260,38 @@ static void printRow(const Row& r, int li) {
   printf("\n");
 }
 
-static bool printLibFooter(int li) {  // returns false when this library failed
-  long long bad = 0;
-  double bw = 0;
+// nccl-tests footer values of one library: results with wrong elements, average busbw (over
+// every out-of-place and in-place result), and the NCCL_TESTS_MIN_BW check (90 % of it).
+struct LibSummary { long long bad = 0; double bw = 0; bool bwChecked = false, bwFail = false; };
+static LibSummary libSummary(int li) {
+  LibSummary s;
   int nbw = 0;
   for (const Row& r : g_rows)
-    for (int h = 0; h < 2; h++) { bad += r.r[li][h].wrong > 0; bw += r.r[li][h].busbw; nbw++; }
-  bw = nbw ? bw / nbw : 0;
+    for (int h = 0; h < 2; h++) { s.bad += r.r[li][h].wrong > 0; s.bw += r.r[li][h].busbw; nbw++; }
+  s.bw = nbw ? s.bw / nbw : 0;
   const char* minbw = getenv("NCCL_TESTS_MIN_BW");
-  bool bwFail = minbw && bw < 0.9 * atof(minbw);
-  printf("# Out of bounds values : %lld %s\n", bad, bad ? "FAILED" : "OK");
-  printf("# Avg bus bandwidth    : %g %s\n", bw, minbw ? (bwFail ? "FAILED" : "OK") : "");
+  s.bwChecked = minbw != nullptr;
+  s.bwFail = minbw && s.bw < 0.9 * atof(minbw);
+  return s;
+}
+
+static bool printLibFooter(int li) {  // returns false when this library failed
+  const LibSummary s = libSummary(li);
+  printf("# Out of bounds values : %lld %s\n", s.bad, s.bad ? "FAILED" : "OK");
+  printf("# Avg bus bandwidth    : %g %s\n", s.bw, s.bwChecked ? (s.bwFail ? "FAILED" : "OK") : "");
   printf("#\n");
-  return bad == 0 && !bwFail;
+  return s.bad == 0 && !s.bwFail;
+}
+
+// Geometric mean of ratio = time(library 0) / time(library li) over all rows, as printed in the
+// comparison table (rows with a zero time count in the divisor but add nothing); NaN: no rows.
+static double geomeanRatio(int li, int h) {
+  double logSum = 0;
+  for (const Row& r : g_rows) {
+    const double base = r.r[0][h].us, x = r.r[li][h].us, ratio = x > 0 ? base / x : 0;
+    if (ratio > 0) logSum += log(ratio);
+  }
+  return g_rows.empty() ? NAN : exp(logSum / (double)g_rows.size());
 }
 
 // ratio = time(first library) / time(other library): > 1 means the other library is faster.
@@ -303,6 +330,349 @@ static void printComparison(const std::vector<Lib>& libs) {
 }
 
 // ------------------------------------------------------------------------------------------
+// JSON output (-J/--output_file FILE.json), nccl-tests 2.19 format (file version 3) extended
+// with every library's results and the ratios. Process 0 writes the whole document: at the
+// end ("complete": true), after every type/op sweep and at most every 5 s in between
+// ("complete": false), and from die() with the error message, so an aborted run still leaves
+// valid JSON with the results measured so far.
+// ------------------------------------------------------------------------------------------
+static int g_jsonFd = -1;                  // opened by main() before the fork
+static std::string g_jsonPath, g_jsonStart;
+static std::vector<std::string> g_args, g_env, g_jsonErrors;
+static Proc* g_jsonProc = nullptr;         // set in process 0 only
+static double g_jsonLast = 0;              // time of the last checkpoint
+
+class JsonWriter {
+ public:
+  std::string s;
+  void beginObject() { value(); s += '{'; n_.push_back(0); }
+  void endObject() { close('}'); }
+  void beginArray() { value(); s += '['; n_.push_back(0); }
+  void endArray() { close(']'); }
+  void key(const char* k) { element(); quote(k); s += ':'; afterKey_ = true; }
+  void str(const std::string& v) { value(); quote(v); }
+  void num(double v) {  // non-finite values are not JSON numbers: null
+    value();
+    char b[40];
+    if (std::isfinite(v)) snprintf(b, sizeof b, "%.9g", v);
+    else snprintf(b, sizeof b, "null");
+    s += b;
+  }
+  void integer(long long v) { value(); s += std::to_string(v); }
+  void boolean(bool v) { value(); s += v ? "true" : "false"; }
+  void null() { value(); s += "null"; }
+
+ private:
+  static constexpr size_t kPrettyDepth = 2;  // containers this deep put one element per line
+  std::vector<int> n_;                       // elements so far in each open container
+  bool afterKey_ = false;
+  void newline(size_t depth) { s += '\n'; s.append(depth, ' '); }
+  void element() {
+    if (n_.empty()) return;
+    if (n_.back()++) s += ',';
+    if (n_.size() <= kPrettyDepth) newline(n_.size());
+  }
+  void value() { if (afterKey_) afterKey_ = false; else element(); }
+  void close(char c) {
+    const bool some = n_.back() > 0;
+    n_.pop_back();
+    if (some && n_.size() < kPrettyDepth) newline(n_.size());
+    s += c;
+  }
+  // Length of the valid UTF-8 sequence at v[i], 0 if invalid (then written as U+FFFD).
+  static size_t utf8Len(const std::string& v, size_t i) {
+    const unsigned char c = v[i];
+    size_t n = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // range of the second byte
+    if (c >= 0xC2 && c <= 0xDF) n = 2;
+    else if (c >= 0xE0 && c <= 0xEF) { n = 3; if (c == 0xE0) lo = 0xA0; if (c == 0xED) hi = 0x9F; }
+    else if (c >= 0xF0 && c <= 0xF4) { n = 4; if (c == 0xF0) lo = 0x90; if (c == 0xF4) hi = 0x8F; }
+    if (n == 0 || i + n > v.size()) return 0;
+    const unsigned char c1 = v[i + 1];
+    if (c1 < lo || c1 > hi) return 0;
+    for (size_t k = 2; k < n; k++)
+      if (((unsigned char)v[i + k] & 0xC0) != 0x80) return 0;
+    return n;
+  }
+  void quote(const std::string& v) {
+    s += '"';
+    for (size_t i = 0; i < v.size();) {
+      const unsigned char c = v[i];
+      if (c == '"' || c == '\\') { s += '\\'; s += (char)c; i++; }
+      else if (c < 0x20) {
+        char b[8];
+        snprintf(b, sizeof b, "\\u%04x", c);
+        s += b;
+        i++;
+      } else if (c < 0x80) { s += (char)c; i++; }
+      else if (size_t n = utf8Len(v, i)) { s.append(v, i, n); i += n; }
+      else { s += "\\ufffd"; i++; }
+    }
+    s += '"';
+  }
+};
+
+static std::string timeString() {  // nccl-tests TIME_STRING_FORMAT, local time
+  char b[64];
+  time_t t = time(nullptr);
+  struct tm tmv;
+  localtime_r(&t, &tmv);
+  strftime(b, sizeof b, "%Y-%m-%d %H:%M:%S", &tmv);
+  return b;
+}
+
+// nccl-tests: the type comes from the suffix (only .json); an existing file is never
+// overwritten: FILE.0, FILE.1, ... are tried instead. Prints where the output goes.
+static void jsonOpen(const std::string& path) {
+  const size_t dot = path.rfind('.'), slash = path.rfind('/');
+  const bool isJson = dot != std::string::npos && (slash == std::string::npos || slash < dot) &&
+                      strcasecmp(path.c_str() + dot + 1, "json") == 0;
+  if (!isJson) {
+    printf("# skipping json output; %s does not end in .json\n", path.c_str());
+    return;
+  }
+  std::string p = path;
+  for (int k = 0;; k++) {
+    g_jsonFd = open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (g_jsonFd >= 0) break;
+    if (errno != EEXIST || k >= 100000) {
+      printf("# skipping json output; %s not accessible\n", p.c_str());
+      return;
+    }
+    p = path + "." + std::to_string(k);
+  }
+  g_jsonPath = p;
+  g_jsonStart = timeString();
+  printf("# Writing JSON output to %s\n", p.c_str());
+}
+
+// The environment that changes what the libraries do, sorted: NCCL_*, RCCL_*, RCCLX_*, and
+// CUDA_VISIBLE_DEVICES, LD_PRELOAD, LD_LIBRARY_PATH.
+static std::vector<std::string> relevantEnv() {
+  extern char** environ;
+  std::vector<std::string> v;
+  for (char** e = environ; e && *e; e++) {
+    const std::string x = *e;
+    for (const char* pre : {"NCCL_", "RCCL_", "RCCLX_", "CUDA_VISIBLE_DEVICES=", "LD_PRELOAD=", "LD_LIBRARY_PATH="})
+      if (x.compare(0, strlen(pre), pre) == 0) { v.push_back(x); break; }
+  }
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+static const char* jsonTrueFalse(bool b) { return b ? "true" : "false"; }  // nccl-tests' jsonBool
+
+// The whole document (caller holds g_rowsMu).
+static std::string jsonDocument(const Proc& P, bool complete) {
+  JsonWriter j;
+  const int nl = (int)P.libs.size();
+  j.beginObject();
+  // nccl-tests header
+  j.key("version"); j.integer(3);
+  j.key("start_time"); j.str(g_jsonStart);
+  j.key("args"); j.beginArray(); for (const std::string& a : g_args) j.str(a); j.endArray();
+  j.key("env"); j.beginArray(); for (const std::string& e : g_env) j.str(e); j.endArray();
+  j.key("nccl_version"); j.integer(nl ? P.libs[0].version : 0);
+  j.key("generator"); j.str("rccl-tests-compat (nccl-tests 2.19.6 format)");
+  j.key("config");
+  j.beginObject();
+  j.key("nthreads"); j.integer(O.topo.nthreads);
+  j.key("ngpus"); j.integer(O.topo.ngpus);
+  j.key("minimum_bytes"); j.integer((long long)O.minBytes);
+  j.key("maximum_bytes"); j.integer((long long)O.maxBytes);
+  if (O.stepFactor > 1) { j.key("step_factor"); j.integer(O.stepFactor); }
+  else { j.key("step_bytes"); j.integer((long long)O.stepBytes); }
+  j.key("warmup_iters"); j.integer(O.warmup);
+  j.key("iterations"); j.integer(O.iters);
+  j.key("aggregated_iterations"); j.integer(O.agg);
+  j.key("validation"); j.integer(O.check);
+  j.key("graph"); j.integer(O.graphs);
+  j.key("blocking_collectives"); j.str(jsonTrueFalse(O.blocking != 0));
+  j.key("per_iter_timing"); j.str(jsonTrueFalse(false));
+  j.key("per_iter_skip"); j.integer(0);
+  j.key("parallel_init"); j.str(jsonTrueFalse(O.parallelInit != 0));
+  j.key("devices");
+  j.beginArray();
+  for (int r = 0; P.sh && r < O.topo.nranks(); r++) {
+    const RankInfo& ri = P.sh->info[r];
+    if (ri.pid == 0) continue;  // not set up yet
+    j.beginObject();
+    j.key("rank"); j.integer(r);
+    j.key("group"); j.integer(0);
+    j.key("pid"); j.integer(ri.pid);
+    j.key("hostname"); j.str(std::string(ri.host, strnlen(ri.host, sizeof ri.host)));
+    j.key("device"); j.integer(ri.dev);
+    j.key("device_hex"); j.str(std::string(ri.bus, strnlen(ri.bus, sizeof ri.bus)));
+    j.key("device_info"); j.str(std::string(ri.name, strnlen(ri.name, sizeof ri.name)));
+    j.endObject();
+  }
+  j.endArray();
+  // rccl-tests-compat additions to the configuration
+  j.key("program"); j.str(O.prog);
+  j.key("collective"); j.str(O.coll->name);
+  j.key("nprocs"); j.integer(O.topo.nprocs);
+  j.key("nranks"); j.integer(O.topo.nranks());
+  j.key("datatypes"); j.beginArray(); for (const TypeDesc* t : g_types) j.str(t->name); j.endArray();
+  j.key("ops"); j.beginArray(); for (const OpDesc* o : g_ops) j.str(o->name); j.endArray();
+  j.key("run_cycles"); j.integer(O.cycles);
+  j.key("blocking"); j.integer(O.blocking);
+  j.key("average"); j.integer(O.average);
+  j.key("report_cputime"); j.boolean(O.cputime != 0);
+  j.key("stream_null"); j.boolean(O.nullStream != 0);
+  j.key("capture_mode");
+  if (O.graphs) {
+    const cudaStreamCaptureMode m = captureMode(O.capture, O.topo.nthreads);
+    j.str(m == cudaStreamCaptureModeGlobal ? "global" : m == cudaStreamCaptureModeThreadLocal ? "thread" : "relaxed");
+  } else {
+    j.null();
+  }
+  j.key("timeout"); j.integer(O.timeout);
+  j.key("nccl_headers"); j.integer(NCCL_VERSION_CODE);
+  j.endObject();
+
+  std::vector<LibSummary> sum;
+  for (int li = 0; li < nl; li++) sum.push_back(libSummary(li));
+  j.key("libraries");
+  j.beginArray();
+  for (int li = 0; li < nl; li++) {
+    const Lib& L = P.libs[li];
+    j.beginObject();
+    j.key("name"); j.str(L.name);
+    j.key("path"); j.str(L.path);
+    j.key("version"); j.integer(L.version);
+    if (O.coll->id == COLL_A2A) { j.key("alltoall_symbol"); if (L.alltoallSym) j.str(L.alltoallSym); else j.null(); }
+    j.key("out_of_bounds");
+    j.beginObject(); j.key("count"); j.integer(sum[li].bad); j.key("okay"); j.str(jsonTrueFalse(sum[li].bad == 0)); j.endObject();
+    j.key("average_bus_bandwidth");
+    j.beginObject(); j.key("bandwidth"); j.num(sum[li].bw); j.key("okay");
+    if (sum[li].bwChecked) j.str(jsonTrueFalse(!sum[li].bwFail)); else j.str("unchecked");
+    j.endObject();
+    j.endObject();
+  }
+  j.endArray();
+  j.key("ratio_definition");
+  j.str(nl ? "time(" + P.libs[0].name + ") / time(library): > 1 means the library is faster than " + P.libs[0].name : "");
+
+  auto half = [&](const Half& x) {
+    j.beginObject();
+    j.key(O.cputime ? "cpu_time" : "time"); j.num(x.us);
+    j.key("alg_bw"); j.num(x.algbw);
+    j.key("bus_bw"); j.num(x.busbw);
+    j.key("nwrong"); if (x.wrong >= 0) j.integer(x.wrong); else j.null();
+    j.endObject();
+  };
+  const char* halfName[2] = {"out_of_place", "in_place"};
+  j.key("results");
+  j.beginArray();
+  for (const Row& r : g_rows) {
+    char root[16];
+    snprintf(root, sizeof root, "%6i", -1);
+    j.beginObject();
+    j.key("size"); j.integer((long long)r.bytes);
+    j.key("count"); j.integer((long long)r.count);
+    j.key("type"); j.str(r.type->name);
+    j.key("redop"); j.str(r.op->name);
+    j.key("root"); j.str(root);
+    for (int h = 0; h < 2; h++) { j.key(halfName[h]); half(r.r[0][h]); }  // the first library
+    j.key("actual_iterations"); j.integer(O.iters);
+    j.key("experiment_name"); j.str("");
+    j.key("cycle"); j.integer(r.cycle);
+    j.key("per_library");
+    j.beginObject();
+    for (int li = 0; li < nl; li++) {
+      j.key(P.libs[li].name.c_str());
+      j.beginObject();
+      for (int h = 0; h < 2; h++) { j.key(halfName[h]); half(r.r[li][h]); }
+      j.endObject();
+    }
+    j.endObject();
+    j.key("ratio");
+    j.beginObject();
+    for (int li = 1; li < nl; li++) {
+      j.key(P.libs[li].name.c_str());
+      j.beginObject();
+      for (int h = 0; h < 2; h++) {
+        const double x = r.r[li][h].us;
+        j.key(halfName[h]);
+        if (x > 0) j.num(r.r[0][h].us / x); else j.null();
+      }
+      j.endObject();
+    }
+    j.endObject();
+    j.endObject();
+  }
+  j.endArray();
+
+  // nccl-tests footer: out-of-bounds over all libraries, average busbw of the first library.
+  long long bad = 0;
+  for (const LibSummary& x : sum) bad += x.bad;
+  j.key("out_of_bounds");
+  j.beginObject(); j.key("count"); j.integer(bad); j.key("okay"); j.str(jsonTrueFalse(bad == 0)); j.endObject();
+  j.key("average_bus_bandwidth");
+  j.beginObject(); j.key("bandwidth"); j.num(nl ? sum[0].bw : 0); j.key("okay");
+  if (nl && sum[0].bwChecked) j.str(jsonTrueFalse(!sum[0].bwFail)); else j.str("unchecked");
+  j.endObject();
+  j.key("geomean_ratio");
+  j.beginObject();
+  for (int li = 1; li < nl; li++) {
+    j.key(P.libs[li].name.c_str());
+    j.beginObject();
+    for (int h = 0; h < 2; h++) { j.key(halfName[h]); j.num(geomeanRatio(li, h)); }
+    j.key("sizes"); j.integer((long long)g_rows.size());
+    j.endObject();
+  }
+  j.endObject();
+  j.key("errors"); j.beginArray(); for (const std::string& e : g_jsonErrors) j.str(e); j.endArray();
+  j.key("complete"); j.boolean(complete);
+  if (complete) { j.key("end_time"); j.str(timeString()); }
+  j.endObject();
+  j.s += '\n';
+  return j.s;
+}
+
+static void jsonWriteDoc(const std::string& doc) {
+  if (g_jsonFd < 0) return;
+  bool ok = ftruncate(g_jsonFd, 0) == 0;
+  for (size_t off = 0; ok && off < doc.size();) {
+    const ssize_t w = pwrite(g_jsonFd, doc.data() + off, doc.size() - off, (off_t)off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) ok = false;
+    else off += (size_t)w;
+  }
+  if (!ok) {
+    fprintf(stderr, "# JSON output: writing %s failed: %s; no more JSON output\n", g_jsonPath.c_str(), strerror(errno));
+    close(g_jsonFd);
+    g_jsonFd = -1;
+  }
+}
+
+// Process 0: (re)write the document. force = false: only when 5 s have passed since the last one.
+static void jsonWrite(bool complete, bool force) {
+  if (g_jsonFd < 0 || !g_jsonProc) return;
+  if (!force && now() - g_jsonLast < 5.0) return;
+  std::string doc;
+  {
+    std::lock_guard<std::mutex> lk(g_rowsMu);
+    doc = jsonDocument(*g_jsonProc, complete);
+  }
+  jsonWriteDoc(doc);
+  g_jsonLast = now();
+}
+
+// die() hook in process 0: record the error with the results so far. The lock is only tried
+// (the dying thread may have interrupted nothing that holds it, but never wait for long).
+static void jsonOnDie(const char* msg) {
+  if (g_jsonFd < 0 || !g_jsonProc) return;
+  std::unique_lock<std::mutex> lk(g_rowsMu, std::defer_lock);
+  for (int i = 0; i < 500 && !lk.try_lock(); i++) usleep(1000);
+  if (!lk.owns_lock()) return;
+  g_jsonErrors.push_back(msg);
+  const std::string doc = jsonDocument(*g_jsonProc, false);
+  lk.unlock();
+  jsonWriteDoc(doc);
+}
+
+// ------------------------------------------------------------------------------------------
 // Test loop (nccl-tests TimeTest), per thread
 // ------------------------------------------------------------------------------------------
 static size_t nextSize(size_t s) {
@@ -327,12 +697,16 @@ static void timeTest(Thr& t, const TypeDesc* type, const OpDesc* op) {
       row.count = c.lay.count;
       row.type = type;
       row.op = op;
+      row.cycle = cyc;
       for (int li = 0; li < nl; li++) {  // interleaved per size, so drift hits every library
         row.r[li][0] = benchTime(t, li, c, false);
         row.r[li][1] = benchTime(t, li, c, true);
       }
       if (!t.isMain()) continue;
-      g_rows.push_back(row);
+      {
+        std::lock_guard<std::mutex> lk(g_rowsMu);
+        g_rows.push_back(row);
+      }
       if (nl == 1) {
         printRow(row, 0);
       } else {
@@ -342,7 +716,9 @@ static void timeTest(Thr& t, const TypeDesc* type, const OpDesc* op) {
         printf("\n");
       }
       fflush(stdout);
+      jsonWrite(false, false);
     }
+  if (t.isMain()) jsonWrite(false, true);
 }
 
 static void perfThread(Thr& t) {
@@ -407,6 +783,10 @@ static Shared* g_shared = nullptr;
 
 static int perfProc(int proc) {
   static Proc P;
+  if (proc == 0 && g_jsonFd >= 0) {  // only process 0 writes the JSON file
+    g_jsonProc = &P;
+    g_dieHook = jsonOnDie;
+  }
   procSetup(P, proc, O.topo, g_shared, O.libs);
   resolveTypesOps(P);
   g_bufs.assign(O.topo.nthreads, Bufs());
@@ -443,6 +823,7 @@ static int perfProc(int proc) {
     printComparison(P.libs);
   }
   printf("# Collective test concluded: %s\n#\n", O.prog.c_str());
+  jsonWrite(true, true);
   return ok && !g_errors ? 0 : 1;
 }
 
@@ -471,6 +852,8 @@ static void usage(const char* prog) {
          "  -a,--average 0..3      cross-rank time: 0 rank 0, 1 average, 2 min, 3 max (1)\n"
          "  -P,--nprocs N          fork N processes (no MPI); ranks = N x t x g (1)\n"
          "  -T,--timeout S         kill everything after S seconds (600; 0 = never)\n"
+         "  -J,--output_file F     also write the results as JSON to F (must end in .json; an existing\n"
+         "                         file is kept and F.0, F.1, ... used instead), like nccl-tests 2.19\n"
          "  --libs NAME=PATH[,NAME=PATH...]  libraries to compare ($RCCLX_BENCH_LIBS, else nccl=libnccl.so.2)\n"
          "  --coll C               all_reduce|all_gather|reduce_scatter|alltoall (default: from the program name)\n"
          "  --capture-mode M       global|thread|relaxed stream capture for -G (global; thread with -t > 1)\n",
@@ -495,6 +878,7 @@ int main(int argc, char** argv) {
       {"stream_null", required_argument, 0, 'y'}, {"timeout", required_argument, 0, 'T'},
       {"cudagraph", required_argument, 0, 'G'}, {"report_cputime", required_argument, 0, 'C'},
       {"average", required_argument, 0, 'a'}, {"nprocs", required_argument, 0, 'P'},
+      {"output_file", required_argument, 0, 'J'}, {"output-file", required_argument, 0, 'J'},
       {"libs", required_argument, 0, 1}, {"coll", required_argument, 0, 2},
       {"capture-mode", required_argument, 0, 3}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
   auto size = [](const char* s, const char* what) {
@@ -503,7 +887,7 @@ int main(int argc, char** argv) {
     return (size_t)v;
   };
   int c;
-  while ((c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:N:p:c:o:d:r:z:y:T:G:C:a:P:h", longopts, nullptr)) != -1) {
+  while ((c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:N:p:c:o:d:r:z:y:T:G:C:a:P:J:h", longopts, nullptr)) != -1) {
     const char* v = optarg;
     switch (c) {
       case 't': O.topo.nthreads = atoi(v); break;
@@ -528,6 +912,7 @@ int main(int argc, char** argv) {
       case 'C': O.cputime = atoi(v); break;
       case 'a': O.average = atoi(v); break;
       case 'P': O.topo.nprocs = atoi(v); break;
+      case 'J': O.jsonFile = v; break;
       case 1: O.libs = v; break;
       case 2: O.coll = findColl(v); if (!O.coll) { fprintf(stderr, "unknown --coll %s\n", v); return 1; } break;
       case 3: O.capture = v; break;
@@ -548,6 +933,11 @@ int main(int argc, char** argv) {
   if (!validOpList(O.opArg)) { fprintf(stderr, "unknown op in '%s'\n", O.opArg.c_str()); return 1; }
   captureMode(O.capture, O.topo.nthreads);  // validates the name
   parseLibs(O.libs);                        // validates the list before forking
+  if (!O.jsonFile.empty()) {
+    g_args.assign(argv, argv + argc);
+    g_env = relevantEnv();  // after setDefaultEnv(): what the libraries see
+    jsonOpen(O.jsonFile);
+  }
   g_shared = createShared(O.topo, 0);
   return launch(O.topo.nprocs, O.timeout, perfProc);
 }
