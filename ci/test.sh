@@ -14,6 +14,9 @@
 #   6. cargo test --release --workspace
 #                                      unit tests, tests/*.rs and gpu-tests' CPU-only checks
 #                                      (all of them: --no-fail-fast), with the paths from step 2
+#   7. bash ci/wheel.sh                the Python wheel (python/): built from step 4's target/,
+#                                      installed in a fresh venv with the stock NCCL wheel, its
+#                                      CLI and ctypes loading checked
 #
 # Environment: RCCLX_NO_KERNELS=1 builds without GPU kernels (forwarding only) instead of
 # requiring them; SKIP_APT=1 is passed on to install-toolchains.sh. Extra arguments are passed
@@ -147,6 +150,9 @@ trap 'rm -f "$FETCH_OUT" "$TEST_LOG"' EXIT
 step 0 "cargo test --release --workspace" bash -c 'set -o pipefail; cargo test --release --workspace --no-fail-fast "${@:2}" 2>&1 | tee "$1"' _ "$TEST_LOG" "$@"
 TEST_COUNTS="$(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) g += $i } }
   END { printf "%d passed, %d failed, %d ignored", p, f, g }' "$TEST_LOG")"
+
+# 7. The Python package.
+step 0 "python wheel (ci/wheel.sh)" bash ci/wheel.sh
 
 summary
 exit "$FAILED"

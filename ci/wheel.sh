@@ -1,0 +1,333 @@
+#!/usr/bin/env bash
+# Build the Python wheel of rcclx (python/) and test it in a fresh virtual environment. No GPU.
+#
+#   1. build venv       setuptools + setuptools-rust (pinned) in $WORK/build-venv
+#   2. wheel            pip wheel --no-build-isolation ./python: setuptools-rust runs
+#                       `cargo rustc --lib --release --crate-type cdylib` in the repository's
+#                       target/ (RCCLX_REQUIRE_KERNELS=1: the kernels of all three GPU targets must
+#                       be in it). Kernels already built by `cargo build --release` (ci/test.sh)
+#                       are reused, not compiled again: see "Why no build isolation" below.
+#   3. wheel contents   py3-none-linux_<arch>; rcclx/librcclx.so is cargo's file, with kernels
+#   4. fresh venv       pip install the wheel and nvidia-nccl-cu13==2.28.9 (PyPI)
+#   5. CLI              python -m rcclx env / info, the `rcclx` script, eval of the env lines
+#   6. run              python -m rcclx run -- python -c '...': LD_PRELOAD names the bundled
+#                       library, rcclx.is_active(), ncclGetVersion through the preload = 22809,
+#                       rcclx.stats(); the exit status of the command is passed through
+#   7. ctypes smoke     the bundled library loaded by path (as vLLM does), RCCLX_UPSTREAM_LIB = the
+#                       wheel's libnccl.so.2: rcclxGetVersion, ncclGetVersion (22809),
+#                       rcclxRouteName(0), rcclxGetProcessRouteStats, rcclx.stats(group=...)
+#
+# Ends with PASS/FAIL per check and "N passed, N failed"; exit status 1 if any check failed.
+#
+# Why no build isolation: the build requirements come pinned from this script's build venv
+# (step 1), and the build then sees this shell's RCCLX_* and target/, so cargo only relinks the
+# library that ci/test.sh built.
+#
+# Environment: RCCLX_NO_KERNELS=1 builds without kernels (as ci/test.sh); WHEEL_OUT=DIR copies
+# the wheel there; KEEP=1 keeps the work folder ($WORK: venvs, wheel, logs).
+# Needs: cargo, python3 >= 3.9 with venv (or pip, for virtualenv), network access to PyPI.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO"
+START=$SECONDS
+PY="${PYTHON:-python3}"
+NCCL_PIN="nvidia-nccl-cu13==2.28.9"
+NCCL_CODE=22809
+BUILD_PINS=(setuptools==80.9.0 setuptools-rust==1.13.0)
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/rcclx-wheel.XXXXXX")"
+cleanup() { if [ "${KEEP:-0}" = 1 ]; then echo "work folder kept: $WORK"; else rm -rf "$WORK"; fi; }
+trap cleanup EXIT
+
+SUMMARY=()
+PASSED=0
+FAILED=0
+summary() {
+  echo
+  echo "================================ ci/wheel.sh summary ================================"
+  for line in "${SUMMARY[@]+"${SUMMARY[@]}"}"; do echo "  $line"; done
+  echo "  total time: $((SECONDS - START)) s"
+  echo "$PASSED passed, $FAILED failed"
+  echo "====================================================================================="
+}
+# check <stop-on-failure: 1|0> <name> <command...>
+check() {
+  local stop=$1 name=$2
+  shift 2
+  echo
+  echo "=== [$name]"
+  local t0=$SECONDS rc=0
+  "$@" || rc=$?
+  local dt=$((SECONDS - t0))
+  if [ "$rc" = 0 ]; then
+    SUMMARY+=("PASS  $name (${dt} s)")
+    PASSED=$((PASSED + 1))
+  else
+    SUMMARY+=("FAIL  $name (${dt} s, exit status $rc)")
+    FAILED=$((FAILED + 1))
+    if [ "$stop" = 1 ]; then
+      summary
+      exit 1
+    fi
+  fi
+}
+
+for tool in cargo "$PY"; do
+  command -v "$tool" >/dev/null || { echo "ci/wheel.sh: $tool is required" >&2; exit 1; }
+done
+echo "rcclx ci/wheel.sh in $REPO ($("$PY" --version 2>&1), $(cargo --version), $(nproc) cores)"
+echo "  work folder: $WORK"
+
+# Same kernel setting as ci/test.sh, so the build script's inputs (and its stamp) match.
+if [ "${RCCLX_NO_KERNELS:-0}" = 1 ]; then
+  export RCCLX_NO_KERNELS=1
+  unset RCCLX_REQUIRE_KERNELS
+  echo "  RCCLX_NO_KERNELS=1: the wheel's library forwards only"
+else
+  export RCCLX_REQUIRE_KERNELS=1
+fi
+
+# (The check functions below run with errexit off, as the condition of `||`: every command that
+# matters ends in `|| return 1`.)
+# A virtual environment at $1 (venv; virtualenv from PyPI where venv lacks ensurepip).
+make_venv() {
+  "$PY" -m venv "$1" 2>/dev/null && "$1/bin/python" -m pip --version >/dev/null 2>&1 && return 0
+  echo "  python3 -m venv failed (no ensurepip?): using virtualenv"
+  rm -rf "$1"
+  "$PY" -m pip install --disable-pip-version-check -q --target "$WORK/virtualenv" virtualenv || return 1
+  PYTHONPATH="$WORK/virtualenv" "$PY" -m virtualenv -q "$1"
+}
+
+# --- 1 + 2: build --------------------------------------------------------------------------
+BVENV="$WORK/build-venv"
+build_venv() {
+  make_venv "$BVENV" || return 1
+  "$BVENV/bin/python" -m pip install --disable-pip-version-check -q "${BUILD_PINS[@]}" || return 1
+  "$BVENV/bin/python" -m pip list --disable-pip-version-check 2>/dev/null | grep -Ei '^(setuptools|setuptools-rust) '
+}
+check 1 "build venv (${BUILD_PINS[*]})" build_venv
+
+BUILD_LOG="$WORK/build.log"
+build_wheel() {
+  local rc=0 marker="$WORK/before-build"
+  touch "$marker"
+  # -v: setuptools-rust prints the cargo command and cargo's progress (into the log).
+  "$BVENV/bin/python" -m pip wheel --disable-pip-version-check --no-build-isolation --no-deps -v \
+    -w "$WORK/dist" ./python > "$BUILD_LOG" 2>&1 || rc=$?
+  grep -E '^ *(cargo rustc|Compiling|Finished|Created wheel|error)' "$BUILD_LOG" | sed 's/^ */  /' | cut -c1-200 || true
+  local target="${CARGO_TARGET_DIR:-target}"
+  if [ -n "$(find "$target/release/build" -path '*/rcclx-*/out/rcclx.*' -newer "$marker" 2>/dev/null | head -n 1)" ]; then
+    echo "  the GPU kernels were compiled in this build (their inputs changed since the last cargo build)"
+  else
+    echo "  the GPU kernels were reused from the last cargo build"
+  fi
+  if [ "$rc" != 0 ]; then
+    echo "--- last 60 lines of $BUILD_LOG"
+    tail -n 60 "$BUILD_LOG"
+  fi
+  return "$rc"
+}
+check 1 "pip wheel ./python (cargo, RCCLX_REQUIRE_KERNELS=${RCCLX_REQUIRE_KERNELS:-0})" build_wheel
+WHEELS=("$WORK"/dist/rcclx-*.whl)
+WHEEL="${WHEELS[0]}"
+echo "  wheel: $(basename "$WHEEL") ($(stat -c %s "$WHEEL") bytes)"
+if [ -n "${WHEEL_OUT:-}" ]; then mkdir -p "$WHEEL_OUT" && cp "$WHEEL" "$WHEEL_OUT/" && echo "  copied to $WHEEL_OUT/"; fi
+
+# --- 3: contents ---------------------------------------------------------------------------
+wheel_contents() {
+  "$PY" - "$WHEEL" "$REPO" "${RCCLX_REQUIRE_KERNELS:-0}" <<'EOF'
+import hashlib, os, re, sys, zipfile
+whl, repo, require = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+bad = []
+name = os.path.basename(whl)
+if not re.fullmatch(r"rcclx-[0-9][^-]*-py3-none-linux_[a-z0-9_]+\.whl", name):
+    bad.append(f"unexpected wheel name/tag {name}")
+z = zipfile.ZipFile(whl)
+names = set(z.namelist())
+for want in ("rcclx/__init__.py", "rcclx/__main__.py", "rcclx/_capi.py", "rcclx/_version.py", "rcclx/librcclx.so"):
+    if want not in names:
+        bad.append(f"missing {want}")
+so = z.read("rcclx/librcclx.so") if "rcclx/librcclx.so" in names else b""
+info = z.getinfo("rcclx/librcclx.so") if so else None
+if so[:4] != b"\x7fELF":
+    bad.append("rcclx/librcclx.so is not an ELF file")
+if info and not (info.external_attr >> 16) & 0o111:
+    bad.append("rcclx/librcclx.so is not executable in the wheel")
+# setuptools-rust copied cargo's output: it is the same file as target/release/librcclx.so.
+target = os.environ.get("CARGO_TARGET_DIR") or os.path.join(repo, "target")
+built = os.path.join(target, "release", "librcclx.so")
+same = os.path.isfile(built) and hashlib.sha256(open(built, "rb").read()).digest() == hashlib.sha256(so).digest()
+if not same:
+    bad.append(f"rcclx/librcclx.so differs from {built}")
+# With RCCLX_REQUIRE_KERNELS=1 the code objects of all three targets are embedded: an NVIDIA
+# fatbin (magic 0xBA55ED50) and AMDGPU ELF images (ELFOSABI_AMDGPU_HSA, e_machine EM_AMDGPU = 224)
+# whose e_flags name the GPU (EF_AMDGPU_MACH 0x4c = gfx942, 0x4f = gfx950).
+import struct
+mach = {0x4C: "gfx942", 0x4F: "gfx950"}
+kernels = {"sm_90": so.count(struct.pack("<I", 0xBA55ED50)) > 0, "gfx942": False, "gfx950": False}
+i = so.find(b"\x7fELF", 1)
+while i != -1 and i + 64 <= len(so):
+    if so[i + 4] == 2 and so[i + 7] == 0x40 and struct.unpack_from("<H", so, i + 18)[0] == 224:
+        target = mach.get(struct.unpack_from("<I", so, i + 48)[0] & 0xFF)
+        if target:
+            kernels[target] = True
+    i = so.find(b"\x7fELF", i + 1)
+if require and not all(kernels.values()):
+    bad.append(f"kernel code objects missing: {kernels}")
+print(f"  {name}: {len(names)} files; librcclx.so {len(so)} bytes, same as {built}: {same}; "
+      f"embedded code objects: {kernels}")
+for b in bad:
+    print("  FAIL:", b)
+sys.exit(1 if bad else 0)
+EOF
+}
+check 0 "wheel contents" wheel_contents
+
+# --- 4: install ----------------------------------------------------------------------------
+VENV="$WORK/venv"
+VPY="$VENV/bin/python"
+install_wheel() {
+  make_venv "$VENV" || return 1
+  "$VPY" -m pip install --disable-pip-version-check -q "$WHEEL" "$NCCL_PIN" || return 1
+  "$VPY" -m pip list --disable-pip-version-check 2>/dev/null | grep -Ei '^(rcclx|nvidia-nccl)'
+}
+check 1 "fresh venv: pip install wheel + $NCCL_PIN" install_wheel
+SITE="$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')"
+LIB="$SITE/rcclx/librcclx.so"
+STOCK="$SITE/nvidia/nccl/lib/libnccl.so.2"
+echo "  bundled: $LIB"
+echo "  stock:   $STOCK"
+
+# --- 5: CLI --------------------------------------------------------------------------------
+cli_env() {
+  local out
+  out="$(cd "$WORK" && env -u LD_PRELOAD -u RCCLX_UPSTREAM_LIB "$VPY" -m rcclx env)"
+  echo "$out" | sed 's/^/  /'
+  local want
+  want="$(printf 'export LD_PRELOAD=%s\nexport RCCLX_UPSTREAM_LIB=%s\nexport VLLM_NCCL_SO_PATH=%s\nexport SGLANG_NCCL_SO_PATH=%s' \
+    "$LIB" "$STOCK" "$LIB" "$LIB")"
+  if [ "$out" != "$want" ]; then
+    echo "  FAIL: expected"
+    echo "$want" | sed 's/^/    /'
+    return 1
+  fi
+  # The lines work in a shell.
+  (
+    eval "$out"
+    [ "$LD_PRELOAD" = "$LIB" ] && [ "$RCCLX_UPSTREAM_LIB" = "$STOCK" ]
+  ) || { echo "  FAIL: eval of the lines"; return 1; }
+  # An LD_PRELOAD already set is kept behind librcclx.so (and librcclx.so is not repeated);
+  # an RCCLX_UPSTREAM_LIB already set is kept.
+  "$VPY" -c '
+import rcclx, sys
+lib = rcclx.library_path()
+e = rcclx.activation_env({"LD_PRELOAD": "/x/libother.so " + lib, "RCCLX_UPSTREAM_LIB": "/y/libnccl.so.2"})
+sys.exit(not (e["LD_PRELOAD"] == lib + ":/x/libother.so" and e["RCCLX_UPSTREAM_LIB"] == "/y/libnccl.so.2"))
+' || { echo "  FAIL: activation_env with LD_PRELOAD / RCCLX_UPSTREAM_LIB already set"; return 1; }
+  echo "  the lines eval in a shell; a set LD_PRELOAD / RCCLX_UPSTREAM_LIB is kept"
+}
+check 0 "python -m rcclx env" cli_env
+
+cli_info() {
+  "$VPY" -m rcclx info | sed 's/^/  /' || return 1
+  "$VENV/bin/rcclx" --version | grep -qx "rcclx $("$VPY" -c 'import rcclx; print(rcclx.__version__)')" \
+    || { echo "  FAIL: rcclx --version"; return 1; }
+  # The package version is the crate's.
+  local crate
+  crate="$(sed -n '/^\[package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' Cargo.toml)"
+  "$VPY" -c "import rcclx, sys; sys.exit(rcclx.__version__ != '$crate')" || { echo "  FAIL: __version__ != $crate"; return 1; }
+  echo "  rcclx.__version__ = $crate (Cargo.toml), \`rcclx --version\` agrees"
+}
+check 0 "python -m rcclx info, rcclx --version, __version__" cli_info
+
+# --- 6: run --------------------------------------------------------------------------------
+INSIDE='
+import ctypes, os, sys
+import rcclx
+lib = rcclx.library_path()
+pre = os.environ.get("LD_PRELOAD", "").split(":")
+assert pre[0] == lib, f"LD_PRELOAD={pre} does not start with {lib}"
+assert os.environ["VLLM_NCCL_SO_PATH"] == lib and os.environ["SGLANG_NCCL_SO_PATH"] == lib
+assert rcclx.is_active(), "rcclx.is_active() is False under LD_PRELOAD"
+v = ctypes.c_int(0)
+assert ctypes.CDLL(None).ncclGetVersion(ctypes.byref(v)) == 0
+assert v.value == int(os.environ["WANT_CODE"]), f"ncclGetVersion {v.value}"
+s = rcclx.stats(all_routes=True)
+assert s["active"] and os.path.samefile(s["library"], lib), s
+assert s["version"] == rcclx.__version__, s
+assert os.path.samefile(s["upstream"], os.environ["RCCLX_UPSTREAM_LIB"]), s
+assert "allreduce.ll" in s["process"] and "forwarded" in s["process"], s
+assert all(r["calls"] == 0 for r in s["process"].values()), s
+assert rcclx.stats()["process"] == {}, "routes without calls are left out by default"
+assert "torch" not in sys.modules
+ver, up, nroutes = s["version"], s["upstream"], len(s["process"])
+print(f"  inside: LD_PRELOAD[0]={lib}; is_active=True; ncclGetVersion={v.value}; "
+      f"stats: version {ver}, upstream {up}, {nroutes} routes")
+'
+run_inside() {
+  (cd "$WORK" && env -u LD_PRELOAD -u RCCLX_UPSTREAM_LIB WANT_CODE="$NCCL_CODE" \
+    "$VPY" -m rcclx run -- "$VPY" -c "$INSIDE")
+}
+check 0 "python -m rcclx run -- python -c '...' (LD_PRELOAD, is_active, ncclGetVersion, stats)" run_inside
+
+run_status() {
+  local rc=0
+  "$VPY" -m rcclx run -- "$VPY" -c 'import sys; sys.exit(7)' || rc=$?
+  [ "$rc" = 7 ] || { echo "  FAIL: exit status $rc, want 7"; return 1; }
+  rc=0
+  "$VPY" -m rcclx run -- /nonexistent/command 2>/dev/null || rc=$?
+  [ "$rc" = 127 ] || { echo "  FAIL: missing command: exit status $rc, want 127"; return 1; }
+  echo "  exit status 7 passed through; a missing command gives 127"
+}
+check 0 "python -m rcclx run: exit status passed through" run_status
+
+# --- 7: ctypes smoke test ------------------------------------------------------------------
+SMOKE='
+import ctypes, os, sys
+import rcclx
+from ctypes import byref, c_char_p, c_int, c_void_p
+assert not rcclx.is_active(), "rcclx loaded before the test loaded it"
+s = rcclx.stats(group=1234)
+assert not s["active"] and s["comm"] is None and "not loaded" in s["comm_error"], s
+path = rcclx.library_path()
+lib = ctypes.CDLL(path)  # by path, RTLD_LOCAL: what vLLM and SGLang do with VLLM_NCCL_SO_PATH
+v = c_int(0)
+assert lib.rcclxGetVersion(byref(v)) == 0
+assert rcclx._capi.version_string(v.value) == rcclx.__version__, (v.value, rcclx.__version__)
+n = c_int(0)
+assert lib.ncclGetVersion(byref(n)) == 0 and n.value == int(os.environ["WANT_CODE"]), n.value
+lib.rcclxGetUpstreamPath.restype = c_char_p
+up = lib.rcclxGetUpstreamPath().decode()
+assert os.path.samefile(up, os.environ["RCCLX_UPSTREAM_LIB"]), up
+lib.rcclxRouteName.restype = c_char_p
+assert lib.rcclxRouteName(0) == b"allreduce.ll", lib.rcclxRouteName(0)
+count = c_int(-1)
+assert lib.rcclxGetProcessRouteStats(None, 0, byref(count)) == 0 and count.value >= 2, count.value
+arr = (rcclx._capi.rcclxRouteStats * count.value)()
+assert lib.rcclxGetProcessRouteStats(arr, count.value, byref(count)) == 0
+names = [lib.rcclxRouteName(i).decode() for i in range(count.value)]
+assert lib.rcclxRouteName(count.value) is None and names[-1] == "forwarded", names
+assert all(r.calls == 0 and r.bytes == 0 for r in arr)
+lib.rcclxForwardReasonName.restype = c_char_p
+assert lib.rcclxForwardReasonName(0)
+lib.rcclxCommGetRouteStats.argtypes = [c_void_p, c_void_p, c_int, ctypes.POINTER(c_int)]
+assert lib.rcclxCommGetRouteStats(c_void_p(0x1234), None, 0, byref(count)) == 4, "unknown comm: ncclInvalidArgument"
+# The Python API finds an rcclx loaded by path (RTLD_LOCAL) too.
+assert rcclx.is_active()
+s = rcclx.stats(group=0x1234)
+assert s["active"] and os.path.samefile(s["library"], path) and s["process"] == {}, s
+assert s["comm"] is None and "not known to rcclx" in s["comm_error"], s
+s = rcclx.stats(group=object())
+assert s["comm"] is None and "unsupported" in s["comm_error"], s
+assert "torch" not in sys.modules
+print(f"  rcclxGetVersion={v.value} ({rcclx.__version__}); ncclGetVersion={n.value}; upstream={up}")
+print(f"  routes ({count.value}): {names}; rcclxForwardReasonName(0)={lib.rcclxForwardReasonName(0).decode()}")
+print("  rcclx.is_active() and rcclx.stats() see the by-path load; unknown/unsupported groups are reported, not raised")
+'
+smoke() {
+  (cd "$WORK" && env -u LD_PRELOAD RCCLX_UPSTREAM_LIB="$STOCK" WANT_CODE="$NCCL_CODE" "$VPY" -c "$SMOKE")
+}
+check 0 "ctypes smoke test (bundled library by path, RCCLX_UPSTREAM_LIB = wheel's libnccl.so.2)" smoke
+
+summary
+[ "$FAILED" = 0 ]

@@ -1,0 +1,159 @@
+"""ctypes view of rcclx's own C API (include/rcclx.h, generated from src/abi/own.rs).
+
+Nothing here loads a library: every function takes a ``ctypes.CDLL`` handle that the caller
+found (see ``rcclx._loaded``). Function pointers are fetched with ``handle["name"]`` (a fresh
+object each time), so the argtypes set here never touch a handle the application owns.
+"""
+
+import ctypes
+
+ncclResult_t = ctypes.c_int
+ncclComm_t = ctypes.c_void_p
+
+#: ncclResult_t values (nccl.h), for messages.
+RESULT_NAMES = {
+    0: "ncclSuccess",
+    1: "ncclUnhandledCudaError",
+    2: "ncclSystemError",
+    3: "ncclInternalError",
+    4: "ncclInvalidArgument",
+    5: "ncclInvalidUsage",
+    6: "ncclRemoteError",
+    7: "ncclInProgress",
+}
+
+
+class rcclxRouteStats(ctypes.Structure):
+    """``typedef struct { uint64_t calls, bytes; } rcclxRouteStats;``"""
+
+    _fields_ = [("calls", ctypes.c_uint64), ("bytes", ctypes.c_uint64)]
+
+
+class rcclxCommStats(ctypes.Structure):
+    """``rcclxCommStats``: per-algorithm sums and forwarded calls by reason."""
+
+    _fields_ = [
+        (name, ctypes.c_uint64)
+        for name in (
+            "ddaLlCalls",
+            "ddaLlBytes",
+            "ddaFlatCalls",
+            "ddaFlatBytes",
+            "ddaTreeCalls",
+            "ddaTreeBytes",
+            "lowpCalls",
+            "lowpBytes",
+            "forwardedCalls",
+            "forwardedBytes",
+        )
+    ] + [("forwardedByReason", ctypes.c_uint64 * 16)]
+
+
+class CallError(RuntimeError):
+    """An rcclx C function returned something other than ncclSuccess."""
+
+    def __init__(self, function, result):
+        self.function = function
+        self.result = result
+        super().__init__(f"{function} returned {RESULT_NAMES.get(result, result)}")
+
+
+def _fn(handle, name, restype, argtypes):
+    f = handle[name]
+    f.restype = restype
+    f.argtypes = argtypes
+    return f
+
+
+def _check(name, result):
+    if result != 0:
+        raise CallError(name, result)
+
+
+def version_code(handle):
+    """``rcclxGetVersion``: MAJOR*10000 + MINOR*100 + PATCH."""
+    f = _fn(handle, "rcclxGetVersion", ncclResult_t, [ctypes.POINTER(ctypes.c_int)])
+    v = ctypes.c_int(0)
+    _check("rcclxGetVersion", f(ctypes.byref(v)))
+    return v.value
+
+
+def version_string(code):
+    """100 -> '0.1.0'."""
+    return f"{code // 10000}.{code // 100 % 100}.{code % 100}"
+
+
+def upstream_path(handle):
+    """``rcclxGetUpstreamPath``: the stock library rcclx forwards to, or None.
+
+    This loads the stock library if rcclx has not done so yet."""
+    f = _fn(handle, "rcclxGetUpstreamPath", ctypes.c_char_p, [])
+    p = f()
+    return p.decode(errors="replace") if p else None
+
+
+def _names(handle, function):
+    f = _fn(handle, function, ctypes.c_char_p, [ctypes.c_int])
+    names = []
+    while True:
+        n = f(len(names))
+        if not n:
+            return names
+        names.append(n.decode(errors="replace"))
+
+
+def route_names(handle):
+    """``rcclxRouteName(0..)`` until NULL."""
+    return _names(handle, "rcclxRouteName")
+
+
+def forward_reason_names(handle):
+    """``rcclxForwardReasonName(0..)`` until NULL."""
+    return _names(handle, "rcclxForwardReasonName")
+
+
+def _read_routes(f, name, prefix):
+    count = ctypes.c_int(0)
+    _check(name, f(*prefix, None, 0, ctypes.byref(count)))
+    n = count.value
+    arr = (rcclxRouteStats * max(n, 1))()
+    _check(name, f(*prefix, arr, n, ctypes.byref(count)))
+    return [(arr[i].calls, arr[i].bytes) for i in range(min(n, count.value))]
+
+
+def process_routes(handle):
+    """``rcclxGetProcessRouteStats``: [(calls, bytes)] in route index order."""
+    f = _fn(
+        handle,
+        "rcclxGetProcessRouteStats",
+        ncclResult_t,
+        [ctypes.POINTER(rcclxRouteStats), ctypes.c_int, ctypes.POINTER(ctypes.c_int)],
+    )
+    return _read_routes(f, "rcclxGetProcessRouteStats", ())
+
+
+def comm_routes(handle, comm):
+    """``rcclxCommGetRouteStats(comm, ...)``: [(calls, bytes)] in route index order."""
+    f = _fn(
+        handle,
+        "rcclxCommGetRouteStats",
+        ncclResult_t,
+        [ncclComm_t, ctypes.POINTER(rcclxRouteStats), ctypes.c_int, ctypes.POINTER(ctypes.c_int)],
+    )
+    return _read_routes(f, "rcclxCommGetRouteStats", (ncclComm_t(comm),))
+
+
+def process_stats(handle):
+    """``rcclxGetProcessStats``."""
+    f = _fn(handle, "rcclxGetProcessStats", ncclResult_t, [ctypes.POINTER(rcclxCommStats)])
+    s = rcclxCommStats()
+    _check("rcclxGetProcessStats", f(ctypes.byref(s)))
+    return s
+
+
+def comm_stats(handle, comm):
+    """``rcclxCommGetStats(comm, ...)``."""
+    f = _fn(handle, "rcclxCommGetStats", ncclResult_t, [ncclComm_t, ctypes.POINTER(rcclxCommStats)])
+    s = rcclxCommStats()
+    _check("rcclxCommGetStats", f(ncclComm_t(comm), ctypes.byref(s)))
+    return s
