@@ -6,7 +6,8 @@
 #
 # Environment:
 #   NRANKS=2          ranks (GPUs) to use; 4 and 8 need that many GPUs
-#   STEPS="..."       subset of: info selftest check stress graph timeout fidelity lowp lpgraph bench lpbench torch
+#   STEPS="..."       subset of: info selftest check stress graph timeout fidelity lowp lpgraph bench lpbench
+#                     torch vllm e2e plots (default: all)
 #   CHECK_COLLS="..."  collectives of the check step (default: all four)
 #   RCCLX_UPSTREAM_LIB  stock libnccl.so.2 (default: the one of python3's nvidia-nccl wheel)
 #   RCCLX_ARTIFACTS   folder with librcclx.so, selftest, lowp_accuracy, timeout and bench/ (default .carry)
@@ -18,7 +19,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 N=${NRANKS:-2}
 OUT=${1:-bench/results/$(date +%F)-gpu}
 ART=${RCCLX_ARTIFACTS:-.carry}
-STEPS=${STEPS:-info selftest check stress graph timeout fidelity lowp lpgraph bench lpbench torch}
+STEPS=${STEPS:-info selftest check stress graph timeout fidelity lowp lpgraph bench lpbench torch vllm e2e plots}
 mkdir -p "$OUT"
 LIB=$(readlink -f "$ART/librcclx.so")
 B=$ART/bench
@@ -135,6 +136,21 @@ fi
 # PyTorch with LD_PRELOAD: results, CUDA graph, and the DDA path really taken.
 if step torch; then
   run torch-ld-preload 300 env LD_PRELOAD="$LIB" NCCL_DEBUG=WARN python3 -m torch.distributed.run --standalone --nproc_per_node="$N" tests/gpu/torch_allreduce.py
+fi
+
+# vLLM / SGLang: the library loaded by path with ctypes (VLLM_NCCL_SO_PATH), eager and CUDA graph.
+if step vllm; then
+  run vllm-style 300 env VLLM_NCCL_SO_PATH="$LIB" NCCL_DEBUG=WARN python3 -m torch.distributed.run --standalone --nproc_per_node="$N" tests/gpu/vllm_style.py
+fi
+
+# End to end: tensor-parallel decode and prefill, stock vs rcclx (OUT/e2e/summary.md).
+if step e2e; then
+  run e2e 1500 env RCCLX_LIB="$LIB" STOCK_NCCL="$STOCK" NPROC="$N" bash bench/e2e/run.sh "$OUT/e2e"
+fi
+
+# Plots of the benchmark's JSON files (needs matplotlib).
+if step plots && ls "$OUT"/*.json >/dev/null 2>&1; then
+  run plots 300 python3 bench/plot.py "$OUT"/*.json --outdir "$OUT/plots"
 fi
 
 echo "logs in $OUT" | tee -a "$SUMMARY"

@@ -175,10 +175,12 @@ pub struct Crossovers {
 /// Default crossovers by rank count. 2 ranks, AllReduce: measured on 2x H200
 /// (bench/results/2026-11-29-h200x2/tune-*): one-shot reads no more over NVLink than two-shot
 /// there, so flat wins at every size up to 64 MiB. AllGather, ReduceScatter, AllToAll
-/// (bench/results/2026-11-30-h200x2-v2/speed/tune): LL wins up to 512 KiB per rank; flat beats
+/// (bench/results/2026-11-30-h200x2-v2/speed/tune): LL wins up to 512 KiB per rank, but the
+/// LL limit stays 256 KiB (the inbox is 32x it, shared with AllReduce); flat beats
 /// stock by 1.30x or more up to 64 MiB for AllGather and ReduceScatter, but AllToAll's margin
-/// falls to 1.08-1.27x above 16 MiB (one 32 MiB sample lost), so it stops at 16 MiB. More ranks: one-shot traffic grows with the rank
-/// count, so the crossovers shrink to RCCLX's 8-rank values; not measured (no 4/8-GPU machine).
+/// falls to 1.08-1.27x above 16 MiB (one 32 MiB sample lost), so it stops at 16 MiB. More
+/// ranks: one-shot traffic grows with the rank count, so the crossovers shrink to RCCLX's
+/// 8-rank values; not measured (no 4/8-GPU machine).
 pub const DEFAULT_CROSSOVERS: [Crossovers; 3] = [
     Crossovers {
         ranks: 2,

@@ -22,8 +22,8 @@
 #   NPROC        processes = GPUs (2)
 #   RUNS         subset of "check stock rcclx rcclx-lowp check-stock" (default: the first four)
 #   REPEATS      repeat stock/rcclx/rcclx-lowp, interleaved, N times (1); the table takes medians
-#   RUN_TIMEOUT  seconds per run (300; a full 32-layer run is expected to take about a minute on
-#                2x H200: estimated, this script has not run on a GPU yet)
+#   RUN_TIMEOUT  seconds per run (300; a full 32-layer run took 13-16 s on 2x H200,
+#                bench/results/2026-11-30-h200x2-v2/integrations/e2e/status.txt)
 #   PYTHON       python interpreter (python3)
 # Exit status: 0 when every run exited 0.
 set -uo pipefail
