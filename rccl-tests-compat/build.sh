@@ -5,8 +5,8 @@
 # CUDA runtime linked statically, sm_90 code, NCCL loaded at run time with dlopen (not linked).
 #
 # Environment:
-#   NVCC          nvcc to use (else .tools/cuda/nvidia/cu13/bin/nvcc, else
-#                 /tmp/tools/cuda/nvidia/cu13/bin/nvcc, else nvcc on PATH)
+#   NVCC          nvcc to use (else .tools/cuda/nvidia/cu13/bin/nvcc, else nvcc on PATH;
+#                 ci/cuda-toolkit.sh)
 #   NCCL_INCLUDE  folder holding nccl.h (else the nvidia-nccl-cu13==2.28.9 wheel is downloaded
 #                 with pip and extracted into build/nccl-2.28.9/)
 #   GENCODE       nvcc -gencode flags (default: arch=compute_90,code=sm_90)
@@ -18,25 +18,8 @@ REPO="$(cd "$HERE/.." && pwd)"
 BUILD="$HERE/build"
 mkdir -p "$BUILD"
 
-if [ -z "${NVCC:-}" ]; then
-  for c in "$REPO/.tools/cuda/nvidia/cu13/bin/nvcc" /tmp/tools/cuda/nvidia/cu13/bin/nvcc; do
-    if [ -x "$c" ]; then NVCC="$c"; break; fi
-  done
-fi
-NVCC="${NVCC:-$(command -v nvcc || true)}"
-if [ -z "$NVCC" ] || [ ! -x "$NVCC" ]; then
-  echo "build.sh: nvcc not found: set NVCC or run ci/install-toolchains.sh" >&2
-  exit 1
-fi
-CUDA_ROOT="$(cd "$(dirname "$NVCC")/.." && pwd)"
-CUDART_DIR=""
-for d in "$CUDA_ROOT/lib" "$CUDA_ROOT/lib64" "$CUDA_ROOT/targets/x86_64-linux/lib"; do
-  if [ -f "$d/libcudart_static.a" ]; then CUDART_DIR="$d"; break; fi
-done
-if [ -z "$CUDART_DIR" ]; then
-  echo "build.sh: libcudart_static.a not found under $CUDA_ROOT" >&2
-  exit 1
-fi
+# shellcheck source=../ci/cuda-toolkit.sh
+source "$REPO/ci/cuda-toolkit.sh"
 
 if [ -z "${NCCL_INCLUDE:-}" ]; then
   NCCL_INCLUDE="$BUILD/nccl-2.28.9/nvidia/nccl/include"
