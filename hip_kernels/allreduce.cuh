@@ -79,35 +79,19 @@ RCCLX_DEV void rcclx_allreduce_tree(const RcclxArgs& a) {
 // and reader of a unit share a block index and hence a call counter.
 template <typename T, int OP>
 RCCLX_DEV void rcclx_allreduce_ll(const RcclxArgs& a) {
-  typedef RcclxRed<T, OP> R;
-  constexpr int PER = 8 / sizeof(T) > 0 ? 8 / sizeof(T) : 1;  // elements per unit
   __shared__ uint32_t s_seq;
   __shared__ int s_fail;
   const uint32_t seq = rcclx_seq_load(a, &s_seq, &s_fail);
   const uint32_t flag = seq + 1;
   const uint64_t deadline = rcclx_call_deadline(a);
-  const T s = R::scalar(a.nranks);
   const uint64_t bytes = a.count * sizeof(T);
   const uint64_t parity_off = rcclx_ll_parity(a, seq);
   RCCLX_FOR_VEC(u, (bytes + 7) / 8) {
-    union { uint32_t w[2]; T e[PER]; } in[RCCLX_MAX_RANKS];
-    rcclx_ll_load8((const unsigned char*)a.send, u, bytes, &in[a.rank].w[0], &in[a.rank].w[1]);
-    for (int i = 1; i < a.nranks; ++i)
-      rcclx_ll_push(a, (a.rank + i) % a.nranks, parity_off, u, flag, in[a.rank].w[0], in[a.rank].w[1]);
-    // Gather every peer's 8 bytes, reduce in rank order.
-#pragma unroll
-    for (int p = 0; p < RCCLX_MAX_RANKS; ++p)
-      if (p < a.nranks && p != a.rank) rcclx_ll_pull(a, p, parity_off, u, flag, deadline, &s_fail, &in[p].w[0], &in[p].w[1]);
-    union { uint32_t w[2]; T e[PER]; } res;
-#pragma unroll
-    for (int e = 0; e < PER; ++e) {
-      T acc = R::pre(in[0].e[e], s);
-#pragma unroll
-      for (int p = 1; p < RCCLX_MAX_RANKS; ++p)
-        if (p < a.nranks) acc = R::fold(acc, in[p].e[e], s);
-      res.e[e] = R::post(acc, a.nranks);
-    }
-    rcclx_ll_store8((unsigned char*)a.recv, u, bytes, res.w[0], res.w[1]);
+    uint32_t lo, hi;
+    rcclx_ll_load8((const unsigned char*)a.send, u, bytes, &lo, &hi);
+    for (int i = 1; i < a.nranks; ++i) rcclx_ll_push(a, (a.rank + i) % a.nranks, parity_off, u, flag, lo, hi);
+    rcclx_ll_reduce_unit<T, OP>(a, parity_off, u, flag, deadline, &s_fail, lo, hi, &lo, &hi);
+    rcclx_ll_store8((unsigned char*)a.recv, u, bytes, lo, hi);
   }
   rcclx_seq_store(a, seq + 1);
 }

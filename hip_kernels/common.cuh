@@ -56,9 +56,10 @@ struct RcclxArgs {
 };
 RCCLX_ASSERT_SIZE(RcclxArgs, 280);
 
-// One kernel of the table (src/kernel_table.rs; build/main.rs writes one line per kernel).
-#define RCCLX_KERNEL(NAME, FN, ...)                                                        \
-  extern "C" __global__ void __launch_bounds__(RCCLX_THREADS) NAME(RcclxArgs a) { FN<__VA_ARGS__>(a); }
+// One kernel of the table (src/kernel_table.rs; build/main.rs writes one line per kernel),
+// taking its family's argument struct by value.
+#define RCCLX_KERNEL(NAME, ARGS, FN, ...)                                                  \
+  extern "C" __global__ void __launch_bounds__(RCCLX_THREADS) NAME(ARGS a) { FN<__VA_ARGS__>(a); }
 
 // ---- element types and reduction ops -------------------------------------------------------
 
@@ -381,4 +382,34 @@ RCCLX_DEV void rcclx_ll_pull(const RcclxArgs& a, int src, uint64_t parity_off, u
   }
   *lo = (uint32_t)v0;
   *hi = (uint32_t)v1;
+}
+
+// One LL unit (8 payload bytes) of a reduction: the ranks' units combined in rank order 0..n-1
+// (RcclxRed), this rank's from `own`, every other one pulled from the inbox as it is needed.
+// Streaming in rank order keeps no per-rank array (no local memory).
+template <typename T, int OP>
+RCCLX_DEV void rcclx_ll_reduce_unit(const RcclxArgs& a, uint64_t parity_off, uint64_t u, uint32_t flag, uint64_t deadline,
+                                    int* s_fail, uint32_t own_lo, uint32_t own_hi, uint32_t* lo, uint32_t* hi) {
+  typedef RcclxRed<T, OP> R;
+  constexpr int PER = 8 / sizeof(T) > 0 ? 8 / sizeof(T) : 1;  // elements per unit
+  union Unit { uint32_t w[2]; T e[PER]; };
+  const T s = R::scalar(a.nranks);
+  Unit acc;
+#pragma unroll
+  for (int p = 0; p < RCCLX_MAX_RANKS; ++p) {
+    if (p >= a.nranks) break;
+    Unit v;
+    if (p == a.rank) {
+      v.w[0] = own_lo;
+      v.w[1] = own_hi;
+    } else {
+      rcclx_ll_pull(a, p, parity_off, u, flag, deadline, s_fail, &v.w[0], &v.w[1]);
+    }
+#pragma unroll
+    for (int e = 0; e < PER; ++e) acc.e[e] = p == 0 ? R::pre(v.e[e], s) : R::fold(acc.e[e], v.e[e], s);
+  }
+#pragma unroll
+  for (int e = 0; e < PER; ++e) acc.e[e] = R::post(acc.e[e], a.nranks);
+  *lo = acc.w[0];
+  *hi = acc.w[1];
 }

@@ -8,4 +8,5 @@
 #include "allreduce.cuh"  // DDA AllReduce: ll, flat, tree
 #include "gather.cuh"     // DDA AllGather and AllToAll: ll, flat
 #include "reducescatter.cuh"  // DDA ReduceScatter: ll, flat
+#include "alltoallv.cuh"  // GPU-resident AllToAllv (device-side counts)
 #include "lowp.cuh"       // low-precision (FP8 on the wire) collectives

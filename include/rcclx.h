@@ -11,8 +11,10 @@
 #include <stdint.h>
 #if defined(__HIP_PLATFORM_AMD__)
 #include <rccl/rccl.h>
+typedef hipStream_t rcclxStream_t;
 #else
 #include <nccl.h>
+typedef cudaStream_t rcclxStream_t;
 #endif
 /* Route indices of rcclxCommGetRouteStats (generated from src/kernel_table.rs): */
 #define RCCLX_ROUTE_ALLREDUCE_LL 0
@@ -28,14 +30,21 @@
 #define RCCLX_ROUTE_ALLGATHER_LOWP 10
 #define RCCLX_ROUTE_REDUCESCATTER_LOWP 11
 #define RCCLX_ROUTE_ALLTOALL_LOWP 12
-#define RCCLX_ROUTE_FORWARDED 13
-#define RCCLX_ROUTE_COUNT 14
+#define RCCLX_ROUTE_ALLTOALLV_DYNAMIC 13
+#define RCCLX_ROUTE_FORWARDED 14
+#define RCCLX_ROUTE_COUNT 15
 
 
 /**
  * rcclx version as `MAJOR*10000 + MINOR*100 + PATCH`.
  */
 #define RCCLX_VERSION_CODE 100
+
+/**
+ * Value of a count in `actualRecvcounts` whose segment was dropped because it did not fit the
+ * declared capacities (see `rcclxAllToAllvDynamic`).
+ */
+#define RCCLX_COUNT_INVALID UINT64_MAX
 
 /**
  * Per-communicator statistics by algorithm, summed over the collectives (a stable summary of
@@ -156,6 +165,78 @@ const char *rcclxRouteName(int index);
  * or NULL past the last one.
  */
 const char *rcclxForwardReasonName(int index);
+
+/**
+ * GPU-resident AllToAllv with one buffer per peer (NCCLX's `alltoallvDynamic`, without hints).
+ *
+ * Rank r sends `sendcounts[p]` elements from `sendbuffs[p]` to rank p, which receives them in
+ * `recvbuffs[r]`. `sendcounts` (`nranks` entries) is read and `actualRecvcounts` (`nranks`
+ * entries: what came from each rank) written on the device, in stream order, so the counts can
+ * come from the kernel that routed the data and the call can be captured in a CUDA/HIP graph.
+ * `sendbuffs` and `recvbuffs` are host arrays of `nranks` device pointers, read at the call.
+ * Each segment holds at most `maxSendcount` elements when sent and `maxRecvcount` when received;
+ * a segment over either is not moved and its receiver reads `RCCLX_COUNT_INVALID` (SIZE_MAX) in
+ * `actualRecvcounts` (the others move normally). Send and receive buffers must not overlap.
+ *
+ * Needs a communicator on which rcclx runs its own kernels (2-8 ranks on one host); on any
+ * other, `ncclInvalidUsage`. NULL arrays, NULL counts or a NULL buffer with a nonzero capacity:
+ * `ncclInvalidArgument`.
+ *
+ * # Safety
+ * `sendbuffs` and `recvbuffs` are NULL or hold `nranks` pointers; the device pointers are valid
+ * for the declared capacities on the stream's device; `stream` is a stream of that device.
+ */
+ncclResult_t rcclxAllToAllvDynamic(const void *const *sendbuffs,
+                                   const size_t *sendcounts,
+                                   void *const *recvbuffs,
+                                   size_t maxSendcount,
+                                   size_t maxRecvcount,
+                                   size_t *actualRecvcounts,
+                                   ncclDataType_t datatype,
+                                   ncclComm_t comm,
+                                   rcclxStream_t stream);
+
+/**
+ * GPU-resident AllToAllv from one send buffer (NCCLX's `alltoallvDynamicSplit`, without hints):
+ * as `rcclxAllToAllvDynamic`, but the segments for ranks 0, 1, ... lie back to back in
+ * `sendbuff`, `sendSplitLengths[p]` elements each (device memory), and `maxSendcount` is the
+ * capacity of `sendbuff`: segments that end past it are not sent, nor any after them.
+ *
+ * # Safety
+ * As `rcclxAllToAllvDynamic`.
+ */
+ncclResult_t rcclxAllToAllvDynamicSplit(const void *sendbuff,
+                                        const size_t *sendSplitLengths,
+                                        void *const *recvbuffs,
+                                        size_t maxSendcount,
+                                        size_t maxRecvcount,
+                                        size_t *actualRecvcounts,
+                                        ncclDataType_t datatype,
+                                        ncclComm_t comm,
+                                        rcclxStream_t stream);
+
+/**
+ * GPU-resident AllToAllv between two packed buffers, the layout of PyTorch's
+ * `all_to_all_single`: segments for (from) ranks 0, 1, ... lie back to back in `sendbuff`
+ * (`recvbuff`). Counts and capacities are in units of `countUnit` elements (1: elements; the
+ * elements of one row: PyTorch's split sizes as they are). `maxSendcount` / `maxRecvcount` are
+ * the capacities of the two buffers; a segment that ends past either is dropped, as are those
+ * after it, and reads `RCCLX_COUNT_INVALID` in `actualRecvcounts`. Otherwise as
+ * `rcclxAllToAllvDynamic`.
+ *
+ * # Safety
+ * As `rcclxAllToAllvDynamic`.
+ */
+ncclResult_t rcclxAllToAllvDynamicPacked(const void *sendbuff,
+                                         const size_t *sendcounts,
+                                         void *recvbuff,
+                                         size_t maxSendcount,
+                                         size_t maxRecvcount,
+                                         size_t *actualRecvcounts,
+                                         size_t countUnit,
+                                         ncclDataType_t datatype,
+                                         ncclComm_t comm,
+                                         rcclxStream_t stream);
 
 #ifdef __cplusplus
 }  // extern "C"

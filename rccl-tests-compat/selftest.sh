@@ -62,6 +62,11 @@ run ar-all       180 "$B/all_reduce_perf" --libs "$LIBS" -g 2 -b 64 -e 64K -f 32
 run ag-g2        120 "$B/all_gather_perf" --libs "$LIBS" -g 2 -b 1K -e 64M -f 8 -d all -n 5
 run rs-g2        120 "$B/reduce_scatter_perf" --libs "$LIBS" -g 2 -b 1K -e 64M -f 8 -d all -o all -n 5
 run a2a-P2       120 "$B/alltoall_perf" --libs "$LIBS" -P 2 -b 1K -e 64M -f 8 -d all -n 5
+# Buffer registration: symmetric windows registered in a group by one thread (-g 2) and per
+# process under graphs (-P 2 -G 50); ncclCommRegister by the first thread for two threads (-t 2).
+run ar-g2-R2     120 "$B/all_reduce_perf" --libs "$LIBS" -g 2 -b 1K -e 16M -f 4 -R 2
+run ag-P2-R2-G50 120 "$B/all_gather_perf" --libs "$LIBS" -P 2 -b 1K -e 4M -f 4 -R 2 -G 50
+run rs-t2-R1     120 "$B/reduce_scatter_perf" --libs "$LIBS" -t 2 -b 1K -e 1M -f 8 -R 1
 fi
 if has check; then
 run check-g2     300 "$B/rcclx_check" --libs "$LIBS" -g 2 --coll all -d all -o all

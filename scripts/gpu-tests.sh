@@ -6,8 +6,15 @@
 #
 # Environment:
 #   NRANKS=2          ranks (GPUs) to use; 4 and 8 need that many GPUs
-#   STEPS="..."       subset of: info selftest check stress graph timeout fidelity lowp lpgraph bench lpbench
-#                     torch vllm e2e plots (default: all)
+#   STEPS="..."       subset of: info selftest check stress graph timeout fidelity lowp lpgraph bench benchsym
+#                     lpbench torch vllm a2av moebench e2e plots (default: all)
+#                     benchsym: AllGather/ReduceScatter/AllToAll up to 1 MiB against stock NCCL's
+#                     symmetric kernels (-R 2)
+#                     a2av: GPU-resident all-to-all-v (rcclx.all_to_all_v_dynamic and the C forms) against
+#                     all_to_all_single, CUDA graph replays, bad counts; moebench: MoE dispatch + combine,
+#                     PyTorch's all_to_all_single path vs rcclx eager and in a CUDA graph (OUTDIR/moebench/)
+#   A2AV_REPLAYS=1000  CUDA graph replays of the a2av step
+#   MOEBENCH_ARGS="..."  extra arguments of bench/moe_a2av.py (e.g. --tokens 256 --rounds 10)
 #   CHECK_COLLS="..."  collectives of the check step (default: all four)
 #   RCCLX_UPSTREAM_LIB  stock libnccl.so.2 (default: the one of python3's nvidia-nccl wheel)
 #   RCCLX_ARTIFACTS   folder with librcclx.so, selftest, lowp_accuracy, timeout and bench/ (default .carry)
@@ -19,7 +26,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 N=${NRANKS:-2}
 OUT=${1:-bench/results/$(date +%F)-gpu}
 ART=${RCCLX_ARTIFACTS:-.carry}
-STEPS=${STEPS:-info selftest check stress graph timeout fidelity lowp lpgraph bench lpbench torch vllm e2e plots}
+STEPS=${STEPS:-info selftest check stress graph timeout fidelity lowp lpgraph bench benchsym lpbench torch vllm a2av moebench e2e plots}
 mkdir -p "$OUT"
 LIB=$(readlink -f "$ART/librcclx.so")
 B=$ART/bench
@@ -123,6 +130,17 @@ if step bench; then
     done
   done
 fi
+# Against stock NCCL's symmetric-memory kernels: buffers from ncclMemAlloc registered as
+# symmetric windows with both libraries (-R 2), the small sizes where those kernels are stock's
+# fastest path for AllGather and ReduceScatter.
+if step benchsym; then
+  for dt in float bfloat16; do
+    for c in all_gather reduce_scatter alltoall; do
+      run benchsym-$c-P${N}-eager-$dt 300 "$B/${c}_perf" --libs "$LIBS" -P "$N" -g 1 -b 1K -e 1M -f 2 -n 50 -w 10 -R 2 -d $dt -J "$OUT/benchsym-$c-P${N}-eager-$dt.json"
+      run benchsym-$c-P${N}-graph-$dt 300 "$B/${c}_perf" --libs "$LIBS" -P "$N" -g 1 -b 1K -e 1M -f 2 -n 20 -w 5 -G 50 -R 2 -d $dt -J "$OUT/benchsym-$c-P${N}-graph-$dt.json"
+    done
+  done
+fi
 if step lpbench; then
   export RCCL_LOW_PRECISION_ENABLE=1
   for c in all_reduce all_gather reduce_scatter alltoall; do
@@ -141,6 +159,20 @@ fi
 # vLLM / SGLang: the library loaded by path with ctypes (VLLM_NCCL_SO_PATH), eager and CUDA graph.
 if step vllm; then
   run vllm-style 300 env VLLM_NCCL_SO_PATH="$LIB" NCCL_DEBUG=WARN python3 -m torch.distributed.run --standalone --nproc_per_node="$N" tests/gpu/vllm_style.py
+fi
+
+# GPU-resident all-to-all-v (rcclxAllToAllvDynamic*, rcclx.all_to_all_v_dynamic) with LD_PRELOAD:
+# bit-identical to all_to_all_single, CUDA graph replays with new counts, counts over capacity,
+# argument errors, a communicator without rcclx kernels.
+if step a2av; then
+  run a2av-dynamic 600 env LD_PRELOAD="$LIB" NCCL_DEBUG=WARN A2AV_REPLAYS="${A2AV_REPLAYS:-1000}" python3 -m torch.distributed.run --standalone --nproc_per_node="$N" tests/gpu/a2av_dynamic.py
+fi
+
+# MoE dispatch + combine: PyTorch's all_to_all_single path (splits read back to the host) vs
+# rcclx.all_to_all_v_dynamic eager and in a CUDA graph (OUT/moebench/moe_a2av.{json,md}).
+if step moebench; then
+  mkdir -p "$OUT/moebench"
+  run moebench 600 env LD_PRELOAD="$LIB" NCCL_DEBUG=WARN python3 -m torch.distributed.run --standalone --nproc_per_node="$N" bench/moe_a2av.py --out "$OUT/moebench" ${MOEBENCH_ARGS:-}
 fi
 
 # End to end: tensor-parallel decode and prefill, stock vs rcclx (OUT/e2e/summary.md).

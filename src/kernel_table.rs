@@ -68,15 +68,22 @@ pub const NO_OP: &[Op] = &[];
 /// One family of kernels: a collective's algorithm, instantiated for every type x op listed.
 #[derive(Clone, Copy, Debug)]
 pub struct Family {
-    /// `allreduce`, `allgather`, `reducescatter`, `alltoall`.
+    /// `allreduce`, `allgather`, `reducescatter`, `alltoall`, `alltoallv`.
     pub coll: &'static str,
-    /// `ll`, `flat`, `tree`, `lowp`.
+    /// `ll`, `flat`, `tree`, `lowp`, `dynamic`.
     pub algo: &'static str,
     /// The device function template in `hip_kernels/` (`template <typename T[, int OP]>`).
     pub device_fn: &'static str,
     pub types: &'static [Ty],
     pub ops: &'static [Op],
+    /// The C++ struct the kernel takes by value: [`COLL_ARGS`] or [`ALLTOALLV_ARGS`].
+    pub args: &'static str,
 }
+
+/// `RcclxArgs` (`hip_kernels/common.cuh`; Rust: `clique::KernelArgs`): every collective kernel.
+pub const COLL_ARGS: &str = "RcclxArgs";
+/// `RcclxA2avArgs` (`hip_kernels/alltoallv.cuh`; Rust: `clique::AllToAllvArgs`).
+pub const ALLTOALLV_ARGS: &str = "RcclxA2avArgs";
 
 impl Family {
     /// Kernels of this family: one per type, times one per op if it has ops.
@@ -87,17 +94,53 @@ impl Family {
 
 /// Every kernel family, in module order. `coll` and `algo` name the statistics route too.
 pub const FAMILIES: &[Family] = &[
-    Family { coll: "allreduce", algo: "ll", device_fn: "rcclx_allreduce_ll", types: REDUCE_TYPES, ops: REDUCE_OPS },
-    Family { coll: "allreduce", algo: "flat", device_fn: "rcclx_allreduce_flat", types: REDUCE_TYPES, ops: REDUCE_OPS },
-    Family { coll: "allreduce", algo: "tree", device_fn: "rcclx_allreduce_tree", types: REDUCE_TYPES, ops: REDUCE_OPS },
-    Family { coll: "allgather", algo: "ll", device_fn: "rcclx_allgather_ll", types: BYTES, ops: NO_OP },
-    Family { coll: "allgather", algo: "flat", device_fn: "rcclx_allgather_flat", types: BYTES, ops: NO_OP },
+    Family {
+        coll: "allreduce",
+        algo: "ll",
+        device_fn: "rcclx_allreduce_ll",
+        types: REDUCE_TYPES,
+        ops: REDUCE_OPS,
+        args: COLL_ARGS,
+    },
+    Family {
+        coll: "allreduce",
+        algo: "flat",
+        device_fn: "rcclx_allreduce_flat",
+        types: REDUCE_TYPES,
+        ops: REDUCE_OPS,
+        args: COLL_ARGS,
+    },
+    Family {
+        coll: "allreduce",
+        algo: "tree",
+        device_fn: "rcclx_allreduce_tree",
+        types: REDUCE_TYPES,
+        ops: REDUCE_OPS,
+        args: COLL_ARGS,
+    },
+    Family {
+        coll: "allgather",
+        algo: "ll",
+        device_fn: "rcclx_allgather_ll",
+        types: BYTES,
+        ops: NO_OP,
+        args: COLL_ARGS,
+    },
+    Family {
+        coll: "allgather",
+        algo: "flat",
+        device_fn: "rcclx_allgather_flat",
+        types: BYTES,
+        ops: NO_OP,
+        args: COLL_ARGS,
+    },
     Family {
         coll: "reducescatter",
         algo: "ll",
         device_fn: "rcclx_reducescatter_ll",
         types: REDUCE_TYPES,
         ops: REDUCE_OPS,
+        args: COLL_ARGS,
     },
     Family {
         coll: "reducescatter",
@@ -105,19 +148,58 @@ pub const FAMILIES: &[Family] = &[
         device_fn: "rcclx_reducescatter_flat",
         types: REDUCE_TYPES,
         ops: REDUCE_OPS,
+        args: COLL_ARGS,
     },
-    Family { coll: "alltoall", algo: "ll", device_fn: "rcclx_alltoall_ll", types: BYTES, ops: NO_OP },
-    Family { coll: "alltoall", algo: "flat", device_fn: "rcclx_alltoall_flat", types: BYTES, ops: NO_OP },
-    Family { coll: "allreduce", algo: "lowp", device_fn: "rcclx_allreduce_lowp", types: LOWP_TYPES, ops: NO_OP },
-    Family { coll: "allgather", algo: "lowp", device_fn: "rcclx_allgather_lowp", types: LOWP_TYPES, ops: NO_OP },
+    Family { coll: "alltoall", algo: "ll", device_fn: "rcclx_alltoall_ll", types: BYTES, ops: NO_OP, args: COLL_ARGS },
+    Family {
+        coll: "alltoall",
+        algo: "flat",
+        device_fn: "rcclx_alltoall_flat",
+        types: BYTES,
+        ops: NO_OP,
+        args: COLL_ARGS,
+    },
+    Family {
+        coll: "allreduce",
+        algo: "lowp",
+        device_fn: "rcclx_allreduce_lowp",
+        types: LOWP_TYPES,
+        ops: NO_OP,
+        args: COLL_ARGS,
+    },
+    Family {
+        coll: "allgather",
+        algo: "lowp",
+        device_fn: "rcclx_allgather_lowp",
+        types: LOWP_TYPES,
+        ops: NO_OP,
+        args: COLL_ARGS,
+    },
     Family {
         coll: "reducescatter",
         algo: "lowp",
         device_fn: "rcclx_reducescatter_lowp",
         types: LOWP_TYPES,
         ops: NO_OP,
+        args: COLL_ARGS,
     },
-    Family { coll: "alltoall", algo: "lowp", device_fn: "rcclx_alltoall_lowp", types: LOWP_TYPES, ops: NO_OP },
+    Family {
+        coll: "alltoall",
+        algo: "lowp",
+        device_fn: "rcclx_alltoall_lowp",
+        types: LOWP_TYPES,
+        ops: NO_OP,
+        args: COLL_ARGS,
+    },
+    // GPU-resident AllToAllv (counts in device memory): rcclx's own API, not an NCCL collective.
+    Family {
+        coll: "alltoallv",
+        algo: "dynamic",
+        device_fn: "rcclx_alltoallv_dynamic",
+        types: BYTES,
+        ops: NO_OP,
+        args: ALLTOALLV_ARGS,
+    },
 ];
 
 /// Index of the first kernel of family `f` in the module's kernel list.

@@ -6,7 +6,9 @@ ships its ``librcclx.so`` and says how to put it in front of the stock library:
 * ``python -m rcclx env`` prints the ``export`` lines (``eval "$(python -m rcclx env)"``);
 * ``python -m rcclx run -- COMMAND...`` runs a command with them;
 * ``rcclx.is_active()`` / ``rcclx.stats()`` tell, from inside a job, whether rcclx is loaded and
-  which route (rcclx kernel or forwarded to the stock library) each collective took.
+  which route (rcclx kernel or forwarded to the stock library) each collective took;
+* ``rcclx.all_to_all_v_dynamic()`` is an all-to-all-v whose split sizes stay on the GPU (MoE
+  dispatch and combine without a host round trip; capturable in a CUDA graph).
 
 Importing this module loads no library and imports nothing heavy (no torch): only ``ctypes``.
 """
@@ -27,6 +29,7 @@ __all__ = [
     "is_active",
     "stats",
     "comm_handle",
+    "all_to_all_v_dynamic",
 ]
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -349,3 +352,241 @@ def stats(group=None, all_routes=False):
                     "library or before rcclx was loaded, or already destroyed)"
                 )
     return result
+
+
+# --- GPU-resident all-to-all-v ------------------------------------------------------------------
+
+#: torch dtype names that differ from nccl.h's (``_capi.DATATYPES``). Any dtype without an
+#: ncclDataType_t moves as bytes (uint8, a row counted in bytes): the call only copies.
+_TORCH_TYPE_NAMES = {"float8_e4m3fn": "float8e4m3", "float8_e5m2": "float8e5m2"}
+
+_A2AV = None  # (handle, rcclxAllToAllvDynamicPacked, ncclCommCount) once found
+
+
+def _a2av_functions():
+    """The declared C functions of the rcclx loaded in this process (cached: a loaded library
+    stays loaded). RuntimeError when rcclx is not loaded or is too old."""
+    global _A2AV
+    if _A2AV is None:
+        handle, _ = _loaded(want_path=False)
+        if handle is None:
+            raise RuntimeError(
+                "rcclx is not loaded in this process: start the job with `python -m rcclx run -- ...` "
+                "(or LD_PRELOAD=librcclx.so); all_to_all_v_dynamic needs rcclx's kernels"
+            )
+        try:
+            packed = _capi.alltoallv_dynamic_packed_fn(handle)
+            count = _capi.comm_count_fn(handle)
+        except AttributeError as e:
+            raise RuntimeError(
+                f"the rcclx loaded in this process has no rcclxAllToAllvDynamicPacked ({e}): "
+                "it is older than this package"
+            ) from None
+        _A2AV = (handle, packed, count)
+    return _A2AV
+
+
+_A2AV_TYPES = {}
+
+
+def _a2av_datatype(dtype):
+    """(ncclDataType_t, elements of ``dtype`` per count unit element): types without an NCCL
+    datatype (bool, complex, ...) travel as bytes."""
+    hit = _A2AV_TYPES.get(dtype)
+    if hit is None:
+        name = str(dtype).replace("torch.", "")
+        datatype = _capi.DATATYPES.get(_TORCH_TYPE_NAMES.get(name, name))
+        import torch
+
+        hit = (datatype, 1) if datatype is not None else (_capi.DATATYPES["uint8"], torch.empty(0, dtype=dtype).element_size())
+        _A2AV_TYPES[dtype] = hit
+    return hit
+
+
+def _current_raw_stream(torch, device):
+    """The current CUDA stream of ``device`` as an integer (the cheap call when torch has it)."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return raw(device) if raw is not None else torch.cuda.current_stream(device).cuda_stream
+
+
+# (id(group), device) -> (group, comm getter or None, comm, world). The group is held so that its
+# id cannot be reused while cached; the getter re-reads the communicator on every call (cheap),
+# so a communicator the group replaced is never used.
+_A2AV_COMMS = {}
+
+
+def _a2av_comm(group, device):
+    """(ncclComm_t, world size) of ``group`` on ``device``, the expensive lookups done once."""
+    key = (id(group), device)
+    hit = _A2AV_COMMS.get(key)
+    if hit is not None and hit[0] is group:
+        getter, comm, world = hit[1], hit[2], hit[3]
+        if getter is None:
+            return comm, world
+        try:
+            now = int(getter())
+        except Exception:
+            now = 0
+        if now == comm:
+            return comm, world
+    comm, why = comm_handle(group)
+    if comm is None:
+        raise RuntimeError(f"all_to_all_v_dynamic: no NCCL communicator for the group: {why}")
+    _, _, count = _a2av_functions()
+    nranks = ctypes.c_int(0)
+    rc = count(_capi.ncclComm_t(comm), ctypes.byref(nranks))
+    if rc != 0:
+        raise _capi.CallError("ncclCommCount", rc, f"communicator {comm:#x}")
+    getter = None
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(group, "_get_backend"):
+        getter = getattr(group._get_backend(torch.device("cuda")), "_comm_ptr", None)
+        if not callable(getter):
+            getter = None
+    _A2AV_COMMS[key] = (group, getter, comm, nranks.value)
+    return comm, nranks.value
+
+
+def _byte_range(t):
+    start = t.data_ptr()
+    return start, start + t.numel() * t.element_size()
+
+
+def _overlap(a, b):
+    (a0, a1), (b0, b1) = _byte_range(a), _byte_range(b)
+    return a0 < a1 and b0 < b1 and a0 < b1 and b0 < a1
+
+
+_RESULT_HINTS = {
+    4: "an argument was rejected (the library logs why with NCCL_DEBUG=WARN)",
+    5: "this communicator has no rcclx kernels: they need 2-8 ranks on one host with peer access, "
+       "a communicator created while rcclx was loaded, not finalized or aborted",
+}
+
+
+def all_to_all_v_dynamic(input, send_splits, output, group=None, recv_splits=None):
+    """All-to-all-v with the split sizes on the GPU: ``torch.distributed.all_to_all_single`` with
+    ``input_split_sizes`` given as a device tensor and nothing read back to the host.
+
+    * ``input``: contiguous CUDA tensor ``[N, *rest]``, rows packed by destination rank (the
+      ``send_splits[0]`` rows for rank 0 first, then rank 1's, ...). ``N`` is its capacity.
+    * ``send_splits``: int64 CUDA tensor ``[world]``, rows for each destination. Read by the
+      kernel when it runs, so it may be written by an earlier kernel (the router) or between
+      CUDA-graph replays.
+    * ``output``: contiguous CUDA tensor ``[M, *rest]``, same dtype and ``rest``; receives the
+      rows from rank 0, then rank 1, ... back to back. ``M`` is its capacity.
+    * ``group``: a ``torch.distributed`` ProcessGroup (NCCL; None: the default group), or what
+      ``comm_handle`` accepts.
+    * ``recv_splits``: int64 CUDA tensor ``[world]`` to write the received row counts into
+      (allocated with ``torch.empty`` if None; pass the same one to every CUDA-graph replay).
+
+    Returns ``recv_splits``: rows from each source rank, written on the device. A segment that
+    would run past ``N`` on its sender or past ``M`` on its receiver is dropped, with every later
+    one of that buffer, and reads -1; the other segments move normally (a dropped segment takes no
+    room in ``output``). Nothing is written outside ``output[:M]`` and ``recv_splits``. For the
+    MoE combine, pass the returned ``recv_splits`` as the next call's ``send_splits``: a -1 there
+    sends nothing.
+
+    Asynchronous on ``torch.cuda.current_stream()``: no host synchronisation, so it can be
+    captured in ``torch.cuda.graph``. Calls ``rcclxAllToAllvDynamicPacked`` with one row as the
+    count unit. Needs rcclx loaded in the process (RuntimeError otherwise) and a communicator on
+    which rcclx runs its own kernels (2-8 ranks on one host); a failed call raises RuntimeError
+    naming the ncclResult_t. Invalid tensors raise ValueError. Not differentiable.
+    """
+    import torch
+
+    def tensor(name, t):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"all_to_all_v_dynamic: {name} must be a torch.Tensor, not {type(t).__name__}")
+        if not t.is_cuda:
+            raise ValueError(f"all_to_all_v_dynamic: {name} must be a CUDA tensor (it is on {t.device})")
+        if not t.is_contiguous():
+            raise ValueError(f"all_to_all_v_dynamic: {name} must be contiguous")
+
+    tensor("input", input)
+    tensor("output", output)
+    tensor("send_splits", send_splits)
+    if input.dim() < 1 or output.dim() < 1:
+        raise ValueError(
+            f"all_to_all_v_dynamic: input and output need a row dimension (shapes {tuple(input.shape)} "
+            f"and {tuple(output.shape)})"
+        )
+    if input.dtype != output.dtype:
+        raise ValueError(f"all_to_all_v_dynamic: input is {input.dtype} but output is {output.dtype}")
+    if input.shape[1:] != output.shape[1:]:
+        raise ValueError(
+            f"all_to_all_v_dynamic: rows differ: input [N, *rest] is {tuple(input.shape)}, output "
+            f"[M, *rest] is {tuple(output.shape)}; rest must be the same"
+        )
+    row = 1
+    for d in input.shape[1:]:
+        row *= d
+    if row == 0:
+        raise ValueError(f"all_to_all_v_dynamic: rows of zero elements (shape {tuple(input.shape)})")
+    current = torch.cuda.current_device()
+    for name, t in (("input", input), ("output", output), ("send_splits", send_splits)):
+        if t.get_device() != current:
+            raise ValueError(
+                f"all_to_all_v_dynamic: {name} is on {t.device} but the current CUDA device is "
+                f"cuda:{current} (the call runs on its current stream, with the group's communicator "
+                "of that device)"
+            )
+    if send_splits.dtype != torch.int64:
+        raise ValueError(f"all_to_all_v_dynamic: send_splits must be torch.int64, not {send_splits.dtype}")
+    if _overlap(input, output):
+        raise ValueError("all_to_all_v_dynamic: input and output overlap")
+    if _overlap(send_splits, output):
+        raise ValueError("all_to_all_v_dynamic: send_splits and output overlap")
+
+    if group is None:
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            raise RuntimeError(
+                "all_to_all_v_dynamic: torch.distributed is not initialized (group=None means the "
+                "default process group)"
+            )
+        group = dist.group.WORLD
+    comm, world = _a2av_comm(group, current)
+
+    if tuple(send_splits.shape) != (world,):
+        raise ValueError(
+            f"all_to_all_v_dynamic: send_splits must have shape ({world},) (one count per rank), "
+            f"not {tuple(send_splits.shape)}"
+        )
+    if recv_splits is None:
+        recv_splits = torch.empty(world, dtype=torch.int64, device=input.device)
+    else:
+        tensor("recv_splits", recv_splits)
+        if recv_splits.dtype != torch.int64 or tuple(recv_splits.shape) != (world,):
+            raise ValueError(
+                f"all_to_all_v_dynamic: recv_splits must be torch.int64 of shape ({world},), not "
+                f"{recv_splits.dtype} {tuple(recv_splits.shape)}"
+            )
+        if recv_splits.get_device() != current:
+            raise ValueError(
+                f"all_to_all_v_dynamic: recv_splits is on {recv_splits.device} but the current CUDA "
+                f"device is cuda:{current}"
+            )
+        for name, t in (("send_splits", send_splits), ("input", input), ("output", output)):
+            if _overlap(recv_splits, t):
+                raise ValueError(f"all_to_all_v_dynamic: recv_splits and {name} overlap")
+
+    datatype, unit = _a2av_datatype(input.dtype)
+    unit *= row
+    packed = _a2av_functions()[1]
+    rc = packed(
+        input.data_ptr(),
+        send_splits.data_ptr(),
+        output.data_ptr(),
+        input.shape[0],
+        output.shape[0],
+        recv_splits.data_ptr(),
+        unit,
+        datatype,
+        comm,
+        _current_raw_stream(torch, current),
+    )
+    if rc != 0:
+        raise _capi.CallError("rcclxAllToAllvDynamicPacked", rc, _RESULT_HINTS.get(rc))
+    return recv_splits

@@ -52,10 +52,11 @@ class rcclxCommStats(ctypes.Structure):
 class CallError(RuntimeError):
     """An rcclx C function returned something other than ncclSuccess."""
 
-    def __init__(self, function, result):
+    def __init__(self, function, result, detail=None):
         self.function = function
         self.result = result
-        super().__init__(f"{function} returned {RESULT_NAMES.get(result, result)}")
+        message = f"{function} returned {RESULT_NAMES.get(result, result)}"
+        super().__init__(f"{message}: {detail}" if detail else message)
 
 
 def _fn(handle, name, restype, argtypes):
@@ -157,3 +158,95 @@ def comm_stats(handle, comm):
     s = rcclxCommStats()
     _check("rcclxCommGetStats", f(ncclComm_t(comm), ctypes.byref(s)))
     return s
+
+
+# --- GPU-resident AllToAllv (rcclxAllToAllvDynamic and its Split / Packed forms) -------------
+
+size_t = ctypes.c_size_t
+cudaStream_t = ctypes.c_void_p
+ncclDataType_t = ctypes.c_int
+
+#: ncclDataType_t values (nccl.h), by name.
+DATATYPES = {
+    "int8": 0,
+    "uint8": 1,
+    "int32": 2,
+    "uint32": 3,
+    "int64": 4,
+    "uint64": 5,
+    "float16": 6,
+    "float32": 7,
+    "float64": 8,
+    "bfloat16": 9,
+    "float8e4m3": 10,
+    "float8e5m2": 11,
+}
+
+#: What a dropped segment reads in ``actualRecvcounts`` (SIZE_MAX; -1 as int64).
+COUNT_INVALID = (1 << 64) - 1
+
+#: Per-peer: ``(sendbuffs, sendcounts, recvbuffs, maxSendcount, maxRecvcount, actualRecvcounts,
+#: datatype, comm, stream)``; ``sendbuffs`` / ``recvbuffs`` are host arrays of device pointers.
+ALLTOALLV_DYNAMIC_ARGTYPES = [
+    ctypes.POINTER(ctypes.c_void_p),
+    ctypes.c_void_p,
+    ctypes.POINTER(ctypes.c_void_p),
+    size_t,
+    size_t,
+    ctypes.c_void_p,
+    ncclDataType_t,
+    ncclComm_t,
+    cudaStream_t,
+]
+#: Split: ``(sendbuff, sendSplitLengths, recvbuffs, maxSendcount, maxRecvcount,
+#: actualRecvcounts, datatype, comm, stream)``.
+ALLTOALLV_DYNAMIC_SPLIT_ARGTYPES = [
+    ctypes.c_void_p,
+    ctypes.c_void_p,
+    ctypes.POINTER(ctypes.c_void_p),
+    size_t,
+    size_t,
+    ctypes.c_void_p,
+    ncclDataType_t,
+    ncclComm_t,
+    cudaStream_t,
+]
+#: Packed: ``(sendbuff, sendcounts, recvbuff, maxSendcount, maxRecvcount, actualRecvcounts,
+#: countUnit, datatype, comm, stream)``.
+ALLTOALLV_DYNAMIC_PACKED_ARGTYPES = [
+    ctypes.c_void_p,
+    ctypes.c_void_p,
+    ctypes.c_void_p,
+    size_t,
+    size_t,
+    ctypes.c_void_p,
+    size_t,
+    ncclDataType_t,
+    ncclComm_t,
+    cudaStream_t,
+]
+
+
+def alltoallv_dynamic_fn(handle):
+    """``rcclxAllToAllvDynamic``, declared (raises ``AttributeError`` on an rcclx without it)."""
+    return _fn(handle, "rcclxAllToAllvDynamic", ncclResult_t, ALLTOALLV_DYNAMIC_ARGTYPES)
+
+
+def alltoallv_dynamic_split_fn(handle):
+    """``rcclxAllToAllvDynamicSplit``, declared."""
+    return _fn(handle, "rcclxAllToAllvDynamicSplit", ncclResult_t, ALLTOALLV_DYNAMIC_SPLIT_ARGTYPES)
+
+
+def alltoallv_dynamic_packed_fn(handle):
+    """``rcclxAllToAllvDynamicPacked``, declared."""
+    return _fn(handle, "rcclxAllToAllvDynamicPacked", ncclResult_t, ALLTOALLV_DYNAMIC_PACKED_ARGTYPES)
+
+
+def pointer_array(pointers):
+    """A host array of device pointers (``void* const*``) from a list of ints."""
+    return (ctypes.c_void_p * len(pointers))(*[p or None for p in pointers])
+
+
+def comm_count_fn(handle):
+    """``ncclCommCount(comm, int* count)``, declared (rcclx forwards it to the stock library)."""
+    return _fn(handle, "ncclCommCount", ncclResult_t, [ncclComm_t, ctypes.POINTER(ctypes.c_int)])

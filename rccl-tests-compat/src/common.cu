@@ -75,6 +75,12 @@ void Lib::load() {
   SYM(reduceScatter, req, "ncclReduceScatter");
   SYM(redOpCreatePreMulSum, opt, "ncclRedOpCreatePreMulSum");
   SYM(redOpDestroy, opt, "ncclRedOpDestroy");
+  SYM(memAlloc, opt, "ncclMemAlloc");                      // NCCL >= 2.19
+  SYM(memFree, opt, "ncclMemFree");
+  SYM(commRegister, opt, "ncclCommRegister");
+  SYM(commDeregister, opt, "ncclCommDeregister");
+  SYM(commWindowRegister, opt, "ncclCommWindowRegister");  // NCCL >= 2.27
+  SYM(commWindowDeregister, opt, "ncclCommWindowDeregister");
   for (const char* s : {"ncclAlltoAll", "ncclAllToAll"}) {
     if (!alltoAll) { SYM(alltoAll, opt, s); if (alltoAll) alltoallSym = s; }
   }

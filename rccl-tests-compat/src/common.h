@@ -73,6 +73,13 @@ struct Lib {
   ncclResult_t (*redOpCreatePreMulSum)(ncclRedOp_t*, void*, ncclDataType_t, ncclScalarResidence_t,
                                        ncclComm_t) = nullptr;
   ncclResult_t (*redOpDestroy)(ncclRedOp_t, ncclComm_t) = nullptr;
+  // Buffer registration (*_perf -R); optional, checked only when -R asks for them.
+  ncclResult_t (*memAlloc)(void**, size_t) = nullptr;
+  ncclResult_t (*memFree)(void*) = nullptr;
+  ncclResult_t (*commRegister)(ncclComm_t, void*, size_t, void**) = nullptr;
+  ncclResult_t (*commDeregister)(ncclComm_t, void*) = nullptr;
+  ncclResult_t (*commWindowRegister)(ncclComm_t, void*, size_t, ncclWindow_t*, int) = nullptr;
+  ncclResult_t (*commWindowDeregister)(ncclComm_t, ncclWindow_t) = nullptr;
 
   void load();  // dlopen + dlsym; dies with dlerror() on failure
 };

@@ -27,6 +27,7 @@ struct Opts {
   size_t minBytes = 32 << 20, maxBytes = 32 << 20, stepBytes = 1 << 20;
   int stepFactor = 1, iters = 20, warmup = 1, agg = 1, cycles = 1, check = 1, graphs = 0;
   int blocking = 0, average = 1, parallelInit = 0, nullStream = 0, cputime = 0, timeout = 600;
+  int reg = 0;  // -R: 0 none, 1 ncclCommRegister, 2 ncclMemAlloc + symmetric windows
   std::string libs, typeArg = "float", opArg = "sum", capture, prog, jsonFile;
   const CollDesc* coll = nullptr;
 };
@@ -42,8 +43,12 @@ static std::vector<Row> g_rows;  // recorded by global thread 0 (process 0); pus
 static std::mutex g_rowsMu;      // g_rows and the JSON error list (read by the JSON writer)
 static long long g_errors = 0;   // results with wrong elements, all libraries (same in every process)
 
-struct Bufs { char* send[kMaxGpusPerThread]; char* recv[kMaxGpusPerThread]; unsigned long long* bad[kMaxGpusPerThread]; };
-static std::vector<Bufs> g_bufs;  // per thread of this process
+struct Bufs {
+  char* send[kMaxGpusPerThread]; char* recv[kMaxGpusPerThread]; unsigned long long* bad[kMaxGpusPerThread];
+  void* reg[kMaxLibs][kMaxGpusPerThread][2];         // -R 1: ncclCommRegister handles {send, recv}
+  ncclWindow_t win[kMaxLibs][kMaxGpusPerThread][2];  // -R 2: windows {send, recv}
+};
+static std::vector<Bufs> g_bufs;  // per thread of this process (value-initialized: all null)
 
 // The collective at one size and type.
 struct Cur {
@@ -527,6 +532,7 @@ static std::string jsonDocument(const Proc& P, bool complete) {
     j.null();
   }
   j.key("timeout"); j.integer(O.timeout);
+  j.key("local_register"); j.integer(O.reg);
   j.key("nccl_headers"); j.integer(NCCL_VERSION_CODE);
   j.endObject();
 
@@ -721,6 +727,105 @@ static void timeTest(Thr& t, const TypeDesc* type, const OpDesc* op) {
   if (t.isMain()) jsonWrite(false, true);
 }
 
+// ------------------------------------------------------------------------------------------
+// Send/receive buffers and their registration (-R), as nccl-tests 2.19
+// ------------------------------------------------------------------------------------------
+static size_t dataBytes() { return std::max<size_t>(O.maxBytes, 1); }  // per buffer, per GPU
+
+// -R 2 needs cuMem memory (what ncclMemAlloc returns) for symmetric windows; it comes from the
+// first library and every library registers the same buffers, so they still share them.
+// Otherwise cudaMalloc, which any library can use. Current device = the buffer's GPU.
+static void* allocData(const Proc& P, size_t bytes) {
+  void* p = nullptr;
+  if (O.reg == 2) NCCLCHECK(P.libs[0], P.libs[0].memAlloc(&p, bytes));
+  else CUDACHECK(cudaMalloc(&p, bytes));
+  return p;
+}
+
+static void freeData(const Proc& P, void* p) {
+  if (O.reg == 2) NCCLCHECK(P.libs[0], P.libs[0].memFree(p));
+  else CUDACHECK(cudaFree(p));
+}
+
+// At start-up, before any buffer or communicator exists: every library must have what -R needs.
+static void checkRegSymbols(const Proc& P) {
+  if (O.reg == 2)
+    CHECK(P.libs[0].memAlloc && P.libs[0].memFree,
+          "-R 2: library %s (%s) does not export ncclMemAlloc/ncclMemFree (NCCL >= 2.19)",
+          P.libs[0].name.c_str(), P.libs[0].path.c_str());
+  for (const Lib& L : P.libs) {
+    if (O.reg == 1)
+      CHECK(L.commRegister && L.commDeregister,
+            "-R 1: library %s (%s) does not export ncclCommRegister/ncclCommDeregister (NCCL >= 2.19)",
+            L.name.c_str(), L.path.c_str());
+    if (O.reg == 2)
+      CHECK(L.commWindowRegister && L.commWindowDeregister,
+            "-R 2: library %s (%s) does not export ncclCommWindowRegister/ncclCommWindowDeregister "
+            "(NCCL >= 2.27)", L.name.c_str(), L.path.c_str());
+  }
+}
+
+// Window registration is collective over the communicator, so a thread that holds several of
+// its ranks (-g > 1, or the first thread for all threads without -p 1, as initComms) issues the
+// calls in one group per library. nccl-tests groups both kinds, even for one rank; so do we.
+// All threads call this, once all of this process' buffers exist.
+static void registerBufs(Thr& t) {
+  if (O.reg == 0) return;
+  Proc& P = *t.p;
+  const size_t bytes = dataBytes();
+  std::vector<std::pair<Thr*, int>> mine;  // the ranks whose buffers this thread registers
+  for (Thr& o : P.thr)
+    if (O.parallelInit ? &o == &t : t.thread == 0)
+      for (int i = 0; i < P.topo.ngpus; i++) mine.push_back({&o, i});
+  for (size_t l = 0; l < P.libs.size() && !mine.empty(); l++) {
+    const Lib& L = P.libs[l];
+    NCCLCHECK(L, L.groupStart());
+    for (auto& m : mine) {
+      Thr& o = *m.first;
+      const int i = m.second;
+      Bufs& B = g_bufs[o.thread];
+      CUDACHECK(cudaSetDevice(o.gpu[i]));
+      char* buf[2] = {B.send[i], B.recv[i]};
+      for (int k = 0; k < 2; k++) {
+        if (O.reg == 1) NCCLCHECK(L, L.commRegister(o.comm[l][i], buf[k], bytes, &B.reg[l][i][k]));
+        else NCCLCHECK(L, L.commWindowRegister(o.comm[l][i], buf[k], bytes, &B.win[l][i][k], NCCL_WIN_COLL_SYMMETRIC));
+      }
+    }
+    NCCLCHECK(L, L.groupEnd());
+  }
+  t.barrier();  // every handle of this thread's ranks is set (its registering thread is past the group)
+  // A library may return success with no window (stock NCCL: the communicator has no symmetric
+  // memory support); its calls then use the buffers unregistered. Say so, it changes what is measured.
+  for (size_t l = 0; O.reg == 2 && l < P.libs.size(); l++)
+    for (int i = 0; i < P.topo.ngpus; i++)
+      if (!g_bufs[t.thread].win[l][i][0] || !g_bufs[t.thread].win[l][i][1])
+        printf("# -R 2: library %s returned no symmetric window for rank %d: its buffers stay unregistered\n",
+               P.libs[l].name.c_str(), t.rank[i]);
+  CUDACHECK(cudaSetDevice(t.gpu[0]));
+}
+
+// Deregistration is local to the rank (no peer takes part), so each thread releases its own
+// ranks' handles, outside a group, once every rank is past its last collective.
+static void deregisterBufs(Thr& t) {
+  if (O.reg == 0) return;
+  Proc& P = *t.p;
+  Bufs& B = g_bufs[t.thread];
+  t.barrier();
+  for (size_t l = 0; l < P.libs.size(); l++) {
+    const Lib& L = P.libs[l];
+    for (int i = 0; i < P.topo.ngpus; i++) {
+      CUDACHECK(cudaSetDevice(t.gpu[i]));
+      for (int k = 0; k < 2; k++) {
+        if (B.reg[l][i][k]) NCCLCHECK(L, L.commDeregister(t.comm[l][i], B.reg[l][i][k]));
+        if (B.win[l][i][k]) NCCLCHECK(L, L.commWindowDeregister(t.comm[l][i], B.win[l][i][k]));
+        B.reg[l][i][k] = nullptr;
+        B.win[l][i][k] = nullptr;
+      }
+    }
+  }
+  CUDACHECK(cudaSetDevice(t.gpu[0]));
+}
+
 static void perfThread(Thr& t) {
   Proc& P = *t.p;
   thrSetup(t, O.nullStream);
@@ -740,17 +845,19 @@ static void perfThread(Thr& t) {
   }
   t.barrier();  // the other threads of this process read O.maxBytes after this
   Bufs& B = g_bufs[t.thread];
+  const size_t bytes = dataBytes();
   for (int i = 0; i < P.topo.ngpus; i++) {
     CUDACHECK(cudaSetDevice(t.gpu[i]));
-    CUDACHECK(cudaMalloc(&B.send[i], std::max<size_t>(O.maxBytes, 1)));
-    CUDACHECK(cudaMalloc(&B.recv[i], std::max<size_t>(O.maxBytes, 1)));
+    B.send[i] = (char*)allocData(P, bytes);
+    B.recv[i] = (char*)allocData(P, bytes);
     CUDACHECK(cudaMalloc(&B.bad[i], sizeof(unsigned long long)));
-    CUDACHECK(cudaMemset(B.send[i], 0, std::max<size_t>(O.maxBytes, 1)));
-    CUDACHECK(cudaMemset(B.recv[i], 0, std::max<size_t>(O.maxBytes, 1)));
+    CUDACHECK(cudaMemset(B.send[i], 0, bytes));
+    CUDACHECK(cudaMemset(B.recv[i], 0, bytes));
     CUDACHECK(cudaDeviceSynchronize());
   }
   CUDACHECK(cudaSetDevice(t.gpu[0]));
   t.barrier();
+  registerBufs(t);
   if (t.isMain()) {
     printDevices(P);
     printf("#\n");
@@ -759,11 +866,12 @@ static void perfThread(Thr& t) {
   }
   for (const TypeDesc* type : g_types)
     for (const OpDesc* op : g_ops) timeTest(t, type, op);
+  deregisterBufs(t);
   destroyComms(t);
   for (int i = 0; i < P.topo.ngpus; i++) {
     CUDACHECK(cudaSetDevice(t.gpu[i]));
-    CUDACHECK(cudaFree(B.send[i]));
-    CUDACHECK(cudaFree(B.recv[i]));
+    freeData(P, B.send[i]);
+    freeData(P, B.recv[i]);
     CUDACHECK(cudaFree(B.bad[i]));
   }
 }
@@ -788,6 +896,7 @@ static int perfProc(int proc) {
     g_dieHook = jsonOnDie;
   }
   procSetup(P, proc, O.topo, g_shared, O.libs);
+  checkRegSymbols(P);
   resolveTypesOps(P);
   g_bufs.assign(O.topo.nthreads, Bufs());
   const int nl = (int)P.libs.size();
@@ -804,6 +913,10 @@ static int perfProc(int proc) {
     printf("\n");
     if (O.blocking) printf("# Blocking Enabled: -z %d\n", O.blocking);
     if (O.parallelInit) printf("# Parallel Init Enabled: threads call into NcclInitRank concurrently\n");
+    if (O.reg == 1) printf("# Buffer registration: -R 1, cudaMalloc buffers registered with ncclCommRegister\n");
+    if (O.reg == 2)
+      printf("# Buffer registration: -R 2, ncclMemAlloc buffers (library %s) registered as symmetric windows "
+             "(ncclCommWindowRegister) with every library\n", P.libs[0].name.c_str());
     if (nl > 1)
       for (const Lib& L : P.libs) printf("# library %s: %s ncclGetVersion=%d\n", L.name.c_str(), L.path.c_str(), L.version);
     printf("#\n");
@@ -850,6 +963,9 @@ static void usage(const char* prog) {
          "  -G,--cudagraph N       capture the -n iterations in a CUDA graph, launch it N times (0)\n"
          "  -C,--report_cputime 0/1  report CPU time instead of wall time (0)\n"
          "  -a,--average 0..3      cross-rank time: 0 rank 0, 1 average, 2 min, 3 max (1)\n"
+         "  -R,--local_register 0..2  buffer registration (0): 0 none (cudaMalloc); 1 ncclCommRegister;\n"
+         "                         2 buffers from ncclMemAlloc of the first library, registered with every\n"
+         "                         library as symmetric windows (ncclCommWindowRegister, NCCL >= 2.27)\n"
          "  -P,--nprocs N          fork N processes (no MPI); ranks = N x t x g (1)\n"
          "  -T,--timeout S         kill everything after S seconds (600; 0 = never)\n"
          "  -J,--output_file F     also write the results as JSON to F (must end in .json; an existing\n"
@@ -879,6 +995,7 @@ int main(int argc, char** argv) {
       {"cudagraph", required_argument, 0, 'G'}, {"report_cputime", required_argument, 0, 'C'},
       {"average", required_argument, 0, 'a'}, {"nprocs", required_argument, 0, 'P'},
       {"output_file", required_argument, 0, 'J'}, {"output-file", required_argument, 0, 'J'},
+      {"local_register", required_argument, 0, 'R'},
       {"libs", required_argument, 0, 1}, {"coll", required_argument, 0, 2},
       {"capture-mode", required_argument, 0, 3}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
   auto size = [](const char* s, const char* what) {
@@ -887,7 +1004,7 @@ int main(int argc, char** argv) {
     return (size_t)v;
   };
   int c;
-  while ((c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:N:p:c:o:d:r:z:y:T:G:C:a:P:J:h", longopts, nullptr)) != -1) {
+  while ((c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:N:p:c:o:d:r:z:y:T:G:C:a:P:J:R:h", longopts, nullptr)) != -1) {
     const char* v = optarg;
     switch (c) {
       case 't': O.topo.nthreads = atoi(v); break;
@@ -913,6 +1030,7 @@ int main(int argc, char** argv) {
       case 'a': O.average = atoi(v); break;
       case 'P': O.topo.nprocs = atoi(v); break;
       case 'J': O.jsonFile = v; break;
+      case 'R': O.reg = atoi(v); break;
       case 1: O.libs = v; break;
       case 2: O.coll = findColl(v); if (!O.coll) { fprintf(stderr, "unknown --coll %s\n", v); return 1; } break;
       case 3: O.capture = v; break;
@@ -924,8 +1042,8 @@ int main(int argc, char** argv) {
   if (!O.coll) { fprintf(stderr, "%s: cannot tell the collective from the program name; use --coll\n", O.prog.c_str()); return 1; }
   if (O.minBytes > O.maxBytes) { fprintf(stderr, "invalid sizes: minbytes %zu > maxbytes %zu\n", O.minBytes, O.maxBytes); return 1; }
   if (O.iters < 1 || O.agg < 1 || O.warmup < 0 || O.check < 0 || O.graphs < 0 || O.cycles < 1 ||
-      O.blocking < 0 || O.blocking > 3 || O.average < 0 || O.average > 3) {
-    fprintf(stderr, "invalid option value (need -n >= 1, -m >= 1, -N >= 1, -z 0..3, -a 0..3)\n");
+      O.blocking < 0 || O.blocking > 3 || O.average < 0 || O.average > 3 || O.reg < 0 || O.reg > 2) {
+    fprintf(stderr, "invalid option value (need -n >= 1, -m >= 1, -N >= 1, -z 0..3, -a 0..3, -R 0..2)\n");
     return 1;
   }
   if (O.graphs && O.nullStream) { fprintf(stderr, "-G cannot capture the NULL stream (-y 1)\n"); return 1; }

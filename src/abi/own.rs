@@ -3,8 +3,9 @@
 
 use crate::abi::boundary;
 use crate::comm::Snapshot;
-use crate::types::{ncclComm_t, ncclResult_t};
-use std::ffi::{c_char, c_int};
+use crate::dda::alltoallv::{AllToAllvCall, Segments};
+use crate::types::{Stream, ncclComm_t, ncclDataType_t, ncclResult_t};
+use std::ffi::{c_char, c_int, c_void};
 
 /// rcclx version as `MAJOR*10000 + MINOR*100 + PATCH`.
 pub const RCCLX_VERSION_CODE: c_int = 100;
@@ -215,5 +216,167 @@ pub extern "C" fn rcclxForwardReasonName(index: c_int) -> *const c_char {
             .ok()
             .and_then(|i| crate::intercept::Reason::ALL.get(i))
             .map_or(std::ptr::null(), |r| r.c_name().as_ptr())
+    })
+}
+
+/// Value of a count in `actualRecvcounts` whose segment was dropped because it did not fit the
+/// declared capacities (see `rcclxAllToAllvDynamic`).
+pub const RCCLX_COUNT_INVALID: u64 = u64::MAX;
+
+/// The host array of `nranks` pointers at `p` (NULL: `ncclInvalidArgument`).
+///
+/// # Safety
+/// `p` is NULL or points to `nranks` readable pointers.
+unsafe fn pointer_array<T>(p: *const *const T, nranks: usize, what: &str) -> Result<Vec<u64>, crate::error::Error> {
+    if p.is_null() {
+        return Err(crate::error::Error::new(ncclResult_t::InvalidArgument, format!("{what} is NULL")));
+    }
+    // SAFETY: non-null; the caller guarantees `nranks` readable entries.
+    Ok(unsafe { std::slice::from_raw_parts(p, nranks) }.iter().map(|&x| x as u64).collect())
+}
+
+fn elem_bytes(datatype: ncclDataType_t) -> Option<u64> {
+    datatype.size().map(|s| s as u64)
+}
+
+/// GPU-resident AllToAllv with one buffer per peer (NCCLX's `alltoallvDynamic`, without hints).
+///
+/// Rank r sends `sendcounts[p]` elements from `sendbuffs[p]` to rank p, which receives them in
+/// `recvbuffs[r]`. `sendcounts` (`nranks` entries) is read and `actualRecvcounts` (`nranks`
+/// entries: what came from each rank) written on the device, in stream order, so the counts can
+/// come from the kernel that routed the data and the call can be captured in a CUDA/HIP graph.
+/// `sendbuffs` and `recvbuffs` are host arrays of `nranks` device pointers, read at the call.
+/// Each segment holds at most `maxSendcount` elements when sent and `maxRecvcount` when received;
+/// a segment over either is not moved and its receiver reads `RCCLX_COUNT_INVALID` (SIZE_MAX) in
+/// `actualRecvcounts` (the others move normally). A send count of `RCCLX_COUNT_INVALID` sends
+/// nothing, so received counts can be sent back as they are. Send and receive buffers must not
+/// overlap.
+///
+/// Needs a communicator on which rcclx runs its own kernels (2-8 ranks on one host); on any
+/// other, `ncclInvalidUsage`. NULL arrays, NULL counts or a NULL buffer with a nonzero capacity:
+/// `ncclInvalidArgument`.
+///
+/// # Safety
+/// `sendbuffs` and `recvbuffs` are NULL or hold `nranks` pointers; the device pointers are valid
+/// for the declared capacities on the stream's device; `stream` is a stream of that device.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rcclxAllToAllvDynamic(
+    sendbuffs: *const *const c_void,
+    sendcounts: *const usize,
+    recvbuffs: *const *mut c_void,
+    maxSendcount: usize,
+    maxRecvcount: usize,
+    actualRecvcounts: *mut usize,
+    datatype: ncclDataType_t,
+    comm: ncclComm_t,
+    stream: Stream,
+) -> ncclResult_t {
+    boundary("rcclxAllToAllvDynamic", || {
+        let Some(unit) = elem_bytes(datatype) else { return ncclResult_t::InvalidArgument };
+        if comm.is_null() {
+            return ncclResult_t::InvalidArgument;
+        }
+        // SAFETY: the caller's stream (NCCL's contract).
+        let stream = unsafe { crate::gpu::Stream::from_raw(stream) };
+        crate::comm::alltoallv_dynamic(comm, stream, |n| {
+            Ok(AllToAllvCall {
+                // SAFETY: the caller guarantees `n` entries (its communicator's size).
+                send: Segments::PerPeer(unsafe { pointer_array(sendbuffs, n, "sendbuffs") }?),
+                // SAFETY: as above.
+                recv: Segments::PerPeer(unsafe { pointer_array(recvbuffs.cast::<*const c_void>(), n, "recvbuffs") }?),
+                send_counts: sendcounts as u64,
+                recv_counts: actualRecvcounts as u64,
+                max_send: maxSendcount as u64,
+                max_recv: maxRecvcount as u64,
+                unit_bytes: unit,
+            })
+        })
+    })
+}
+
+/// GPU-resident AllToAllv from one send buffer (NCCLX's `alltoallvDynamicSplit`, without hints):
+/// as `rcclxAllToAllvDynamic`, but the segments for ranks 0, 1, ... lie back to back in
+/// `sendbuff`, `sendSplitLengths[p]` elements each (device memory), and `maxSendcount` is the
+/// capacity of `sendbuff`: segments that end past it are not sent, nor any after them.
+///
+/// # Safety
+/// As `rcclxAllToAllvDynamic`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rcclxAllToAllvDynamicSplit(
+    sendbuff: *const c_void,
+    sendSplitLengths: *const usize,
+    recvbuffs: *const *mut c_void,
+    maxSendcount: usize,
+    maxRecvcount: usize,
+    actualRecvcounts: *mut usize,
+    datatype: ncclDataType_t,
+    comm: ncclComm_t,
+    stream: Stream,
+) -> ncclResult_t {
+    boundary("rcclxAllToAllvDynamicSplit", || {
+        let Some(unit) = elem_bytes(datatype) else { return ncclResult_t::InvalidArgument };
+        if comm.is_null() {
+            return ncclResult_t::InvalidArgument;
+        }
+        // SAFETY: the caller's stream (NCCL's contract).
+        let stream = unsafe { crate::gpu::Stream::from_raw(stream) };
+        crate::comm::alltoallv_dynamic(comm, stream, |n| {
+            Ok(AllToAllvCall {
+                send: Segments::Packed(sendbuff as u64),
+                // SAFETY: the caller guarantees `n` entries (its communicator's size).
+                recv: Segments::PerPeer(unsafe { pointer_array(recvbuffs.cast::<*const c_void>(), n, "recvbuffs") }?),
+                send_counts: sendSplitLengths as u64,
+                recv_counts: actualRecvcounts as u64,
+                max_send: maxSendcount as u64,
+                max_recv: maxRecvcount as u64,
+                unit_bytes: unit,
+            })
+        })
+    })
+}
+
+/// GPU-resident AllToAllv between two packed buffers, the layout of PyTorch's
+/// `all_to_all_single`: segments for (from) ranks 0, 1, ... lie back to back in `sendbuff`
+/// (`recvbuff`). Counts and capacities are in units of `countUnit` elements (1: elements; the
+/// elements of one row: PyTorch's split sizes as they are). `maxSendcount` / `maxRecvcount` are
+/// the capacities of the two buffers; a segment that ends past either is dropped, as are those
+/// after it, and reads `RCCLX_COUNT_INVALID` in `actualRecvcounts`. Otherwise as
+/// `rcclxAllToAllvDynamic`.
+///
+/// # Safety
+/// As `rcclxAllToAllvDynamic`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rcclxAllToAllvDynamicPacked(
+    sendbuff: *const c_void,
+    sendcounts: *const usize,
+    recvbuff: *mut c_void,
+    maxSendcount: usize,
+    maxRecvcount: usize,
+    actualRecvcounts: *mut usize,
+    countUnit: usize,
+    datatype: ncclDataType_t,
+    comm: ncclComm_t,
+    stream: Stream,
+) -> ncclResult_t {
+    boundary("rcclxAllToAllvDynamicPacked", || {
+        let Some(unit) = elem_bytes(datatype).and_then(|e| e.checked_mul(countUnit as u64)) else {
+            return ncclResult_t::InvalidArgument;
+        };
+        if comm.is_null() {
+            return ncclResult_t::InvalidArgument;
+        }
+        // SAFETY: the caller's stream (NCCL's contract).
+        let stream = unsafe { crate::gpu::Stream::from_raw(stream) };
+        crate::comm::alltoallv_dynamic(comm, stream, |_| {
+            Ok(AllToAllvCall {
+                send: Segments::Packed(sendbuff as u64),
+                recv: Segments::Packed(recvbuff as u64),
+                send_counts: sendcounts as u64,
+                recv_counts: actualRecvcounts as u64,
+                max_send: maxSendcount as u64,
+                max_recv: maxRecvcount as u64,
+                unit_bytes: unit,
+            })
+        })
     })
 }

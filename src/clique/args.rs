@@ -41,6 +41,43 @@ pub struct Buffers {
     pub stream: crate::gpu::Stream,
 }
 
+/// Mirror of `RcclxA2avArgs` (`hip_kernels/alltoallv.cuh`): the argument of the GPU-resident
+/// AllToAllv kernel, the common fields plus the segments and the device-side counts.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct AllToAllvArgs {
+    /// `send`, `recv` and `count` unused; `window_elems`: bytes per destination per window.
+    pub base: KernelArgs,
+    /// Start of each outgoing / incoming segment (packed: only `[0]`, the buffer).
+    pub send: [u64; MAX_RANKS],
+    pub recv: [u64; MAX_RANKS],
+    /// Device pointers: `[nranks]` counts sent (read) and received (written).
+    pub send_counts: u64,
+    pub recv_counts: u64,
+    /// Capacities, in units (see `hip_kernels/alltoallv.cuh` for per-peer and packed meaning).
+    pub max_send: u64,
+    pub max_recv: u64,
+    /// Bytes per count unit.
+    pub unit_bytes: u64,
+    /// `A2AV_SEND_PACKED` | `A2AV_RECV_PACKED`.
+    pub packed: u32,
+    pub pad: u32,
+}
+const _: () = assert!(std::mem::size_of::<AllToAllvArgs>() == 456);
+
+/// `RCCLX_A2AV_SEND_PACKED` / `RCCLX_A2AV_RECV_PACKED`: the segments lie back to back in one buffer.
+pub const A2AV_SEND_PACKED: u32 = 1;
+pub const A2AV_RECV_PACKED: u32 = 2;
+/// `RCCLX_A2AV_HDR`: bytes at the start of a staging half that carry the counts.
+pub const A2AV_HEADER_BYTES: u64 = 128;
+
+/// The one argument of a kernel: which struct depends on its family.
+#[derive(Clone, Copy, Debug)]
+pub enum LaunchArgs {
+    Collective(KernelArgs),
+    AllToAllv(AllToAllvArgs),
+}
+
 /// One kernel launch, planned by `dda` or `lowp` and run by `comm` (at once, or at the end of
 /// the caller's group).
 #[derive(Clone, Copy, Debug)]
@@ -48,5 +85,5 @@ pub struct Launch {
     pub func: crate::gpu::Function,
     /// (blocks, threads per block).
     pub grid: (u32, u32),
-    pub args: KernelArgs,
+    pub args: LaunchArgs,
 }

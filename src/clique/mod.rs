@@ -27,7 +27,10 @@ pub mod host;
 mod lease;
 mod record;
 
-pub use args::{Buffers, FLAG_STRIDE, KernelArgs, Launch, MAX_RANKS, THREADS};
+pub use args::{
+    A2AV_HEADER_BYTES, A2AV_RECV_PACKED, A2AV_SEND_PACKED, AllToAllvArgs, Buffers, FLAG_STRIDE, KernelArgs, Launch,
+    LaunchArgs, MAX_RANKS, THREADS,
+};
 
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
@@ -119,22 +122,25 @@ impl Clique {
         crate::kernel_table::kernel_index(family, dtype, op).and_then(|i| self.kernels.get(i).copied())
     }
 
-    /// Launches `func` with `args` on `stream`.
-    pub fn launch(
-        &self,
-        func: Function,
-        grid: (u32, u32),
-        mut args: KernelArgs,
-        stream: gpu::Stream,
-    ) -> Result<(), Error> {
+    /// Launches `launch` on `stream`.
+    pub fn launch(&self, launch: Launch, stream: gpu::Stream) -> Result<(), Error> {
         let rt = gpu::runtime()?;
         let _guard = rt.device_guard(self.device)?;
-        let mut arg_ptr = &mut args as *mut KernelArgs as *mut c_void;
-        // SAFETY: every rcclx kernel takes one `RcclxArgs` by value, whose layout `KernelArgs`
-        // mirrors (size asserted on both sides); its pointers are this clique's buffers and the
-        // caller's send/recv buffers of the call's size, on the stream's device.
-        unsafe { rt.launch(func, (grid.0, 1, 1), (grid.1, 1, 1), 0, stream, std::slice::from_mut(&mut arg_ptr)) }
-            .map_err(Error::from)
+        let mut args = launch.args;
+        let mut arg_ptr = match &mut args {
+            LaunchArgs::Collective(a) => a as *mut KernelArgs as *mut c_void,
+            LaunchArgs::AllToAllv(a) => a as *mut AllToAllvArgs as *mut c_void,
+        };
+        let (blocks, threads) = launch.grid;
+        // SAFETY: every rcclx kernel takes one argument struct by value, `RcclxArgs` or (the
+        // AllToAllv family) `RcclxA2avArgs`, whose layouts the two variants mirror (sizes
+        // asserted on both sides); `plan` picked the variant of the kernel's family. Its pointers
+        // are this clique's buffers and the caller's buffers of the declared sizes, on the
+        // stream's device.
+        unsafe {
+            rt.launch(launch.func, (blocks, 1, 1), (threads, 1, 1), 0, stream, std::slice::from_mut(&mut arg_ptr))
+        }
+        .map_err(Error::from)
     }
 
     /// The first error a kernel reported: `ncclRemoteError` after a timeout, none after an abort

@@ -16,6 +16,7 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::RwLock;
 
 use crate::clique::{Buffers, Clique, Launch};
+use crate::dda::alltoallv::AllToAllvCall;
 use crate::error::Error;
 use crate::intercept::{Algo, CallDesc, Reason, Route};
 use crate::types::{ncclComm_t, ncclResult_t};
@@ -272,28 +273,71 @@ pub fn collective(
         Algo::Lowp => crate::lowp::plan(&clique, &call, &bufs),
         _ => crate::dda::plan(&clique, algo, &call, &bufs),
     };
-    let job = Job { state, clique, coll: call.coll, route, bytes, stream: bufs.stream };
-    match planned {
-        Ok(launch) if lifecycle::in_group() => {
-            lifecycle::defer(job, launch);
-            ncclResult_t::Success
+    let family = crate::intercept::family(call.coll, algo).unwrap_or(stats::FORWARDED);
+    let job = Job { state, clique, what: call.coll.name(), family, bytes, stream: bufs.stream };
+    job.start(planned)
+}
+
+/// Runs one GPU-resident AllToAllv (`rcclxAllToAllvDynamic` and its forms); `describe` turns
+/// the C arguments into the call, given the communicator's rank count. It needs rcclx's kernels
+/// on `comm`: anywhere else it is `ncclInvalidUsage` (the counts are on the device, so the stock
+/// library, which wants them on the host, cannot stand in).
+pub fn alltoallv_dynamic(
+    comm: ncclComm_t,
+    stream: crate::gpu::Stream,
+    describe: impl FnOnce(usize) -> Result<AllToAllvCall, Error>,
+) -> ncclResult_t {
+    let (state, clique) = match usable(comm) {
+        Ok(Some(sc)) => sc,
+        Ok(None) => {
+            let why = match lookup(comm) {
+                None => "is not a communicator rcclx knows",
+                Some(s) if s.is_closed() => "is finalized, revoked or aborted",
+                Some(_) => "has no rcclx kernels (they need 2-8 ranks on one host with peer access)",
+            };
+            tracing::warn!("rcclxAllToAllvDynamic: comm {comm:p} {why}; returning ncclInvalidUsage");
+            return ncclResult_t::InvalidUsage;
         }
-        Ok(launch) => job.run(launch),
-        Err(e) => job.failed(e),
+        Err((_, code)) => return code,
+    };
+    crate::log::set_device(clique.device);
+    let planned = describe(clique.nranks).and_then(|call| crate::dda::alltoallv::plan(&clique, &call));
+    if let Err(e) = &planned
+        && e.code == ncclResult_t::InvalidArgument
+    {
+        tracing::warn!("rcclxAllToAllvDynamic on comm {comm:p}: {e}");
+        return e.code; // the caller's mistake: the communicator stays usable
     }
+    let family = crate::dda::alltoallv::family();
+    let job = Job { state, clique, what: "alltoallv", family, bytes: 0, stream };
+    job.start(planned)
 }
 
 /// A planned rcclx launch with what it needs to run and be counted.
 pub struct Job {
     state: Arc<State>,
     clique: Arc<Clique>,
-    coll: crate::intercept::Coll,
-    route: Route,
+    /// The collective, for log lines.
+    what: &'static str,
+    /// Statistics route: the kernel family.
+    family: usize,
     bytes: u64,
     stream: crate::gpu::Stream,
 }
 
 impl Job {
+    /// Launches now, or at the end of the caller's group.
+    fn start(self, planned: Result<Launch, Error>) -> ncclResult_t {
+        match planned {
+            Ok(launch) if lifecycle::in_group() => {
+                lifecycle::defer(self, launch);
+                ncclResult_t::Success
+            }
+            Ok(launch) => self.run(launch),
+            Err(e) => self.failed(e),
+        }
+    }
+
     /// Orders and launches; a failure puts the communicator in error.
     fn run(self, launch: Launch) -> ncclResult_t {
         if self.state.is_closed() {
@@ -302,10 +346,10 @@ impl Job {
         if let Err(e) = self.state.order.before(self.clique.device, self.stream) {
             return self.failed(e);
         }
-        match self.clique.launch(launch.func, launch.grid, launch.args, self.stream) {
+        match self.clique.launch(launch, self.stream) {
             Ok(()) => {
                 let _ = self.state.order.after(self.clique.device, true);
-                self.state.stats.count(self.coll, self.route, self.bytes);
+                self.state.stats.count_family(self.family, self.bytes);
                 ncclResult_t::Success
             }
             Err(e) => self.failed(e),
@@ -313,8 +357,8 @@ impl Job {
     }
 
     fn failed(self, e: Error) -> ncclResult_t {
-        tracing::warn!("{:?} on comm {:p}: {e}", self.coll, self.state.comm());
-        self.state.stats.count(self.coll, Route::Upstream(Reason::Failed), self.bytes);
+        tracing::warn!("{} on comm {:p}: {e}", self.what, self.state.comm());
+        self.state.stats.count_forwarded(Reason::Failed, self.bytes);
         self.state.record_error(e.code);
         e.code
     }

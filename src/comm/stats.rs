@@ -99,15 +99,24 @@ impl Default for Stats {
 impl Stats {
     /// Counts one call of `bytes` that `coll` took on `route`.
     pub fn count(&self, coll: crate::intercept::Coll, route: Route, bytes: u64) {
-        let i = match route {
-            Route::Own(algo) => crate::intercept::family(coll, algo).unwrap_or(FORWARDED),
-            Route::Upstream(reason) => {
-                self.reasons[reason as usize].fetch_add(1, Relaxed);
-                FORWARDED
-            }
-        };
+        match route {
+            Route::Own(algo) => self.count_family(crate::intercept::family(coll, algo).unwrap_or(FORWARDED), bytes),
+            Route::Upstream(reason) => self.count_forwarded(reason, bytes),
+        }
+    }
+
+    /// Counts one call of `bytes` run by a kernel of family `family` (index in `FAMILIES`).
+    pub fn count_family(&self, family: usize, bytes: u64) {
+        let i = family.min(FORWARDED);
         self.routes[i][0].fetch_add(1, Relaxed);
         self.routes[i][1].fetch_add(bytes, Relaxed);
+    }
+
+    /// Counts one call of `bytes` that went to the stock library (or failed) for `reason`.
+    pub fn count_forwarded(&self, reason: Reason, bytes: u64) {
+        self.reasons[reason as usize].fetch_add(1, Relaxed);
+        self.routes[FORWARDED][0].fetch_add(1, Relaxed);
+        self.routes[FORWARDED][1].fetch_add(bytes, Relaxed);
     }
 
     pub fn snapshot(&self) -> Snapshot {

@@ -5,13 +5,14 @@
 //!
 //! Layer: above `clique`, `intercept`, `error`; below `comm`.
 
-use crate::clique::{Buffers, Clique, Launch, THREADS};
+use crate::clique::{Buffers, Clique, Launch, LaunchArgs, THREADS};
 use crate::error::Error;
 use crate::intercept::{Algo, CallDesc, Coll};
 
 mod allgather;
 mod allreduce;
 mod alltoall;
+pub mod alltoallv;
 mod reducescatter;
 
 /// The launch of `call` on `algo` (LL, flat or tree).
@@ -36,7 +37,7 @@ pub fn plan(clique: &Clique, algo: Algo, call: &CallDesc, bufs: &Buffers) -> Res
     args.recv = bufs.recv as u64;
     args.count = count;
     args.window_elems = window;
-    Ok(Launch { func, grid: (blocks, threads), args })
+    Ok(Launch { func, grid: (blocks, threads), args: LaunchArgs::Collective(args) })
 }
 
 /// Blocks and threads for `units` work items of one pass: full blocks of `THREADS`, at most

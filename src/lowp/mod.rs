@@ -5,7 +5,7 @@
 //!
 //! Layer: above `clique`, `intercept`, `error`; below `comm`.
 
-use crate::clique::{Buffers, Clique, Launch, THREADS};
+use crate::clique::{Buffers, Clique, Launch, LaunchArgs, THREADS};
 use crate::error::Error;
 use crate::intercept::{Algo, CallDesc, Coll};
 
@@ -61,7 +61,7 @@ pub fn plan(clique: &Clique, call: &CallDesc, bufs: &Buffers) -> Result<Launch, 
     args.recv = bufs.recv as u64;
     args.count = call.count as u64;
     args.window_elems = window;
-    Ok(Launch { func, grid: (blocks, THREADS), args })
+    Ok(Launch { func, grid: (blocks, THREADS), args: LaunchArgs::Collective(args) })
 }
 
 #[cfg(test)]

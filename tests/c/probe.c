@@ -16,6 +16,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,7 +56,13 @@ typedef struct rcclxCommStats rcclxCommStats; /* only passed as NULL here */
   X(const char *, rcclxGetUpstreamPath, (void))                                                \
   X(ncclResult_t, rcclxCommGetStats, (ncclComm_t, rcclxCommStats *))                           \
   X(const char *, rcclxForwardReasonName, (int))                                               \
-  X(ncclResult_t, rcclxGetProcessStats, (rcclxCommStats *))
+  X(ncclResult_t, rcclxGetProcessStats, (rcclxCommStats *))                                   \
+  X(ncclResult_t, rcclxAllToAllvDynamic,                                                       \
+    (const void *const *, const size_t *, void *const *, size_t, size_t, size_t *,             \
+     ncclDataType_t, ncclComm_t, cudaStream_t))                                                \
+  X(ncclResult_t, rcclxAllToAllvDynamicPacked,                                                 \
+    (const void *, const size_t *, void *, size_t, size_t, size_t *, size_t, ncclDataType_t,   \
+     ncclComm_t, cudaStream_t))
 
 struct api {
 #define FIELD(ret, name, params) ret(*name) params;
@@ -142,6 +149,19 @@ static void probe_own(const struct own_api *o) {
   str_line("rcclxForwardReasonName(-1)", o->rcclxForwardReasonName(-1));
   if (o->rcclxGetProcessStats)
     fprintf(out, "rcclxGetProcessStats(NULL)=%d\n", o->rcclxGetProcessStats(NULL));
+  if (o->rcclxAllToAllvDynamic && o->rcclxAllToAllvDynamicPacked) {
+    /* A handle no library made: rcclx only uses it as a key, and has no kernels for it. */
+    ncclComm_t unknown = (ncclComm_t)(uintptr_t)0x7f00;
+    size_t counts[8] = {0};
+    fprintf(out, "rcclxAllToAllvDynamic(comm=NULL)=%d\n",
+            o->rcclxAllToAllvDynamic(NULL, counts, NULL, 0, 0, counts, ncclFloat32, NULL, NULL));
+    fprintf(out, "rcclxAllToAllvDynamic(unknown comm)=%d\n",
+            o->rcclxAllToAllvDynamic(NULL, counts, NULL, 0, 0, counts, ncclFloat32, unknown, NULL));
+    fprintf(out, "rcclxAllToAllvDynamic(bad type)=%d\n",
+            o->rcclxAllToAllvDynamic(NULL, counts, NULL, 0, 0, counts, (ncclDataType_t)99, unknown, NULL));
+    fprintf(out, "rcclxAllToAllvDynamicPacked(unit overflow)=%d\n",
+            o->rcclxAllToAllvDynamicPacked(NULL, counts, NULL, 0, 0, counts, SIZE_MAX, ncclFloat32, unknown, NULL));
+  }
 }
 
 int main(int argc, char **argv) {

@@ -1,0 +1,168 @@
+// GPU-resident AllToAllv (rcclxAllToAllvDynamic and its Split / Packed forms; host side:
+// src/dda/alltoallv.rs). The counts live in device memory, written by the kernel that routed
+// the data: no rank knows on the host what it sends or receives, so the counts travel with the
+// data and the number of windows is agreed on the device.
+//
+// Per call, one grid of the clique's `max_blocks` blocks on every rank (it cannot depend on the
+// counts, and per-block barriers need the same grid everywhere). Window w of the call:
+//   push:    the bytes [w*W, (w+1)*W) of every outgoing segment into the destination's staging
+//            half, region of this rank at HDR + rank*W (remote stores: every byte crosses the
+//            link as a store, as in the FP8 kernels, which the link moves faster than loads);
+//            in window 0 also the header, in the own staging: the bytes for each destination
+//            (or RCCLX_A2AV_INVALID);
+//   barrier;
+//   window 0 only: every rank reads every rank's header, so all agree on the number of windows
+//            (the largest segment of any pair) and each knows what it receives and where;
+//   copy-out: window w of the segment from each peer p, from the own staging (local), and in
+//            window 0 the whole segment a rank keeps (local copy, while the peers push window 1).
+// Every block writes the same header (identical stores: a block's barrier publishes only its own
+// writes, and each block reads the header after its own barrier). Reuse of the halves and the
+// window counters: as common.cuh; the header is only written in window 0.
+//
+// Layout of the segments (`packed` bits): per-peer mode, segment q starts at send[q] / recv[q];
+// packed mode, at send[0] / recv[0] plus the sum of the previous segments' lengths. Counts are
+// in units of `unit_bytes` (an element, or a row of elements). Validation, so that a count never
+// moves a byte outside the declared buffers: a sender's segment longer than max_send (per-peer)
+// or ending past max_send (packed) is not sent, nor (packed) any after it; a receiver drops a
+// segment longer than max_recv (per-peer) or ending past max_recv (packed), or whose length is
+// not a whole number of its units. Dropped segments read back as RCCLX_A2AV_INVALID in
+// recv_counts; the others move normally. A send count of RCCLX_A2AV_INVALID is taken as 0, so a
+// received count can be passed back as it is (MoE combine after dispatch).
+#pragma once
+
+#define RCCLX_A2AV_HDR 128  // bytes of the header at the start of each staging half
+#define RCCLX_A2AV_INVALID UINT64_MAX
+
+enum : uint32_t { RCCLX_A2AV_SEND_PACKED = 1, RCCLX_A2AV_RECV_PACKED = 2 };
+
+// Mirror: AllToAllvArgs in src/clique/args.rs.
+struct RcclxA2avArgs {
+  RcclxArgs a;                         // send/recv/count unused; window_elems = W (bytes)
+  uint64_t send[RCCLX_MAX_RANKS];      // segment starts (packed: send[0] only)
+  uint64_t recv[RCCLX_MAX_RANKS];
+  const uint64_t* send_counts;         // device, [nranks]
+  uint64_t* recv_counts;               // device, [nranks], written
+  uint64_t max_send;                   // in units
+  uint64_t max_recv;
+  uint64_t unit_bytes;
+  uint32_t packed;                     // RCCLX_A2AV_* bits
+  uint32_t pad_;
+};
+RCCLX_ASSERT_SIZE(RcclxA2avArgs, 456);
+
+// Bytes of window w of a segment of `len` bytes, each window W bytes.
+RCCLX_DEV uint64_t rcclx_a2av_window(uint64_t len, uint64_t w, uint64_t W) {
+  if (len == RCCLX_A2AV_INVALID || len <= w * W) return 0;
+  return len - w * W < W ? len - w * W : W;
+}
+
+template <typename T>
+RCCLX_DEV void rcclx_alltoallv_dynamic(const RcclxA2avArgs& v) {
+  const RcclxArgs& a = v.a;
+  __shared__ uint32_t s_seq;
+  __shared__ int s_fail;
+  __shared__ uint64_t s_out[RCCLX_MAX_RANKS];   // bytes to each destination (or INVALID)
+  __shared__ uint64_t s_soff[RCCLX_MAX_RANKS];  // byte offset of each outgoing segment
+  __shared__ uint64_t s_in[RCCLX_MAX_RANKS];    // bytes from each source (or INVALID)
+  __shared__ uint64_t s_roff[RCCLX_MAX_RANKS];  // byte offset of each incoming segment
+  __shared__ uint64_t s_nwin;
+  uint32_t seq = rcclx_seq_load(a, &s_seq, &s_fail);
+  const uint64_t deadline = rcclx_call_deadline(a);
+  const uint64_t W = a.window_elems;
+  const int n = a.nranks;
+  const bool send_packed = v.packed & RCCLX_A2AV_SEND_PACKED;
+  const bool recv_packed = v.packed & RCCLX_A2AV_RECV_PACKED;
+
+  if (threadIdx.x == 0) {
+    uint64_t end = 0;  // packed: units before segment q (<= max_send)
+    bool over = false;
+    for (int q = 0; q < n; ++q) {
+      // RCCLX_A2AV_INVALID (a count that came back dropped, passed on) sends nothing.
+      const uint64_t c = v.send_counts[q] == RCCLX_A2AV_INVALID ? 0 : v.send_counts[q];
+      // max_send * unit_bytes fits in 64 bits (checked by the host), so c * unit_bytes does.
+      if (send_packed) {
+        over = over || c > v.max_send - end;
+        s_soff[q] = end * v.unit_bytes;
+        if (!over) end += c;
+      } else {
+        over = c > v.max_send;
+        s_soff[q] = 0;
+      }
+      s_out[q] = over ? RCCLX_A2AV_INVALID : c * v.unit_bytes;
+    }
+  }
+  __syncthreads();
+
+  for (uint64_t w = 0;; ++w, ++seq) {
+    const uint64_t half_off = (uint64_t)(seq & 1) * a.half_bytes;
+    char* mine = a.staging[a.rank] + half_off;
+    if (w == 0 && threadIdx.x < n) ((uint64_t*)mine)[threadIdx.x] = s_out[threadIdx.x];
+    for (int i = 1; i < n; ++i) {
+      const int q = (a.rank + i) % n;
+      const uint64_t len = rcclx_a2av_window(s_out[q], w, W);
+      const char* src = (const char*)(send_packed ? v.send[0] : v.send[q]) + s_soff[q] + w * W;
+      if (len) rcclx_copy<T>((T*)(a.staging[q] + half_off + RCCLX_A2AV_HDR + a.rank * W), (const T*)src, len);
+    }
+    if (!rcclx_barrier(a, seq * 4 + 1, deadline, &s_fail)) { ++seq; break; }
+    if (w == 0) {
+      // Thread p: what p sends to me, and p's longest segment (for the number of windows).
+      __shared__ uint64_t s_longest[RCCLX_MAX_RANKS];
+      if (threadIdx.x < n) {
+        const int p = threadIdx.x;
+        const uint64_t* hdr = (const uint64_t*)(a.staging[p] + half_off);
+        uint64_t longest = 0;
+        for (int q = 0; q < n; ++q) {
+          const uint64_t len = rcclx_ld_relaxed_sys_u64(hdr + q);
+          if (len != RCCLX_A2AV_INVALID && len > longest) longest = len;
+          if (q == a.rank) s_in[p] = len;
+        }
+        s_longest[p] = longest;
+      }
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        uint64_t longest = 0, end = 0;  // packed: units before segment p (<= max_recv)
+        bool over = false;
+        for (int p = 0; p < n; ++p) {
+          longest = s_longest[p] > longest ? s_longest[p] : longest;
+          const uint64_t len = s_in[p];
+          bool drop = len == RCCLX_A2AV_INVALID;
+          if (!drop) {
+            const uint64_t units = len / v.unit_bytes;
+            const bool ragged = len % v.unit_bytes != 0;
+            if (recv_packed) {
+              over = over || ragged || units > v.max_recv - end;
+              s_roff[p] = end * v.unit_bytes;
+              if (!over) end += units;
+              drop = over;
+            } else {
+              s_roff[p] = 0;
+              drop = ragged || units > v.max_recv;
+            }
+          }
+          if (drop) s_in[p] = RCCLX_A2AV_INVALID;
+        }
+        s_nwin = longest > W ? (longest + W - 1) / W : 1;
+      }
+      __syncthreads();
+      if (blockIdx.x == 0 && threadIdx.x < n) {
+        const uint64_t len = s_in[threadIdx.x];
+        v.recv_counts[threadIdx.x] = len == RCCLX_A2AV_INVALID ? RCCLX_A2AV_INVALID : len / v.unit_bytes;
+      }
+    }
+    for (int i = 1; i < n; ++i) {
+      const int p = (a.rank + i) % n;
+      const uint64_t len = rcclx_a2av_window(s_in[p], w, W);
+      char* dst = (char*)(recv_packed ? v.recv[0] : v.recv[p]) + s_roff[p] + w * W;
+      if (len) rcclx_copy<T>((T*)dst, (const T*)(mine + RCCLX_A2AV_HDR + p * W), len);
+    }
+    // The segment this rank keeps, whole (both checks passed in s_in).
+    const uint64_t own = s_in[a.rank];
+    if (w == 0 && own != RCCLX_A2AV_INVALID && own != 0) {
+      const char* src = (const char*)(send_packed ? v.send[0] : v.send[a.rank]) + s_soff[a.rank];
+      char* dst = (char*)(recv_packed ? v.recv[0] : v.recv[a.rank]) + s_roff[a.rank];
+      rcclx_copy<T>((T*)dst, (const T*)src, own);
+    }
+    if (w + 1 >= s_nwin) { ++seq; break; }
+  }
+  rcclx_seq_store(a, seq);
+}
