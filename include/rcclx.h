@@ -176,7 +176,9 @@ const char *rcclxForwardReasonName(int index);
  * `sendbuffs` and `recvbuffs` are host arrays of `nranks` device pointers, read at the call.
  * Each segment holds at most `maxSendcount` elements when sent and `maxRecvcount` when received;
  * a segment over either is not moved and its receiver reads `RCCLX_COUNT_INVALID` (SIZE_MAX) in
- * `actualRecvcounts` (the others move normally). Send and receive buffers must not overlap.
+ * `actualRecvcounts` (the others move normally). A send count of `RCCLX_COUNT_INVALID` sends
+ * nothing, so received counts can be sent back as they are. Send and receive buffers must not
+ * overlap.
  *
  * Needs a communicator on which rcclx runs its own kernels (2-8 ranks on one host); on any
  * other, `ncclInvalidUsage`. NULL arrays, NULL counts or a NULL buffer with a nonzero capacity:

@@ -98,15 +98,6 @@ impl Setup {
     }
 }
 
-/// The WARN line of the probe's AllToAllv on a communicator rcclx does not know.
-const EXPECTED_A2AV_WARNING: (&str, &str) =
-    ("WARN", "rcclxAllToAllvDynamic: comm 0x7f00 is not a communicator rcclx knows; returning ncclInvalidUsage");
-
-/// rcclx's log lines other than the one the probe provokes on purpose.
-fn unexpected_log(r: &Run) -> Vec<(&str, &str)> {
-    r.rcclx_log().into_iter().filter(|l| *l != EXPECTED_A2AV_WARNING).collect()
-}
-
 /// rcclx is really in the process (its own API answers) and forwards to the expected library.
 fn assert_rcclx_present(r: &Run, upstream: &Path) {
     let code = rcclx::abi::own::RCCLX_VERSION_CODE;
@@ -122,7 +113,7 @@ fn assert_rcclx_present(r: &Run, upstream: &Path) {
     assert_eq!(r.get("rcclxAllToAllvDynamic(unknown comm)"), "5", "{}", r.dump());
     assert_eq!(r.get("rcclxAllToAllvDynamic(bad type)"), "4", "{}", r.dump());
     assert_eq!(r.get("rcclxAllToAllvDynamicPacked(unit overflow)"), "4", "{}", r.dump());
-    let said = r.rcclx_log().into_iter().filter(|l| *l == EXPECTED_A2AV_WARNING).count();
+    let said = r.rcclx_log().into_iter().filter(|l| *l == common::PROBE_A2AV_WARNING).count();
     assert_eq!(said, 1, "one WARN line for the AllToAllv on an unknown communicator:\n{}", r.dump());
     let path = r.get("rcclxGetUpstreamPath");
     assert!(Path::new(path) == upstream, "rcclxGetUpstreamPath {path}, expected {}:\n{}", upstream.display(), r.dump());
@@ -136,7 +127,7 @@ fn forwarding(mode: Mode, nccl: Option<Nccl>) {
     common::assert_same_results(&stock, &r);
     assert_rcclx_present(&r, &s.nccl.lib);
     // Nothing to warn about: no rcclx log line at the default level.
-    assert!(unexpected_log(&r).is_empty(), "unexpected rcclx log lines:\n{}", r.dump());
+    assert!(r.rcclx_log_unprovoked().is_empty(), "unexpected rcclx log lines:\n{}", r.dump());
 }
 
 #[test]
@@ -186,7 +177,7 @@ fn disable_is_pass_through() {
             "{mode:?}: no `disable: true` in the configuration log line:\n{}",
             r.dump()
         );
-        assert!(!unexpected_log(&r).iter().any(|(lvl, _)| *lvl == "WARN" || *lvl == "ERROR"), "{}", r.dump());
+        assert!(!r.rcclx_log_unprovoked().iter().any(|(lvl, _)| *lvl == "WARN" || *lvl == "ERROR"), "{}", r.dump());
     }
 }
 

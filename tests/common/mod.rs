@@ -292,6 +292,12 @@ impl Run {
             .collect()
     }
 
+    /// rcclx's log lines other than the one the probe provokes on purpose
+    /// ([`PROBE_A2AV_WARNING`]).
+    pub fn rcclx_log_unprovoked(&self) -> Vec<(&str, &str)> {
+        self.rcclx_log().into_iter().filter(|l| *l != PROBE_A2AV_WARNING).collect()
+    }
+
     /// Everything the run printed, for failure messages.
     pub fn dump(&self) -> String {
         format!(
@@ -479,3 +485,7 @@ pub fn nccl_error_string(code: i32) -> &'static str {
         _ => "unknown result code",
     }
 }
+
+/// The WARN line of the probe's AllToAllv on a communicator rcclx does not know (`tests/c/probe.c`).
+pub const PROBE_A2AV_WARNING: (&str, &str) =
+    ("WARN", "rcclxAllToAllvDynamic: comm 0x7f00 is not a communicator rcclx knows; returning ncclInvalidUsage");
