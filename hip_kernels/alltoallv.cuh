@@ -14,7 +14,9 @@
 //   window 0 only: every rank reads every rank's header, so all agree on the number of windows
 //            (the largest segment of any pair) and each knows what it receives and where;
 //   copy-out: window w of the segment from each peer p, from the own staging (local), and in
-//            window 0 the whole segment a rank keeps (local copy, while the peers push window 1).
+//            window 0 the whole segment a rank keeps (local copy).
+// Pipelined as the FP8 kernels: after the barrier of window w, one half of each block pushes
+// window w + 1 while the other copies window w out, so the link and local memory work at once.
 // Every block writes the same header (identical stores: a block's barrier publishes only its own
 // writes, and each block reads the header after its own barrier). Reuse of the halves and the
 // window counters: as common.cuh; the header is only written in window 0.
@@ -56,6 +58,43 @@ RCCLX_DEV uint64_t rcclx_a2av_window(uint64_t len, uint64_t w, uint64_t W) {
   return len - w * W < W ? len - w * W : W;
 }
 
+#define RCCLX_A2AV_HALF (RCCLX_THREADS / 2)
+
+// Copies n bytes. 16-byte vector j belongs to GPU block (j / HALF) % gridDim however many halves
+// work on the range, so the block that pushes a position on one rank is the block that copies
+// it out on the other (what the per-block barriers need). halves == 2: each half takes every
+// other chunk of HALF vectors of its block; halves == 1: the calling half takes them all. The
+// last n % 16 bytes: block 0 (half 0 when both work).
+RCCLX_DEV void rcclx_a2av_copy(char* dst, const char* src, uint64_t n, int half, int halves) {
+  constexpr int UNROLL = 4;
+  const uint64_t nvec = n / 16, t = threadIdx.x % RCCLX_A2AV_HALF;
+  const uint64_t nchunks = (nvec + RCCLX_A2AV_HALF - 1) / RCCLX_A2AV_HALF;
+  const uint64_t step = (uint64_t)halves * gridDim.x;
+  const bool aligned = rcclx_aligned16(src) && rcclx_aligned16(dst);
+  for (uint64_t c0 = blockIdx.x + (uint64_t)(halves == 2 ? half : 0) * gridDim.x; c0 < nchunks; c0 += UNROLL * step) {
+    if (aligned) {
+      rcclx_u32x4 v[UNROLL];
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        const uint64_t j = (c0 + u * step) * RCCLX_A2AV_HALF + t;
+        if (j < nvec) v[u] = rcclx_ld16((const rcclx_u32x4*)src + j);
+      }
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        const uint64_t j = (c0 + u * step) * RCCLX_A2AV_HALF + t;
+        if (j < nvec) rcclx_st16((rcclx_u32x4*)dst + j, v[u]);
+      }
+    } else {
+      for (int u = 0; u < UNROLL; ++u) {
+        const uint64_t j = (c0 + u * step) * RCCLX_A2AV_HALF + t;
+        if (j < nvec)
+          for (int e = 0; e < 16; ++e) dst[j * 16 + e] = src[j * 16 + e];
+      }
+    }
+  }
+  if (blockIdx.x == 0 && (halves == 1 || half == 0) && t < n % 16) dst[nvec * 16 + t] = src[nvec * 16 + t];
+}
+
 template <typename T>
 RCCLX_DEV void rcclx_alltoallv_dynamic(const RcclxA2avArgs& v) {
   const RcclxArgs& a = v.a;
@@ -65,13 +104,15 @@ RCCLX_DEV void rcclx_alltoallv_dynamic(const RcclxA2avArgs& v) {
   __shared__ uint64_t s_soff[RCCLX_MAX_RANKS];  // byte offset of each outgoing segment
   __shared__ uint64_t s_in[RCCLX_MAX_RANKS];    // bytes from each source (or INVALID)
   __shared__ uint64_t s_roff[RCCLX_MAX_RANKS];  // byte offset of each incoming segment
+  __shared__ uint64_t s_longest[RCCLX_MAX_RANKS];
   __shared__ uint64_t s_nwin;
-  uint32_t seq = rcclx_seq_load(a, &s_seq, &s_fail);
+  const uint32_t seq = rcclx_seq_load(a, &s_seq, &s_fail);
   const uint64_t deadline = rcclx_call_deadline(a);
   const uint64_t W = a.window_elems;
   const int n = a.nranks;
   const bool send_packed = v.packed & RCCLX_A2AV_SEND_PACKED;
   const bool recv_packed = v.packed & RCCLX_A2AV_RECV_PACKED;
+  const int my_half = threadIdx.x / RCCLX_A2AV_HALF;
 
   if (threadIdx.x == 0) {
     uint64_t end = 0;  // packed: units before segment q (<= max_send)
@@ -93,76 +134,92 @@ RCCLX_DEV void rcclx_alltoallv_dynamic(const RcclxA2avArgs& v) {
   }
   __syncthreads();
 
-  for (uint64_t w = 0;; ++w, ++seq) {
-    const uint64_t half_off = (uint64_t)(seq & 1) * a.half_bytes;
-    char* mine = a.staging[a.rank] + half_off;
-    if (w == 0 && threadIdx.x < n) ((uint64_t*)mine)[threadIdx.x] = s_out[threadIdx.x];
+  auto half_of = [&](uint64_t w) { return (uint64_t)((seq + w) & 1) * a.half_bytes; };
+  // Window w of every outgoing segment into the destination's region of this rank.
+  auto push = [&](uint64_t w, int h, int hs) {
     for (int i = 1; i < n; ++i) {
       const int q = (a.rank + i) % n;
       const uint64_t len = rcclx_a2av_window(s_out[q], w, W);
       const char* src = (const char*)(send_packed ? v.send[0] : v.send[q]) + s_soff[q] + w * W;
-      if (len) rcclx_copy<T>((T*)(a.staging[q] + half_off + RCCLX_A2AV_HDR + a.rank * W), (const T*)src, len);
+      if (len) rcclx_a2av_copy(a.staging[q] + half_of(w) + RCCLX_A2AV_HDR + a.rank * W, src, len, h, hs);
     }
-    if (!rcclx_barrier(a, seq * 4 + 1, deadline, &s_fail)) { ++seq; break; }
-    if (w == 0) {
-      // Thread p: what p sends to me, and p's longest segment (for the number of windows).
-      __shared__ uint64_t s_longest[RCCLX_MAX_RANKS];
-      if (threadIdx.x < n) {
-        const int p = threadIdx.x;
-        const uint64_t* hdr = (const uint64_t*)(a.staging[p] + half_off);
-        uint64_t longest = 0;
-        for (int q = 0; q < n; ++q) {
-          const uint64_t len = rcclx_ld_relaxed_sys_u64(hdr + q);
-          if (len != RCCLX_A2AV_INVALID && len > longest) longest = len;
-          if (q == a.rank) s_in[p] = len;
-        }
-        s_longest[p] = longest;
-      }
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        uint64_t longest = 0, end = 0;  // packed: units before segment p (<= max_recv)
-        bool over = false;
-        for (int p = 0; p < n; ++p) {
-          longest = s_longest[p] > longest ? s_longest[p] : longest;
-          const uint64_t len = s_in[p];
-          bool drop = len == RCCLX_A2AV_INVALID;
-          if (!drop) {
-            const uint64_t units = len / v.unit_bytes;
-            const bool ragged = len % v.unit_bytes != 0;
-            if (recv_packed) {
-              over = over || ragged || units > v.max_recv - end;
-              s_roff[p] = end * v.unit_bytes;
-              if (!over) end += units;
-              drop = over;
-            } else {
-              s_roff[p] = 0;
-              drop = ragged || units > v.max_recv;
-            }
-          }
-          if (drop) s_in[p] = RCCLX_A2AV_INVALID;
-        }
-        s_nwin = longest > W ? (longest + W - 1) / W : 1;
-      }
-      __syncthreads();
-      if (blockIdx.x == 0 && threadIdx.x < n) {
-        const uint64_t len = s_in[threadIdx.x];
-        v.recv_counts[threadIdx.x] = len == RCCLX_A2AV_INVALID ? RCCLX_A2AV_INVALID : len / v.unit_bytes;
-      }
-    }
+  };
+  // Window w of every incoming segment out of the own staging; in window 0 also the segment
+  // this rank keeps (local, whole: both checks passed in s_in).
+  auto finish = [&](uint64_t w, int h, int hs) {
+    const char* mine = a.staging[a.rank] + half_of(w);
     for (int i = 1; i < n; ++i) {
       const int p = (a.rank + i) % n;
       const uint64_t len = rcclx_a2av_window(s_in[p], w, W);
       char* dst = (char*)(recv_packed ? v.recv[0] : v.recv[p]) + s_roff[p] + w * W;
-      if (len) rcclx_copy<T>((T*)dst, (const T*)(mine + RCCLX_A2AV_HDR + p * W), len);
+      if (len) rcclx_a2av_copy(dst, mine + RCCLX_A2AV_HDR + p * W, len, h, hs);
     }
-    // The segment this rank keeps, whole (both checks passed in s_in).
     const uint64_t own = s_in[a.rank];
     if (w == 0 && own != RCCLX_A2AV_INVALID && own != 0) {
       const char* src = (const char*)(send_packed ? v.send[0] : v.send[a.rank]) + s_soff[a.rank];
       char* dst = (char*)(recv_packed ? v.recv[0] : v.recv[a.rank]) + s_roff[a.rank];
-      rcclx_copy<T>((T*)dst, (const T*)src, own);
+      rcclx_a2av_copy(dst, src, own, h, hs);
     }
-    if (w + 1 >= s_nwin) { ++seq; break; }
+  };
+
+  // Window 0: header and push, barrier, then every rank's header.
+  if (threadIdx.x < n) ((uint64_t*)(a.staging[a.rank] + half_of(0)))[threadIdx.x] = s_out[threadIdx.x];
+  push(0, my_half, 2);
+  uint64_t nwin = 1;
+  if (rcclx_barrier(a, seq * 4 + 1, deadline, &s_fail)) {
+    // Thread p: what p sends to me, and p's longest segment (for the number of windows).
+    if (threadIdx.x < n) {
+      const int p = threadIdx.x;
+      const uint64_t* hdr = (const uint64_t*)(a.staging[p] + half_of(0));
+      uint64_t longest = 0;
+      for (int q = 0; q < n; ++q) {
+        const uint64_t len = rcclx_ld_relaxed_sys_u64(hdr + q);
+        if (len != RCCLX_A2AV_INVALID && len > longest) longest = len;
+        if (q == a.rank) s_in[p] = len;
+      }
+      s_longest[p] = longest;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      uint64_t longest = 0, end = 0;  // packed: units before segment p (<= max_recv)
+      bool over = false;
+      for (int p = 0; p < n; ++p) {
+        longest = s_longest[p] > longest ? s_longest[p] : longest;
+        const uint64_t len = s_in[p];
+        bool drop = len == RCCLX_A2AV_INVALID;
+        if (!drop) {
+          const uint64_t units = len / v.unit_bytes;
+          const bool ragged = len % v.unit_bytes != 0;
+          if (recv_packed) {
+            over = over || ragged || units > v.max_recv - end;
+            s_roff[p] = end * v.unit_bytes;
+            if (!over) end += units;
+            drop = over;
+          } else {
+            s_roff[p] = 0;
+            drop = ragged || units > v.max_recv;
+          }
+        }
+        if (drop) s_in[p] = RCCLX_A2AV_INVALID;
+      }
+      s_nwin = longest > W ? (longest + W - 1) / W : 1;
+    }
+    __syncthreads();
+    nwin = s_nwin;
+    if (blockIdx.x == 0 && threadIdx.x < n) {
+      const uint64_t len = s_in[threadIdx.x];
+      v.recv_counts[threadIdx.x] = len == RCCLX_A2AV_INVALID ? RCCLX_A2AV_INVALID : len / v.unit_bytes;
+    }
+    // Pipeline (as the FP8 kernels): after the barrier of window w, half 0 pushes window w + 1
+    // while half 1 copies window w out; the last window both halves copy out. Reuse: push(w+1)
+    // overwrites what the peers copied out before the barrier of window w; what finish(w) reads
+    // is rewritten only after the barrier of window w + 1.
+    for (uint64_t w = 0; w < nwin; ++w) {
+      if (w > 0 && !rcclx_barrier(a, (uint32_t)(seq + w) * 4 + 1, deadline, &s_fail)) break;
+      if (w + 1 == nwin) finish(w, my_half, 2);
+      else if (my_half == 0) push(w + 1, 0, 1);
+      else finish(w, 0, 1);
+    }
   }
-  rcclx_seq_store(a, seq);
+  rcclx_seq_store(a, seq + (uint32_t)nwin);
 }
