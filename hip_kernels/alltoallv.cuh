@@ -6,8 +6,8 @@
 // Per call, one grid of the clique's `max_blocks` blocks on every rank (it cannot depend on the
 // counts, and per-block barriers need the same grid everywhere). Window w of the call:
 //   push:    the bytes [w*W, (w+1)*W) of every outgoing segment into the destination's staging
-//            half, region of this rank at HDR + rank*W (remote stores: every byte crosses the
-//            link as a store, as in the FP8 kernels, which the link moves faster than loads);
+//            half, in the region of this rank (rcclx_a2av_region); remote stores: every byte
+//            crosses the link as a store, as in the FP8 kernels;
 //            in window 0 also the header, in the own staging: the bytes for each destination
 //            (or RCCLX_A2AV_INVALID);
 //   barrier;
@@ -56,6 +56,13 @@ RCCLX_ASSERT_SIZE(RcclxA2avArgs, 456);
 RCCLX_DEV uint64_t rcclx_a2av_window(uint64_t len, uint64_t w, uint64_t W) {
   if (len == RCCLX_A2AV_INVALID || len <= w * W) return 0;
   return len - w * W < W ? len - w * W : W;
+}
+
+// Byte offset, in receiver `to`'s staging half, of the region that holds what `from` sends it:
+// after the header, one region of W bytes per other rank (a rank sends itself nothing through
+// staging, so n - 1 regions share the half: with 2 ranks one window is the whole half).
+RCCLX_DEV uint64_t rcclx_a2av_region(int from, int to, uint64_t W) {
+  return RCCLX_A2AV_HDR + (uint64_t)(from < to ? from : from - 1) * W;
 }
 
 #define RCCLX_A2AV_HALF (RCCLX_THREADS / 2)
@@ -141,7 +148,7 @@ RCCLX_DEV void rcclx_alltoallv_dynamic(const RcclxA2avArgs& v) {
       const int q = (a.rank + i) % n;
       const uint64_t len = rcclx_a2av_window(s_out[q], w, W);
       const char* src = (const char*)(send_packed ? v.send[0] : v.send[q]) + s_soff[q] + w * W;
-      if (len) rcclx_a2av_copy(a.staging[q] + half_of(w) + RCCLX_A2AV_HDR + a.rank * W, src, len, h, hs);
+      if (len) rcclx_a2av_copy(a.staging[q] + half_of(w) + rcclx_a2av_region(a.rank, q, W), src, len, h, hs);
     }
   };
   // Window w of every incoming segment out of the own staging; in window 0 also the segment
@@ -152,7 +159,7 @@ RCCLX_DEV void rcclx_alltoallv_dynamic(const RcclxA2avArgs& v) {
       const int p = (a.rank + i) % n;
       const uint64_t len = rcclx_a2av_window(s_in[p], w, W);
       char* dst = (char*)(recv_packed ? v.recv[0] : v.recv[p]) + s_roff[p] + w * W;
-      if (len) rcclx_a2av_copy(dst, mine + RCCLX_A2AV_HDR + p * W, len, h, hs);
+      if (len) rcclx_a2av_copy(dst, mine + rcclx_a2av_region(p, a.rank, W), len, h, hs);
     }
     const uint64_t own = s_in[a.rank];
     if (w == 0 && own != RCCLX_A2AV_INVALID && own != 0) {

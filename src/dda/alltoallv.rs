@@ -70,10 +70,11 @@ pub fn family() -> usize {
         .expect("the kernel table has the AllToAllv family")
 }
 
-/// Bytes per destination per window: what a staging half holds after the header, split evenly
-/// over the ranks, in whole 16-byte vectors.
+/// Bytes per source per window (`window_elems` of the kernel): what a staging half holds after
+/// the header, split evenly over the other ranks (`rcclx_a2av_region`), in whole 16-byte
+/// vectors.
 pub fn window_bytes(half_bytes: u64, nranks: u64) -> u64 {
-    (half_bytes.saturating_sub(A2AV_HEADER_BYTES) / nranks.max(1)) & !15
+    (half_bytes.saturating_sub(A2AV_HEADER_BYTES) / nranks.saturating_sub(1).max(1)) & !15
 }
 
 /// Checks `call` (`ncclInvalidArgument` for the caller's mistakes) and plans its launch: every
@@ -127,9 +128,11 @@ mod tests {
         for (half, n) in [(8u64 << 20, 2u64), (8 << 20, 3), (16 << 20, 8), (32 << 10, 7)] {
             let w = window_bytes(half, n);
             assert_eq!(w % 16, 0);
-            assert!(A2AV_HEADER_BYTES + n * w <= half, "{half} {n}");
-            assert!(A2AV_HEADER_BYTES + n * (w + 16) > half, "window could be larger: {half} {n}");
+            // n - 1 regions (no rank sends itself anything through staging).
+            assert!(A2AV_HEADER_BYTES + (n - 1) * w <= half, "{half} {n}");
+            assert!(A2AV_HEADER_BYTES + (n - 1) * (w + 16) > half, "window could be larger: {half} {n}");
         }
+        assert_eq!(window_bytes(8 << 20, 2), (8 << 20) - 128, "2 ranks: one region, the whole half");
         assert_eq!(window_bytes(64, 2), 0);
     }
 
