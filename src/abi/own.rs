@@ -235,8 +235,41 @@ unsafe fn pointer_array<T>(p: *const *const T, nranks: usize, what: &str) -> Res
     Ok(unsafe { std::slice::from_raw_parts(p, nranks) }.iter().map(|&x| x as u64).collect())
 }
 
-fn elem_bytes(datatype: ncclDataType_t) -> Option<u64> {
-    datatype.size().map(|s| s as u64)
+/// What the three AllToAllv forms share: the count unit (`count_unit` elements of `datatype`),
+/// the communicator check, then `comm::alltoallv_dynamic` with the segments `segments(nranks)`
+/// describes. `counts` = (sent, received), `max` = (send, receive) capacities, in count units.
+///
+/// # Safety
+/// `stream` is the caller's stream (NCCL's contract); `segments` reads only what the caller
+/// guarantees for a communicator of that many ranks.
+unsafe fn alltoallv_dynamic(
+    datatype: ncclDataType_t,
+    count_unit: usize,
+    comm: ncclComm_t,
+    stream: Stream,
+    counts: (*const usize, *mut usize),
+    max: (usize, usize),
+    segments: impl FnOnce(usize) -> Result<(Segments, Segments), crate::error::Error>,
+) -> ncclResult_t {
+    let unit = datatype.size().and_then(|s| (s as u64).checked_mul(count_unit as u64));
+    let Some(unit_bytes) = unit else { return ncclResult_t::InvalidArgument };
+    if comm.is_null() {
+        return ncclResult_t::InvalidArgument;
+    }
+    // SAFETY: the caller's stream (NCCL's contract), forwarded by our caller.
+    let stream = unsafe { crate::gpu::Stream::from_raw(stream) };
+    crate::comm::alltoallv_dynamic(comm, stream, |n| {
+        let (send, recv) = segments(n)?;
+        Ok(AllToAllvCall {
+            send,
+            recv,
+            send_counts: counts.0 as u64,
+            recv_counts: counts.1 as u64,
+            max_send: max.0 as u64,
+            max_recv: max.1 as u64,
+            unit_bytes,
+        })
+    })
 }
 
 /// GPU-resident AllToAllv with one buffer per peer (NCCLX's `alltoallvDynamic`, without hints).
@@ -272,25 +305,16 @@ pub unsafe extern "C" fn rcclxAllToAllvDynamic(
     stream: Stream,
 ) -> ncclResult_t {
     boundary("rcclxAllToAllvDynamic", || {
-        let Some(unit) = elem_bytes(datatype) else { return ncclResult_t::InvalidArgument };
-        if comm.is_null() {
-            return ncclResult_t::InvalidArgument;
-        }
-        // SAFETY: the caller's stream (NCCL's contract).
-        let stream = unsafe { crate::gpu::Stream::from_raw(stream) };
-        crate::comm::alltoallv_dynamic(comm, stream, |n| {
-            Ok(AllToAllvCall {
-                // SAFETY: the caller guarantees `n` entries (its communicator's size).
-                send: Segments::PerPeer(unsafe { pointer_array(sendbuffs, n, "sendbuffs") }?),
-                // SAFETY: as above.
-                recv: Segments::PerPeer(unsafe { pointer_array(recvbuffs.cast::<*const c_void>(), n, "recvbuffs") }?),
-                send_counts: sendcounts as u64,
-                recv_counts: actualRecvcounts as u64,
-                max_send: maxSendcount as u64,
-                max_recv: maxRecvcount as u64,
-                unit_bytes: unit,
+        let counts = (sendcounts, actualRecvcounts);
+        // SAFETY: forwarded from the caller, who guarantees `n` entries in both arrays (its
+        // communicator's size).
+        unsafe {
+            alltoallv_dynamic(datatype, 1, comm, stream, counts, (maxSendcount, maxRecvcount), |n| {
+                let send = Segments::PerPeer(pointer_array(sendbuffs, n, "sendbuffs")?);
+                let recv = Segments::PerPeer(pointer_array(recvbuffs.cast::<*const c_void>(), n, "recvbuffs")?);
+                Ok((send, recv))
             })
-        })
+        }
     })
 }
 
@@ -314,24 +338,14 @@ pub unsafe extern "C" fn rcclxAllToAllvDynamicSplit(
     stream: Stream,
 ) -> ncclResult_t {
     boundary("rcclxAllToAllvDynamicSplit", || {
-        let Some(unit) = elem_bytes(datatype) else { return ncclResult_t::InvalidArgument };
-        if comm.is_null() {
-            return ncclResult_t::InvalidArgument;
-        }
-        // SAFETY: the caller's stream (NCCL's contract).
-        let stream = unsafe { crate::gpu::Stream::from_raw(stream) };
-        crate::comm::alltoallv_dynamic(comm, stream, |n| {
-            Ok(AllToAllvCall {
-                send: Segments::Packed(sendbuff as u64),
-                // SAFETY: the caller guarantees `n` entries (its communicator's size).
-                recv: Segments::PerPeer(unsafe { pointer_array(recvbuffs.cast::<*const c_void>(), n, "recvbuffs") }?),
-                send_counts: sendSplitLengths as u64,
-                recv_counts: actualRecvcounts as u64,
-                max_send: maxSendcount as u64,
-                max_recv: maxRecvcount as u64,
-                unit_bytes: unit,
+        let counts = (sendSplitLengths, actualRecvcounts);
+        // SAFETY: forwarded from the caller, who guarantees `n` entries in `recvbuffs`.
+        unsafe {
+            alltoallv_dynamic(datatype, 1, comm, stream, counts, (maxSendcount, maxRecvcount), |n| {
+                let recv = Segments::PerPeer(pointer_array(recvbuffs.cast::<*const c_void>(), n, "recvbuffs")?);
+                Ok((Segments::Packed(sendbuff as u64), recv))
             })
-        })
+        }
     })
 }
 
@@ -359,24 +373,9 @@ pub unsafe extern "C" fn rcclxAllToAllvDynamicPacked(
     stream: Stream,
 ) -> ncclResult_t {
     boundary("rcclxAllToAllvDynamicPacked", || {
-        let Some(unit) = elem_bytes(datatype).and_then(|e| e.checked_mul(countUnit as u64)) else {
-            return ncclResult_t::InvalidArgument;
-        };
-        if comm.is_null() {
-            return ncclResult_t::InvalidArgument;
-        }
-        // SAFETY: the caller's stream (NCCL's contract).
-        let stream = unsafe { crate::gpu::Stream::from_raw(stream) };
-        crate::comm::alltoallv_dynamic(comm, stream, |_| {
-            Ok(AllToAllvCall {
-                send: Segments::Packed(sendbuff as u64),
-                recv: Segments::Packed(recvbuff as u64),
-                send_counts: sendcounts as u64,
-                recv_counts: actualRecvcounts as u64,
-                max_send: maxSendcount as u64,
-                max_recv: maxRecvcount as u64,
-                unit_bytes: unit,
-            })
-        })
+        let counts = (sendcounts, actualRecvcounts);
+        let segments = |_| Ok((Segments::Packed(sendbuff as u64), Segments::Packed(recvbuff as u64)));
+        // SAFETY: forwarded from the caller.
+        unsafe { alltoallv_dynamic(datatype, countUnit, comm, stream, counts, (maxSendcount, maxRecvcount), segments) }
     })
 }
