@@ -79,11 +79,7 @@ RCCLX_DEV void rcclx_allreduce_tree(const RcclxArgs& a) {
 // and reader of a unit share a block index and hence a call counter.
 template <typename T, int OP>
 RCCLX_DEV void rcclx_allreduce_ll(const RcclxArgs& a) {
-  __shared__ uint32_t s_seq;
-  __shared__ int s_fail;
-  const uint32_t seq = rcclx_seq_load(a, &s_seq, &s_fail);
-  const uint32_t flag = seq + 1;
-  const uint64_t deadline = rcclx_call_deadline(a);
+  RCCLX_LL_PROLOGUE
   const uint64_t bytes = a.count * sizeof(T);
   const uint64_t parity_off = rcclx_ll_parity(a, seq);
   RCCLX_FOR_VEC(u, (bytes + 7) / 8) {

@@ -328,6 +328,15 @@ RCCLX_DEV void rcclx_reduce(const RcclxArgs& a, uint64_t off, uint64_t n, T* out
 
 // ---- LL protocol (flagged 8-byte words; see the LL kernels) --------------------------------
 
+// What every LL kernel starts with: its call counter `seq` (and s_seq / s_fail), this call's
+// flag value and the wait deadline.
+#define RCCLX_LL_PROLOGUE                                    \
+  __shared__ uint32_t s_seq;                                 \
+  __shared__ int s_fail;                                     \
+  const uint32_t seq = rcclx_seq_load(a, &s_seq, &s_fail);   \
+  const uint32_t flag = seq + 1;                             \
+  const uint64_t deadline = rcclx_call_deadline(a);
+
 // Byte offset of inbox half `seq & 1` (in uint64 words).
 RCCLX_DEV uint64_t rcclx_ll_parity(const RcclxArgs& a, uint32_t seq) {
   return (uint64_t)(seq & 1) * RCCLX_MAX_RANKS * a.ll_units * 2;

@@ -18,11 +18,7 @@
 // LL AllGather: unit u of this rank's bytes goes to slot [rank] of every peer's inbox.
 template <typename T>
 RCCLX_DEV void rcclx_allgather_ll(const RcclxArgs& a) {
-  __shared__ uint32_t s_seq;
-  __shared__ int s_fail;
-  const uint32_t seq = rcclx_seq_load(a, &s_seq, &s_fail);
-  const uint32_t flag = seq + 1;
-  const uint64_t deadline = rcclx_call_deadline(a);
+  RCCLX_LL_PROLOGUE
   const uint64_t parity_off = rcclx_ll_parity(a, seq);
   const unsigned char* send = (const unsigned char*)a.send;
   unsigned char* recv = (unsigned char*)a.recv;
@@ -67,11 +63,7 @@ RCCLX_DEV void rcclx_allgather_flat(const RcclxArgs& a) {
 // LL AllToAll: unit u of input block c goes to slot [rank] of rank c's inbox.
 template <typename T>
 RCCLX_DEV void rcclx_alltoall_ll(const RcclxArgs& a) {
-  __shared__ uint32_t s_seq;
-  __shared__ int s_fail;
-  const uint32_t seq = rcclx_seq_load(a, &s_seq, &s_fail);
-  const uint32_t flag = seq + 1;
-  const uint64_t deadline = rcclx_call_deadline(a);
+  RCCLX_LL_PROLOGUE
   const uint64_t parity_off = rcclx_ll_parity(a, seq);
   const unsigned char* send = (const unsigned char*)a.send;
   unsigned char* recv = (unsigned char*)a.recv;

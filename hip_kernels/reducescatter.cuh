@@ -12,11 +12,7 @@
 
 template <typename T, int OP>
 RCCLX_DEV void rcclx_reducescatter_ll(const RcclxArgs& a) {
-  __shared__ uint32_t s_seq;
-  __shared__ int s_fail;
-  const uint32_t seq = rcclx_seq_load(a, &s_seq, &s_fail);
-  const uint32_t flag = seq + 1;
-  const uint64_t deadline = rcclx_call_deadline(a);
+  RCCLX_LL_PROLOGUE
   const uint64_t bytes = a.count * sizeof(T);
   const uint64_t parity_off = rcclx_ll_parity(a, seq);
   const unsigned char* send = (const unsigned char*)a.send;
