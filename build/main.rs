@@ -52,7 +52,9 @@ fn main() {
     let src = out_dir.join("instances.cu");
     let tu = instances();
     report::write_if_changed(&src, &tu);
-    let stamp = stamp(&format!("{tu}\n{}", toolchain::available(&repo)), &repo.join("hip_kernels"), require);
+    // The compile commands' source is part of the stamp: a changed flag recompiles.
+    let inputs = format!("{tu}\n{}\n{}", toolchain::available(&repo), include_str!("toolchain.rs"));
+    let stamp = stamp(&inputs, &repo.join("hip_kernels"), require);
     let stamp_file = out_dir.join("kernels.stamp");
     if let Ok(old) = std::fs::read_to_string(&stamp_file)
         && let Some((first, tools)) = old.split_once('\n')

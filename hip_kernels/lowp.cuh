@@ -1,13 +1,18 @@
-// Low-precision (FP8) collectives: block-scaled E4M3 on the wire, FP32 arithmetic.
-// Shares the DDA machinery (common.cuh): the same staging buffers, flags, per-block window
-// counters and barriers, so DDA and FP8 calls interleave on a communicator freely.
+// Low-precision collectives: block-scaled FP8 E4M3 (default) or INT8 on the wire, FP32
+// arithmetic. Shares the DDA machinery (common.cuh): the same staging buffers, flags, per-block
+// window counters and barriers, so DDA and low-precision calls interleave on a communicator.
 //
-// Codec (identical to the CPU reference, gpu-tests/src/codec.rs): blocks of 128 consecutive
-// elements, one f32 scale each. amax = max |x| over the block's finite values; if
-// amax < 1e-30 the block is all zero (scale 0); else scale = amax / FP8_MAX and
-// inv = FP8_MAX / amax (IEEE divisions), code = e4m3_satfinite_rne(x * inv) and
-// x' = decode(code) * scale. NaN/Inf inputs encode as NaN. E4M3 is OCP on NVIDIA and gfx950
-// and FNUZ on gfx942 (the native conversion; every rank of a node has the same arch).
+// Codecs (identical to the CPU reference, gpu-tests/src/codec.rs; RcclxFp8, RcclxInt8 below):
+// blocks of 128 consecutive elements, one 32-bit scale word each, so both move 1 + 1/32 bytes
+// per element. FP8: amax = max |x| over the block's finite values; if amax < 1e-30 the block
+// is all zero (scale 0); else scale = amax / FP8_MAX and inv = FP8_MAX / amax (IEEE
+// divisions), code = e4m3_satfinite_rne(x * inv) and x' = decode(code) * scale. NaN/Inf
+// inputs encode as NaN. E4M3 is OCP on NVIDIA and gfx950 and FNUZ on gfx942 (the native
+// conversion; every rank of a node has the same arch). INT8: see RcclxInt8.
+//
+// What never crosses a link is never quantized: a rank's own AllGather chunk and AllToAll
+// chunk are exact copies, its own contribution to its ReduceScatter output is exact, and so is
+// an AllReduce owner's own input when the sum is re-quantized (more than 2 ranks).
 //
 // Push, not pull: every byte crossing NVLink/xGMI is a store into a peer's staging (posted
 // writes need no round trip, so a few in flight fill the link); every load is local.
@@ -28,8 +33,8 @@
 //     receives rank p's codes of this rank's chunk; region B (at W*33/32 rounded up to 256
 //     bytes) = nranks slots of Cw, slot c receives owner c's reduced codes of chunk c.
 //   ReduceScatter, AllGather, AllToAll: nranks slots of W, slot p receives rank p's codes.
-// Accumulation: f32, ranks 0..n-1 in order, every contribution (own too) quantized; the
-// AllReduce output is the owner's re-quantized sum, so every rank's output is bit-identical.
+// Accumulation: f32, ranks 0..n-1 in order. AllReduce outputs are bit-identical on every rank
+// (see rcclx_allreduce_q).
 // Tails: the last block of a range is short; its missing elements count as 0 and are never
 // stored. Graph capture: as common.cuh (no per-call kernel arguments beyond buffers and counts).
 #pragma once
@@ -49,7 +54,7 @@ RCCLX_DEV int rcclx_qlane() { return threadIdx.x & (RCCLX_QLANES - 1); }
 // at once); any other phase splits its range's steps between the two halves.
 #define RCCLX_QHALF 256
 #define RCCLX_QGROUPS (RCCLX_QHALF / RCCLX_QLANES)
-static_assert(RCCLX_THREADS == 2 * RCCLX_QHALF, "FP8 kernels run as two half-blocks");
+static_assert(RCCLX_THREADS == 2 * RCCLX_QHALF, "low-precision kernels run as two half-blocks");
 // Calls body(k, active, k2, active2) for this half's blocks of [0, nqb): step j covers blocks
 // (j * gridDim + blockIdx) * 32 + [0, 32); a call takes steps j and j + `halves` (two blocks
 // per lane group, so that twice the loads are in flight). The trip count is uniform per warp
@@ -110,95 +115,198 @@ RCCLX_DEV void rcclx_store16(T* dst, uint64_t blk, uint64_t n, const float v[16]
   }
 }
 
-// One lane's share of an encoded block: its 16 codes and the block's scale.
+// One lane's share of an encoded block: its 16 codes and the block's 32-bit scale word.
 struct RcclxQ16 {
   rcclx_u32x4 codes;
-  float scale;
+  uint32_t meta;
 };
 
-// Encodes this lane's 16 values; the lane group computes the block's amax. Every lane of the
-// warp must call it (inactive lanes pass zeros).
-RCCLX_DEV RcclxQ16 rcclx_quantize16(const float v[16]) {
-  float amax = 0.f;
+RCCLX_DEV uint32_t rcclx_shfl_xor_u32(uint32_t v, int mask) {
+  return rcclx_f32_as_u32(rcclx_shfl_xor_f32(rcclx_u32_as_f32(v), mask));  // moves bits only
+}
+// This lane's amax (finite values only) and its lane group's.
+struct RcclxAmax {
+  float lane, group;
+  bool finite;  // every value of this lane is finite
+};
+RCCLX_DEV RcclxAmax rcclx_amax16(const float v[16]) {
+  float m = 0.f;
+  bool finite = true;
 #pragma unroll
-  for (int i = 0; i < 16; ++i)
-    if (rcclx_isfinite(v[i])) amax = rcclx_fmaxf(amax, rcclx_fabsf(v[i]));
-  amax = rcclx_fmaxf(amax, rcclx_shfl_xor_f32(amax, 1));
-  amax = rcclx_fmaxf(amax, rcclx_shfl_xor_f32(amax, 2));
-  amax = rcclx_fmaxf(amax, rcclx_shfl_xor_f32(amax, 4));
-  const bool zero = !(amax >= 1e-30f);
-  const float inv = zero ? 0.f : RCCLX_FP8_MAX / amax;
-  uint32_t w[4];
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    uint32_t word = 0;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float a = v[q * 4 + h * 2], b = v[q * 4 + h * 2 + 1];
-      uint32_t pair = rcclx_f32x2_to_e4m3x2(a * inv, b * inv);
-      if (!rcclx_isfinite(a)) pair = (pair & 0xff00u) | RCCLX_FP8_NAN;
-      if (!rcclx_isfinite(b)) pair = (pair & 0x00ffu) | (RCCLX_FP8_NAN << 8);
-      word |= pair << (16 * h);
-    }
-    w[q] = word;
+  for (int i = 0; i < 16; ++i) {
+    if (rcclx_isfinite(v[i])) m = rcclx_fmaxf(m, rcclx_fabsf(v[i]));
+    else finite = false;
   }
-  RcclxQ16 r;
-  r.codes.x = w[0];
-  r.codes.y = w[1];
-  r.codes.z = w[2];
-  r.codes.w = w[3];
-  r.scale = zero ? 0.f : amax / RCCLX_FP8_MAX;
+  RcclxAmax r;
+  r.finite = finite;
+  r.lane = m;
+  m = rcclx_fmaxf(m, rcclx_shfl_xor_f32(m, 1));
+  m = rcclx_fmaxf(m, rcclx_shfl_xor_f32(m, 2));
+  r.group = rcclx_fmaxf(m, rcclx_shfl_xor_f32(m, 4));
   return r;
 }
 
-// Decodes 16 codes: v = decoded (ACC false) or v += decoded (ACC true).
-template <bool ACC>
-RCCLX_DEV void rcclx_decode16(const RcclxQ16& q, float v[16]) {
-  const uint32_t w[4] = {q.codes.x, q.codes.y, q.codes.z, q.codes.w};
+// The codecs (a template argument of every low-precision kernel). quantize16 encodes this
+// lane's 16 values; the lane group computes the block's scale. Every lane of the warp must call
+// it (inactive lanes pass zeros). decode16<ACC> sets (ACC false) or adds to (ACC true) v.
+//
+// FP8: meta = the f32 scale amax / FP8_MAX (see the top of this file).
+struct RcclxFp8 {
+  static RCCLX_DEV RcclxQ16 quantize16(const float v[16]) {
+    const float amax = rcclx_amax16(v).group;
+    const bool zero = !(amax >= 1e-30f);
+    const float inv = zero ? 0.f : RCCLX_FP8_MAX / amax;
+    uint32_t w[4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const rcclx_f32x4 f = rcclx_e4m3x4_to_f32x4(w[i]);
-    const float d[4] = {f.x * q.scale, f.y * q.scale, f.z * q.scale, f.w * q.scale};
+    for (int q = 0; q < 4; ++q) {
+      uint32_t word = 0;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) v[i * 4 + e] = ACC ? v[i * 4 + e] + d[e] : d[e];
+      for (int h = 0; h < 2; ++h) {
+        const float a = v[q * 4 + h * 2], b = v[q * 4 + h * 2 + 1];
+        uint32_t pair = rcclx_f32x2_to_e4m3x2(a * inv, b * inv);
+        if (!rcclx_isfinite(a)) pair = (pair & 0xff00u) | RCCLX_FP8_NAN;
+        if (!rcclx_isfinite(b)) pair = (pair & 0x00ffu) | (RCCLX_FP8_NAN << 8);
+        word |= pair << (16 * h);
+      }
+      w[q] = word;
+    }
+    RcclxQ16 r;
+    r.codes.x = w[0];
+    r.codes.y = w[1];
+    r.codes.z = w[2];
+    r.codes.w = w[3];
+    r.meta = rcclx_f32_as_u32(zero ? 0.f : amax / RCCLX_FP8_MAX);
+    return r;
   }
-}
+  template <bool ACC>
+  static RCCLX_DEV void decode16(const RcclxQ16& q, float v[16]) {
+    const uint32_t w[4] = {q.codes.x, q.codes.y, q.codes.z, q.codes.w};
+    const float scale = rcclx_u32_as_f32(q.meta);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const rcclx_f32x4 f = rcclx_e4m3x4_to_f32x4(w[i]);
+      const float d[4] = {f.x * scale, f.y * scale, f.z * scale, f.w * scale};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) v[i * 4 + e] = ACC ? v[i * 4 + e] + d[e] : d[e];
+    }
+  }
+};
+
+// INT8 (gpu-tests/src/codec.rs has the normative definition): block scale S = amax / 127
+// rounded up to a bf16 value (8 significant bits); lane L of the block's 8 lanes scales by
+// S * 2^-k_L, k_L in 0..3 the largest with lane amax * (1/S) * 2^k_L <= 127, so a lane of
+// small values keeps up to 3 more bits (heavy-tailed data). code = clamp(rint(x * (1/S) *
+// 2^k_L), -127, 127); -128 (0x80) is NaN (NaN/inf inputs). meta = S's upper 16 bits | k_L at
+// bits 2L. Decode: code * (S * 2^-k_L), exact in f32 (7 x 8 significant bits). Wire size is
+// FP8's: one byte per element and 4 bytes per block.
+struct RcclxInt8 {
+  static RCCLX_DEV RcclxQ16 quantize16(const float v[16]) {
+    const RcclxAmax amax = rcclx_amax16(v);
+    const bool zero = !(amax.group >= 1e-30f);
+    uint32_t sbits = rcclx_f32_as_u32(amax.group / 127.f);
+    if (sbits & 0xffffu) sbits = (sbits & 0xffff0000u) + 0x10000u;  // round up to bf16
+    const float inv = zero ? 0.f : 1.f / rcclx_u32_as_f32(sbits);
+    const float t = amax.lane * inv;
+    const int k = t * 8.f <= 127.f ? 3 : t * 4.f <= 127.f ? 2 : t * 2.f <= 127.f ? 1 : 0;
+    // x * (inv * 2^k) == (x * inv) * 2^k: scaling by 2^k is exact (values small enough to be
+    // subnormal round to code 0 either way).
+    const float lane_inv = inv * (float)(1 << k);
+    // |x * lane_inv| < 127.5 for finite x (amax_lane * inv * 2^k <= 127 for k > 0, and
+    // amax * inv <= 127 (1 + 2^-24)^3 for k = 0), so rint() is already in [-127, 127] and the
+    // model's clamp never acts. Adding 1.5 * 2^23 rounds to an integer (ties to even, as
+    // rint) held in the low bits: the code byte, without a float-to-int conversion.
+    uint32_t w[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      uint32_t word = 0;
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        word |= (rcclx_f32_as_u32(v[q * 4 + e] * lane_inv + 12582912.f) & 0xffu) << (8 * e);
+      w[q] = word;
+    }
+    if (!amax.finite) {  // rare: NaN/inf inputs get the NaN code
+#pragma unroll
+      for (int i = 0; i < 16; ++i)
+        if (!rcclx_isfinite(v[i])) w[i / 4] = (w[i / 4] & ~(0xffu << (8 * (i % 4)))) | (0x80u << (8 * (i % 4)));
+    }
+    uint32_t shifts = zero ? 0u : (uint32_t)k << (2 * rcclx_qlane());
+    shifts |= rcclx_shfl_xor_u32(shifts, 1);
+    shifts |= rcclx_shfl_xor_u32(shifts, 2);
+    shifts |= rcclx_shfl_xor_u32(shifts, 4);
+    RcclxQ16 r;
+    r.codes.x = w[0];
+    r.codes.y = w[1];
+    r.codes.z = w[2];
+    r.codes.w = w[3];
+    r.meta = zero ? 0u : (sbits & 0xffff0000u) | shifts;
+    return r;
+  }
+  template <bool ACC>
+  static RCCLX_DEV void decode16(const RcclxQ16& q, float v[16]) {
+    // Biased codes (code + 128, 0..255); 0 is the NaN code.
+    const uint32_t u[4] = {q.codes.x ^ 0x80808080u, q.codes.y ^ 0x80808080u, q.codes.z ^ 0x80808080u,
+                           q.codes.w ^ 0x80808080u};
+    const int k = (q.meta >> (2 * rcclx_qlane())) & 3;
+    const float scale = rcclx_u32_as_f32(q.meta & 0xffff0000u) * rcclx_u32_as_f32((uint32_t)(127 - k) << 23);
+    // A zero byte in any word (the classic has-zero-byte test): a NaN code is present.
+    uint32_t zero_byte = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) zero_byte |= (u[i] - 0x01010101u) & ~u[i] & 0x80808080u;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        // 2^23 + biased code, exactly, minus 2^23 + 128: the code as a float, with no
+        // int-to-float conversion (a quarter-rate instruction).
+        const uint32_t b = (u[i] >> (8 * e)) & 0xffu;
+        const float d = (rcclx_u32_as_f32(0x4B000000u | b) - 8388736.f) * scale;
+        v[i * 4 + e] = ACC ? v[i * 4 + e] + d : d;
+      }
+    }
+    if (zero_byte) {  // rare
+#pragma unroll
+      for (int i = 0; i < 16; ++i)
+        if (((u[i / 4] >> (8 * (i % 4))) & 0xffu) == 0) v[i] = rcclx_u32_as_f32(0x7fc00000u);
+    }
+  }
+};
 
 struct RcclxQSlot {
   uint8_t* codes;
-  float* scales;
+  uint32_t* metas;
 };
 // Slot `c` of a region at `base` that holds `slots` slots of `wc` elements each.
 RCCLX_DEV RcclxQSlot rcclx_qslot(char* base, uint64_t wc, int slots, int c) {
   RcclxQSlot s;
   s.codes = (uint8_t*)base + (uint64_t)c * wc;
-  s.scales = (float*)((uint8_t*)base + (uint64_t)slots * wc) + (uint64_t)c * (wc / RCCLX_QBLOCK);
+  s.metas = (uint32_t*)((uint8_t*)base + (uint64_t)slots * wc) + (uint64_t)c * (wc / RCCLX_QBLOCK);
   return s;
 }
 // Writes this lane's share of block k of slot s. Warp-collective (all lanes call it, inactive
-// ones too): the scales of the 4 consecutive blocks of 32 lanes leave as one 16-byte store,
-// because a 4-byte store to a peer costs nearly as much link time as a 128-byte one. The first
-// of those blocks has k % 4 == 0 (rcclx_qloop) and scale arrays are 16-byte aligned (windows
-// are multiples of 512 elements); scales of blocks past the range are 0 and never read.
+// ones too): the scale words of the 4 consecutive blocks of 32 lanes leave as one 16-byte
+// store, because a 4-byte store to a peer costs nearly as much link time as a 128-byte one.
+// The first of those blocks has k % 4 == 0 (rcclx_qloop) and scale arrays are 16-byte aligned
+// (windows are multiples of 512 elements); words of blocks past the range are never read.
 RCCLX_DEV void rcclx_put16(RcclxQSlot s, uint64_t k, const RcclxQ16& q, bool active) {
   if (active) rcclx_st16((rcclx_u32x4*)(s.codes + k * RCCLX_QBLOCK + rcclx_qlane() * 16), q.codes);
-  rcclx_f32x4 four;
-  four.x = q.scale;
-  four.y = rcclx_shfl_xor_f32(q.scale, 8);
-  four.z = rcclx_shfl_xor_f32(q.scale, 16);
-  four.w = rcclx_shfl_xor_f32(q.scale, 24);
-  if (active && (threadIdx.x & 31) == 0) rcclx_st16_f32((rcclx_f32x4*)(s.scales + k), four);
+  rcclx_u32x4 four;
+  four.x = q.meta;
+  four.y = rcclx_shfl_xor_u32(q.meta, 8);
+  four.z = rcclx_shfl_xor_u32(q.meta, 16);
+  four.w = rcclx_shfl_xor_u32(q.meta, 24);
+  if (active && (threadIdx.x & 31) == 0) rcclx_st16((rcclx_u32x4*)(s.metas + k), four);
 }
 RCCLX_DEV RcclxQ16 rcclx_get16(RcclxQSlot s, uint64_t k) {
   RcclxQ16 q;
   q.codes = rcclx_ld16((const rcclx_u32x4*)(s.codes + k * RCCLX_QBLOCK + rcclx_qlane() * 16));
-  q.scale = s.scales[k];
+  q.meta = s.metas[k];
   return q;
 }
 
 // Encodes blocks k and k2 of src[0, n) and writes them to slot dst(d) for d < ndst (peer
-// staging: remote stores). If `own` is set, the decoded values also go to own[0, n).
-template <typename T, typename D>
+// staging: remote stores). If `own` is set, the exact values also go to own[0, n) (a rank's
+// own AllGather chunk: it never crosses a link, so it is never quantized).
+template <typename T, typename C, typename D>
 RCCLX_DEV void rcclx_push2(const T* src, uint64_t n, const D& dst, int ndst, T* own, uint64_t k, bool a,
                            uint64_t k2, bool a2) {
   float v[16], u[16];
@@ -206,34 +314,34 @@ RCCLX_DEV void rcclx_push2(const T* src, uint64_t n, const D& dst, int ndst, T* 
   for (int i = 0; i < 16; ++i) v[i] = u[i] = 0.f;
   if (a) rcclx_load16<T>(src, k * RCCLX_QBLOCK, n, v);
   if (a2) rcclx_load16<T>(src, k2 * RCCLX_QBLOCK, n, u);
-  const RcclxQ16 q = rcclx_quantize16(v), q2 = rcclx_quantize16(u);
+  if (own) {
+    if (a) rcclx_store16<T>(own, k * RCCLX_QBLOCK, n, v);
+    if (a2) rcclx_store16<T>(own, k2 * RCCLX_QBLOCK, n, u);
+  }
+  const RcclxQ16 q = C::quantize16(v), q2 = C::quantize16(u);
   for (int d = 0; d < ndst; ++d) {
     const RcclxQSlot to = dst(d);
     rcclx_put16(to, k, q, a);
     rcclx_put16(to, k2, q2, a2);
   }
-  if (own) {
-    if (a) { rcclx_decode16<false>(q, v); rcclx_store16<T>(own, k * RCCLX_QBLOCK, n, v); }
-    if (a2) { rcclx_decode16<false>(q2, u); rcclx_store16<T>(own, k2 * RCCLX_QBLOCK, n, u); }
-  }
 }
-template <typename T, typename D>
+template <typename T, typename C, typename D>
 RCCLX_DEV void rcclx_push_range(const T* src, uint64_t n, const D& dst, int ndst, T* own, int half, int halves) {
   rcclx_qloop((n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK, half, halves, [&](uint64_t k, bool a, uint64_t k2, bool a2) {
-    rcclx_push2<T>(src, n, dst, ndst, own, k, a, k2, a2);
+    rcclx_push2<T, C>(src, n, dst, ndst, own, k, a, k2, a2);
   });
 }
 
 // Decodes elements [0, n) of (local) slot s into dst.
-template <typename T>
+template <typename T, typename C>
 RCCLX_DEV void rcclx_pull_range(RcclxQSlot s, uint64_t n, T* dst, int half, int halves) {
   rcclx_qloop((n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK, half, halves, [&](uint64_t k, bool a, uint64_t k2, bool a2) {
     RcclxQ16 q, q2;
     if (a) q = rcclx_get16(s, k);
     if (a2) q2 = rcclx_get16(s, k2);
     float v[16];
-    if (a) { rcclx_decode16<false>(q, v); rcclx_store16<T>(dst, k * RCCLX_QBLOCK, n, v); }
-    if (a2) { rcclx_decode16<false>(q2, v); rcclx_store16<T>(dst, k2 * RCCLX_QBLOCK, n, v); }
+    if (a) { C::template decode16<false>(q, v); rcclx_store16<T>(dst, k * RCCLX_QBLOCK, n, v); }
+    if (a2) { C::template decode16<false>(q2, v); rcclx_store16<T>(dst, k2 * RCCLX_QBLOCK, n, v); }
   });
 }
 
@@ -249,28 +357,62 @@ RCCLX_DEV void rcclx_copy_qrange(const T* src, uint64_t n, T* dst, int half, int
   });
 }
 
-// Block k of a reduction: the sum over ranks in order of the quantized contributions, own
-// from src (quantized here), rank p's from slot p of the local region `in` (slots of wc).
+// Block k of a reduction: the f32 sum over ranks in order 0..n-1 of rank p's decoded codes
+// from slot p of the local region `in` (slots of wc elements) and this rank's own values from
+// src, exact (OWN_EXACT) or quantized here, their codes returned in *mine (to send them on).
 // Every lane of the warp calls it; inactive lanes get zeros.
-template <typename T>
+template <typename T, typename C, bool OWN_EXACT>
 RCCLX_DEV void rcclx_reduce16(const RcclxArgs& a, const T* src, uint64_t k, uint64_t n, bool active,
-                              char* in, uint64_t wc, float v[16]) {
+                              char* in, uint64_t wc, float v[16], RcclxQ16* mine) {
   RcclxQ16 q[RCCLX_MAX_RANKS];
 #pragma unroll
   for (int p = 0; p < RCCLX_MAX_RANKS; ++p)  // loads first
     if (active && p < a.nranks && p != a.rank) q[p] = rcclx_get16(rcclx_qslot(in, wc, a.nranks, p), k);
+  RcclxQ16 own;
+  if (!OWN_EXACT) {
+    float x[16];
 #pragma unroll
-  for (int i = 0; i < 16; ++i) v[i] = 0.f;
-  if (active) rcclx_load16<T>(src, k * RCCLX_QBLOCK, n, v);
-  const RcclxQ16 mine = rcclx_quantize16(v);
+    for (int i = 0; i < 16; ++i) x[i] = 0.f;
+    if (active) rcclx_load16<T>(src, k * RCCLX_QBLOCK, n, x);
+    own = C::quantize16(x);
+    *mine = own;
+  }
   if (!active) return;
 #pragma unroll
   for (int p = 0; p < RCCLX_MAX_RANKS; ++p) {
     if (p >= a.nranks) break;
-    const RcclxQ16 x = p == a.rank ? mine : q[p];
-    if (p == 0) rcclx_decode16<false>(x, v);
-    else rcclx_decode16<true>(x, v);
+    if (p == a.rank && OWN_EXACT) {
+      // Loaded here, not up front: 16 more live registers would spill.
+      float x[16];
+      rcclx_load16<T>(src, k * RCCLX_QBLOCK, n, x);
+#pragma unroll
+      for (int i = 0; i < 16; ++i) v[i] = p == 0 ? x[i] : v[i] + x[i];
+    } else {
+      const RcclxQ16 c = p == a.rank ? own : q[p];
+      if (p == 0) C::template decode16<false>(c, v);
+      else C::template decode16<true>(c, v);
+    }
   }
+}
+
+// Block k of a 2-rank AllReduce sum: this rank's values from src quantized here (codes
+// returned in *mine) and the peer's codes from slot `peer`, decoded and added in rank order.
+// rcclx_reduce16 computes the same; this form holds one peer's codes, not RCCLX_MAX_RANKS
+// (fewer live registers: no spills). Every lane of the warp calls it.
+template <typename T, typename C>
+RCCLX_DEV void rcclx_sum2(const RcclxArgs& a, const T* src, uint64_t k, uint64_t n, bool active, RcclxQSlot peer,
+                          float v[16], RcclxQ16* mine) {
+  RcclxQ16 q;
+  if (active) q = rcclx_get16(peer, k);
+#pragma unroll
+  for (int i = 0; i < 16; ++i) v[i] = 0.f;
+  if (active) rcclx_load16<T>(src, k * RCCLX_QBLOCK, n, v);
+  const RcclxQ16 own = C::quantize16(v);
+  *mine = own;
+  if (!active) return;
+  const RcclxQ16 r0 = a.rank == 0 ? own : q, r1 = a.rank == 0 ? q : own;  // values: no stack
+  C::template decode16<false>(r0, v);
+  C::template decode16<true>(r1, v);
 }
 
 // Offset of AllReduce's region B in a staging half: after region A (W codes and W/128
@@ -311,46 +453,45 @@ RCCLX_DEV void rcclx_lp_pipeline(const RcclxArgs& a, uint32_t seq, uint64_t nwin
 
 // Decodes, for every peer p, slot p of this rank's staging half at `half_off` (n elements of a
 // window of W) into out + p * count (AllGather's and AllToAll's receive side).
-template <typename T>
+template <typename T, typename C>
 RCCLX_DEV void rcclx_pull_peer_slots(const RcclxArgs& a, uint64_t half_off, uint64_t W, uint64_t n, T* out, int h, int hs) {
   for (int i = 1; i < a.nranks; ++i) {
     const int p = (a.rank + i) % a.nranks;
-    rcclx_pull_range<T>(rcclx_qslot(a.staging[a.rank] + half_off, W, a.nranks, p), n, out + p * a.count, h, hs);
+    rcclx_pull_range<T, C>(rcclx_qslot(a.staging[a.rank] + half_off, W, a.nranks, p), n, out + p * a.count, h, hs);
   }
 }
 
 // AllGather: count = elements per rank; output chunk c at c*count. Window s: push -> barrier
-// -> decode (rcclx_lp_pipeline). A rank's own chunk is the decode of its own codes, like every
-// peer's copy of it, so all ranks hold the same tensor.
-template <typename T>
-RCCLX_DEV void rcclx_allgather_lowp(const RcclxArgs& a) {
+// -> decode (rcclx_lp_pipeline). A rank's own chunk is its exact input (peers hold its decode).
+template <typename T, typename C>
+RCCLX_DEV void rcclx_allgather_q(const RcclxArgs& a) {
   RCCLX_LP_PROLOGUE
-  // In place the own output chunk is the input: each lane rewrites only what it just read.
   auto push = [&](uint64_t s, int h, int hs) {
-    rcclx_push_range<T>(send + s * W, len(s),
-                        [&](int d) { return rcclx_qslot(a.staging[(a.rank + 1 + d) % nr] + half_of(s), W, nr, a.rank); },
-                        nr - 1, recv + a.rank * a.count + s * W, h, hs);
+    T* own = recv + a.rank * a.count + s * W;
+    rcclx_push_range<T, C>(send + s * W, len(s),
+                           [&](int d) { return rcclx_qslot(a.staging[(a.rank + 1 + d) % nr] + half_of(s), W, nr, a.rank); },
+                           nr - 1, own == send + s * W ? (T*)nullptr : own, h, hs);  // in place: already there
   };
-  auto pull = [&](uint64_t s, int h, int hs) { rcclx_pull_peer_slots<T>(a, half_of(s), W, len(s), recv + s * W, h, hs); };
+  auto pull = [&](uint64_t s, int h, int hs) { rcclx_pull_peer_slots<T, C>(a, half_of(s), W, len(s), recv + s * W, h, hs); };
   rcclx_lp_pipeline(a, seq, nwin, deadline, &s_fail, push, pull);
 }
 
 // AllToAll: count = elements per peer; input chunk p goes to rank p, output chunk p comes
 // from rank p. The chunk a rank keeps is copied exactly (rcclx_lp_pipeline).
-template <typename T>
-RCCLX_DEV void rcclx_alltoall_lowp(const RcclxArgs& a) {
+template <typename T, typename C>
+RCCLX_DEV void rcclx_alltoall_q(const RcclxArgs& a) {
   RCCLX_LP_PROLOGUE
   auto push = [&](uint64_t s, int h, int hs) {
     for (int i = 1; i < nr; ++i) {
       const int c = (a.rank + i) % nr;
-      rcclx_push_range<T>(send + c * a.count + s * W, len(s),
-                          [&](int) { return rcclx_qslot(a.staging[c] + half_of(s), W, nr, a.rank); }, 1, (T*)nullptr, h, hs);
+      rcclx_push_range<T, C>(send + c * a.count + s * W, len(s),
+                             [&](int) { return rcclx_qslot(a.staging[c] + half_of(s), W, nr, a.rank); }, 1, (T*)nullptr, h, hs);
     }
   };
   // In place, output chunk p of window s is input chunk p of window s, read by the push of
   // window s before the barrier.
   auto pull = [&](uint64_t s, int h, int hs) {
-    rcclx_pull_peer_slots<T>(a, half_of(s), W, len(s), recv + s * W, h, hs);
+    rcclx_pull_peer_slots<T, C>(a, half_of(s), W, len(s), recv + s * W, h, hs);
     const uint64_t own = a.rank * a.count + s * W;
     if (send != recv) rcclx_copy_qrange<T>(send + own, len(s), recv + own, h, hs);
   };
@@ -358,15 +499,16 @@ RCCLX_DEV void rcclx_alltoall_lowp(const RcclxArgs& a) {
 }
 
 // ReduceScatter: count = elements per rank output; input chunk c at c*count. Window s: push
-// each chunk to its owner -> barrier -> reduce (rcclx_lp_pipeline).
-template <typename T>
-RCCLX_DEV void rcclx_reducescatter_lowp(const RcclxArgs& a) {
+// each chunk to its owner -> barrier -> reduce, the owner's own chunk exact
+// (rcclx_lp_pipeline).
+template <typename T, typename C>
+RCCLX_DEV void rcclx_reducescatter_q(const RcclxArgs& a) {
   RCCLX_LP_PROLOGUE
   auto push = [&](uint64_t s, int h, int hs) {
     for (int i = 1; i < nr; ++i) {
       const int c = (a.rank + i) % nr;
-      rcclx_push_range<T>(send + c * a.count + s * W, len(s),
-                          [&](int) { return rcclx_qslot(a.staging[c] + half_of(s), W, nr, a.rank); }, 1, (T*)nullptr, h, hs);
+      rcclx_push_range<T, C>(send + c * a.count + s * W, len(s),
+                             [&](int) { return rcclx_qslot(a.staging[c] + half_of(s), W, nr, a.rank); }, 1, (T*)nullptr, h, hs);
     }
   };
   auto reduce = [&](uint64_t s, int h, int hs) {
@@ -375,26 +517,38 @@ RCCLX_DEV void rcclx_reducescatter_lowp(const RcclxArgs& a) {
     char* in = a.staging[a.rank] + half_of(s);
     rcclx_qloop((n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK, h, hs, [&](uint64_t k, bool act, uint64_t k2, bool act2) {
       float v[16];
-      rcclx_reduce16<T>(a, mine, k, n, act, in, W, v);
+      rcclx_reduce16<T, C, true>(a, mine, k, n, act, in, W, v, nullptr);
       if (act) rcclx_store16<T>(recv + s * W, k * RCCLX_QBLOCK, n, v);
-      rcclx_reduce16<T>(a, mine, k2, n, act2, in, W, v);
+      rcclx_reduce16<T, C, true>(a, mine, k2, n, act2, in, W, v, nullptr);
       if (act2) rcclx_store16<T>(recv + s * W, k2 * RCCLX_QBLOCK, n, v);
     });
   };
   rcclx_lp_pipeline(a, seq, nwin, deadline, &s_fail, push, reduce);
 }
 
-// AllReduce: window s = push each chunk's codes to its owner (region A) -> owner reduces its
-// chunk in f32, re-quantizes, pushes the codes to every peer (region B) and decodes them itself
-// -> everyone decodes the other chunks. Pipelined with one barrier X(s) per window: before
-// X(s) half 0 reduces window s while half 1 pushes window s + 1 and decodes window s - 1.
-//   Reuse: push(s+1) overwrites region A of window s-1, which peers reduced before X(s-1);
-//   reduce(s) overwrites region B of window s-2, which peers decoded before X(s-1); what this
-//   rank reads before X(s) is rewritten by peers only after X(s).
+// AllReduce: window s = push each chunk's codes to its owner (region A) -> the owner reduces
+// its chunk in f32 -> the chunk travels to every peer (region B) -> everyone finishes the other
+// chunks. Two forms, both giving every rank the same bits:
+//   2 ranks only ("exchange", EXCHANGE): the owner sums both ranks' decoded inputs (its own quantized too) and
+//     sends its own chunk's input codes, not the sum; the peer sums the same two decodes in the
+//     same order. Each input is quantized once and nothing is re-quantized: the error of one
+//     quantization, for the bytes of two-shot (at 2 ranks one-shot moves the same bytes).
+//   any rank count: the owner's own input enters exactly, the sum is re-quantized once and
+//     decoded by everyone, the owner included.
+// Each form is a kernel of its own (families allreduce.lowp and allreduce.lowp_pair, and the
+// INT8 ones): inlined into one kernel, the two forms share one register allocation and spill.
+// Pipelined with one barrier X(s) per window: before X(s) half 0 reduces window s while half
+// 1 pushes window s + 1 and finishes window s - 1.
+//   Reuse: push(s+1) overwrites region A of window s-1, which peers reduced before X(s-1) and
+//   this rank finished just before (its own slot, 2 ranks);
+//   reduce(s) overwrites region B of window s-2, which peers finished before X(s-1); what this
+//   rank reads before X(s) is rewritten by peers only after X(s). In place, finish(s) reads
+//   each input element before it writes that output element, in the same lane.
 // count = elements per rank.
-template <typename T>
-RCCLX_DEV void rcclx_allreduce_lowp(const RcclxArgs& a) {
+template <typename T, typename C, bool EXCHANGE>
+RCCLX_DEV void rcclx_allreduce_q(const RcclxArgs& a) {
   RCCLX_LP_PROLOGUE
+  constexpr bool exchange = EXCHANGE;
   const uint64_t Cw = W / nr;  // slot capacity (elements)
   const uint64_t region_b = rcclx_lowp_region_b(W);
   // Chunk length in blocks, the same in every window of the call (positions stay fixed).
@@ -403,11 +557,14 @@ RCCLX_DEV void rcclx_allreduce_lowp(const RcclxArgs& a) {
     const uint64_t first = (uint64_t)c * Cb * RCCLX_QBLOCK, n = len(s);
     return first < n ? RCCLX_MIN(n - first, Cb * RCCLX_QBLOCK) : 0;
   };
+  // 2 ranks: the codes sent also go to this rank's own region A slot (never written by a peer),
+  // for finish() to decode instead of quantizing the input again.
   auto push = [&](uint64_t s, int h, int hs) {
     for (int i = 1; i < nr; ++i) {
       const int c = (a.rank + i) % nr;
-      rcclx_push_range<T>(send + s * W + c * Cb * RCCLX_QBLOCK, chunk_len(s, c),
-                          [&](int) { return rcclx_qslot(a.staging[c] + half_of(s), Cw, nr, a.rank); }, 1, (T*)nullptr, h, hs);
+      auto to = [&](int d) { return rcclx_qslot(a.staging[d == 0 ? c : a.rank] + half_of(s), Cw, nr, a.rank); };
+      rcclx_push_range<T, C>(send + s * W + c * Cb * RCCLX_QBLOCK, chunk_len(s, c), to, exchange ? 2 : 1,
+                             (T*)nullptr, h, hs);
     }
   };
   auto reduce = [&](uint64_t s, int h, int hs) {
@@ -415,14 +572,19 @@ RCCLX_DEV void rcclx_allreduce_lowp(const RcclxArgs& a) {
     char* in = a.staging[a.rank] + half_of(s);
     auto one = [&](uint64_t k, bool act) {
       float v[16];
-      rcclx_reduce16<T>(a, send + first, k, n, act, in, Cw, v);
-      // Positions past n are zero in every input, so their sum is 0: harmless in amax.
-      const RcclxQ16 q = rcclx_quantize16(v);
+      RcclxQ16 q;
+      if constexpr (exchange) {
+        rcclx_sum2<T, C>(a, send + first, k, n, act, rcclx_qslot(in, Cw, nr, 1 - a.rank), v, &q);
+      } else {
+        rcclx_reduce16<T, C, true>(a, send + first, k, n, act, in, Cw, v, nullptr);
+        // Positions past n are zero in every input, so their sum is 0: harmless in amax.
+        q = C::quantize16(v);
+      }
       for (int i = 1; i < nr; ++i)
         rcclx_put16(rcclx_qslot(a.staging[(a.rank + i) % nr] + half_of(s) + region_b, Cw, nr, a.rank), k, q, act);
       if (!act) return;
-      // Decode what the peers decode, so that every rank's output is identical.
-      rcclx_decode16<false>(q, v);
+      // Re-quantized: decode what the peers decode, so that every rank's output is identical.
+      if (!exchange) C::template decode16<false>(q, v);
       rcclx_store16<T>(recv + first, k * RCCLX_QBLOCK, n, v);
     };
     rcclx_qloop((n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK, h, hs, [&](uint64_t k, bool act, uint64_t k2, bool act2) {
@@ -430,12 +592,32 @@ RCCLX_DEV void rcclx_allreduce_lowp(const RcclxArgs& a) {
       one(k2, act2);
     });
   };
-  auto pull = [&](uint64_t s, int h, int hs) {
+  auto finish = [&](uint64_t s, int h, int hs) {
     for (int i = 1; i < nr; ++i) {
       const int c = (a.rank + i) % nr;
-      const uint64_t n = chunk_len(s, c);
-      if (n) rcclx_pull_range<T>(rcclx_qslot(a.staging[a.rank] + half_of(s) + region_b, Cw, nr, c), n,
-                                 recv + s * W + c * Cb * RCCLX_QBLOCK, h, hs);
+      const uint64_t n = chunk_len(s, c), first = s * W + c * Cb * RCCLX_QBLOCK;
+      if (!n) continue;
+      const RcclxQSlot from = rcclx_qslot(a.staging[a.rank] + half_of(s) + region_b, Cw, nr, c);
+      if (!exchange) {
+        rcclx_pull_range<T, C>(from, n, recv + first, h, hs);
+        continue;
+      }
+      // The owner's sum: its input codes (region B) and ours (our region A slot, from push),
+      // decoded and added in rank order.
+      const RcclxQSlot ours = rcclx_qslot(a.staging[a.rank] + half_of(s), Cw, nr, a.rank);
+      auto one = [&](uint64_t k, bool act) {
+        if (!act) return;
+        const RcclxQ16 theirs = rcclx_get16(from, k), mine = rcclx_get16(ours, k);
+        const RcclxQ16 r0 = a.rank == 0 ? mine : theirs, r1 = a.rank == 0 ? theirs : mine;  // values: no stack
+        float v[16];
+        C::template decode16<false>(r0, v);
+        C::template decode16<true>(r1, v);
+        rcclx_store16<T>(recv + first, k * RCCLX_QBLOCK, n, v);
+      };
+      rcclx_qloop((n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK, h, hs, [&](uint64_t k, bool act, uint64_t k2, bool act2) {
+        one(k, act);
+        one(k2, act2);
+      });
     }
   };
   // Barrier values: seq*4+1 after the first push, then (seq+s)*4+2 for X(s): monotonic, and
@@ -450,11 +632,24 @@ RCCLX_DEV void rcclx_allreduce_lowp(const RcclxArgs& a) {
     if (my_half == 0) {
       reduce(s, 0, 1);
     } else {
+      // finish(s - 1) first: push(s + 1) rewrites this rank's own region A slot of the same
+      // staging half, which finish(s - 1) reads (2 ranks), in the same lanes.
+      if (s > 0) finish(s - 1, 0, 1);
       if (s + 1 < nwin) push(s + 1, 0, 1);
-      if (s > 0) pull(s - 1, 0, 1);
     }
     ok = rcclx_barrier(a, (uint32_t)(seq + s) * 4 + 2, deadline, &s_fail);
   }
-  if (ok && nwin) pull(nwin - 1, my_half, 2);
+  if (ok && nwin) finish(nwin - 1, my_half, 2);
   rcclx_seq_store(a, seq + (uint32_t)nwin);
 }
+// The kernel table's device functions: the four collectives with each codec.
+template <typename T> RCCLX_DEV void rcclx_allreduce_lowp(const RcclxArgs& a) { rcclx_allreduce_q<T, RcclxFp8, false>(a); }
+template <typename T> RCCLX_DEV void rcclx_allreduce_lowp_pair(const RcclxArgs& a) { rcclx_allreduce_q<T, RcclxFp8, true>(a); }
+template <typename T> RCCLX_DEV void rcclx_allgather_lowp(const RcclxArgs& a) { rcclx_allgather_q<T, RcclxFp8>(a); }
+template <typename T> RCCLX_DEV void rcclx_reducescatter_lowp(const RcclxArgs& a) { rcclx_reducescatter_q<T, RcclxFp8>(a); }
+template <typename T> RCCLX_DEV void rcclx_alltoall_lowp(const RcclxArgs& a) { rcclx_alltoall_q<T, RcclxFp8>(a); }
+template <typename T> RCCLX_DEV void rcclx_allreduce_int8(const RcclxArgs& a) { rcclx_allreduce_q<T, RcclxInt8, false>(a); }
+template <typename T> RCCLX_DEV void rcclx_allreduce_int8_pair(const RcclxArgs& a) { rcclx_allreduce_q<T, RcclxInt8, true>(a); }
+template <typename T> RCCLX_DEV void rcclx_allgather_int8(const RcclxArgs& a) { rcclx_allgather_q<T, RcclxInt8>(a); }
+template <typename T> RCCLX_DEV void rcclx_reducescatter_int8(const RcclxArgs& a) { rcclx_reducescatter_q<T, RcclxInt8>(a); }
+template <typename T> RCCLX_DEV void rcclx_alltoall_int8(const RcclxArgs& a) { rcclx_alltoall_q<T, RcclxInt8>(a); }

@@ -181,7 +181,10 @@ RCCLX_DEV void rcclx_backoff(uint32_t round) {
 // order: n/a. Exchange a float with lane (lane ^ mask) of the same wavefront (ds_bpermute).
 // Every lane of the wavefront must execute it.
 RCCLX_DEV float rcclx_fmaxf(float a, float b) { return __builtin_fmaxf(a, b); }
+RCCLX_DEV float rcclx_fminf(float a, float b) { return __builtin_fminf(a, b); }
 RCCLX_DEV float rcclx_fabsf(float a) { return __builtin_fabsf(a); }
+// Round to the nearest integer, ties to even (v_rndne_f32).
+RCCLX_DEV float rcclx_rintf(float a) { return __builtin_rintf(a); }
 RCCLX_DEV float rcclx_shfl_xor_f32(float v, int mask) {
   const int lane = __builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u));
   return __builtin_bit_cast(float, __builtin_amdgcn_ds_bpermute((lane ^ mask) << 2, __builtin_bit_cast(int, v)));
@@ -363,7 +366,10 @@ RCCLX_DEV void rcclx_backoff(uint32_t round) { __nanosleep(round < 32 ? 20u : 20
 // warp must execute it.
 RCCLX_DEV float rcclx_shfl_xor_f32(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
 RCCLX_DEV float rcclx_fmaxf(float a, float b) { return fmaxf(a, b); }
+RCCLX_DEV float rcclx_fminf(float a, float b) { return fminf(a, b); }
 RCCLX_DEV float rcclx_fabsf(float a) { return fabsf(a); }
+// Round to the nearest integer, ties to even (cvt.rni.f32.f32).
+RCCLX_DEV float rcclx_rintf(float a) { return rintf(a); }
 
 // ---- float formats --------------------------------------------------------------------
 // order: n/a (pure). IEEE fp16 <-> f32 (cvt.rn).

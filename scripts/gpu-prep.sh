@@ -12,7 +12,8 @@ bash ci/install-toolchains.sh >/dev/null
 export RCCLX_TARGETS=${RCCLX_TARGETS:-sm_90} RCCLX_REQUIRE_KERNELS=1 CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target/gpu}
 cargo build --release --lib
 T=$CARGO_TARGET_DIR/release
-grep -qa rcclx_allreduce_ll_f32_sum "$T/librcclx.so" || { echo "librcclx.so has no kernels" >&2; exit 1; }
+# (RCCLX_REQUIRE_KERNELS=1 fails the build without them; nvcc compresses the fatbin, so the
+# kernel names are not visible in the library.)
 cargo build --release -p rcclx-gpu-tests --bins
 bash rccl-tests-compat/build.sh >/dev/null
 bash gpu-tests/fidelity/build.sh >/dev/null

@@ -100,21 +100,30 @@ if step timeout; then
   run dda-timeout-abort 120 "$ART/timeout"
 fi
 
-# FP8: accuracy against FP64 and the CPU reference codec, both process layouts.
+# Low precision (FP8 and INT8 codecs): accuracy against FP64 and the CPU reference codec, both
+# process layouts.
 if step lowp; then
-  # LOWP_ARGS=--quick for a shorter run.
-  run lowp-accuracy-procs 600 "$ART/lowp_accuracy" --procs "$N" ${LOWP_ARGS:-}
-  run lowp-accuracy-1proc 600 "$ART/lowp_accuracy" --one-process ${LOWP_ARGS:-}
+  # LOWP_ARGS=--quick for a shorter run; LOWP_CODECS="fp8 int8" (default both).
+  for codec in ${LOWP_CODECS:-fp8 int8}; do
+    run lowp-accuracy-procs-$codec 600 env RCCLX_LOW_PRECISION_CODEC=$codec "$ART/lowp_accuracy" --procs "$N" ${LOWP_ARGS:-}
+    run lowp-accuracy-1proc-$codec 600 env RCCLX_LOW_PRECISION_CODEC=$codec "$ART/lowp_accuracy" --one-process ${LOWP_ARGS:-}
+  done
   run lowp-toggle 300 "$ART/lowp_accuracy" --toggle
 fi
 
-# FP8 under CUDA graph capture: per collective, one graph of mixed-size calls on the FP8 path,
-# inputs regenerated inside the graph, 1000 replays, then checked against the stock result
-# within the FP8 error (|err| <= 0.2 * sum|inputs| per element for the reductions, the bound of
-# gpu-tests/src/codec.rs being about 0.13 for 2 ranks; 0.2 * (|x| + 0.01) for AllGather and
-# AllToAll) and, for AllReduce, bit-identical on every rank.
+# Low precision under CUDA graph capture: per collective, one graph of mixed-size calls on the
+# low-precision path, inputs regenerated inside the graph, 1000 replays, then checked against
+# the stock result within the codec's error and, for AllReduce, bit-identical on every rank.
+# FP8: |err| <= 0.2 * sum|inputs| per element for the reductions (the bound of
+# gpu-tests/src/codec.rs is about 0.13 for 2 ranks), 0.2 * (|x| + 0.01) for AllGather and
+# AllToAll. INT8 errs by up to amax/254 per quantization, absolute: plus 0.04 (inputs in [-4, 4],
+# two quantizations per AllReduce element: 0.032, and the bf16 output's rounding).
 if step lpgraph; then
-  run lp-graph-replay 300 env RCCL_LOW_PRECISION_ENABLE=1 RCCLX_LP_MIN_BYTES=0 "$B/rcclx_check" --libs "$LIBS" -P "$N" -g 1 --coll all_reduce,all_gather,reduce_scatter,alltoall -d bfloat16,float -o sum --counts 1,1023,65536,1048581,3000007 --graph --graph-replays 1000 --rel-tol 0.2
+  for codec in ${LOWP_CODECS:-fp8 int8}; do
+    abs=0
+    [ "$codec" = int8 ] && abs=0.04
+    run lp-graph-replay-$codec 300 env RCCL_LOW_PRECISION_ENABLE=1 RCCLX_LOW_PRECISION_CODEC=$codec RCCLX_LP_MIN_BYTES=0 "$B/rcclx_check" --libs "$LIBS" -P "$N" -g 1 --coll all_reduce,all_gather,reduce_scatter,alltoall -d bfloat16,float -o sum --counts 1,1023,65536,1048581,3000007 --graph --graph-replays 1000 --rel-tol 0.2 --abs-tol $abs
+  done
 fi
 
 # Speed: stock and rcclx side by side in one process per run (ratio = stock / rcclx time).
@@ -141,14 +150,16 @@ if step benchsym; then
     done
   done
 fi
+# Low precision vs stock, both codecs, from 1 MiB (RCCLX_LP_MIN_BYTES=0: the low-precision path
+# at every size, to see where it starts to pay; the default threshold is set from these runs).
 if step lpbench; then
-  export RCCL_LOW_PRECISION_ENABLE=1
-  for c in all_reduce all_gather reduce_scatter alltoall; do
-    for dt in bfloat16 float; do
-      run lpbench-$c-P${N}-$dt 300 "$B/${c}_perf" --libs "$LIBS" -P "$N" -g 1 -b 4M -e 256M -f 2 -n 20 -w 5 -c 0 -d $dt -J "$OUT/lpbench-$c-P${N}-$dt.json"
+  for codec in ${LOWP_CODECS:-fp8 int8}; do
+    for c in all_reduce all_gather reduce_scatter alltoall; do
+      for dt in ${LPBENCH_TYPES:-bfloat16 float half}; do
+        run lpbench-$codec-$c-P${N}-$dt 300 env RCCL_LOW_PRECISION_ENABLE=1 RCCLX_LOW_PRECISION_CODEC=$codec RCCLX_LP_MIN_BYTES=0 "$B/${c}_perf" --libs "$LIBS" -P "$N" -g 1 -b 1M -e 256M -f 2 -n 20 -w 5 -c 0 -d $dt -J "$OUT/lpbench-$codec-$c-P${N}-$dt.json"
+      done
     done
   done
-  unset RCCL_LOW_PRECISION_ENABLE
 fi
 
 # PyTorch with LD_PRELOAD: results, CUDA graph, and the DDA path really taken.

@@ -51,6 +51,26 @@ impl Parse for Option<u64> {
     }
 }
 
+/// The wire codec of the low-precision collectives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum LowpCodec {
+    /// Block-scaled FP8 E4M3 (RCCLX's codec).
+    #[default]
+    Fp8,
+    /// Block-scaled symmetric INT8: about 4x less error than FP8, the same bytes.
+    Int8,
+}
+
+impl Parse for LowpCodec {
+    fn parse(s: &str) -> Option<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "fp8" => Some(LowpCodec::Fp8),
+            "int8" => Some(LowpCodec::Int8),
+            _ => None,
+        }
+    }
+}
+
 /// Text whose absence means "not set"; an empty value counts as unset too (no warning).
 impl Parse for Option<String> {
     fn parse(s: &str) -> Option<Self> {
@@ -114,7 +134,8 @@ config_table! {
     lowp_all_reduce: bool = false, "RCCL_LOW_PRECISION_ENABLE_ALLREDUCE", "1: low precision AllReduce";
     lowp_reduce_scatter: bool = false, "RCCL_LOW_PRECISION_ENABLE_REDUCESCATTER", "1: low precision ReduceScatter";
     lowp_all_to_all: bool = false, "RCCL_LOW_PRECISION_ENABLE_ALLTOALL", "1: low precision AllToAll";
-    lowp_min_bytes: u64 = 16 * MIB, "RCCLX_LP_MIN_BYTES", "low precision only for messages of at least this many bytes";
+    lowp_codec: LowpCodec = LowpCodec::Fp8, "RCCLX_LOW_PRECISION_CODEC", "`fp8` or `int8`: the wire format of the low-precision collectives (block-scaled, same bytes; int8 has about 4x less error)";
+    lowp_min_bytes: Option<u64> = None, "RCCLX_LP_MIN_BYTES", "low precision only for messages of at least this many bytes (default by rank count)";
     fault_inject: Option<String> = None, "RCCLX_FAULT_INJECT", "test only: `alloc`, `ipc` or `peer`, optionally `:RANK` (default every rank): that setup step fails, so the communicator must forward";
 }
 
@@ -189,7 +210,7 @@ mod tests {
         assert!(c.disable && c.lowp_enable);
         assert_eq!(c.dda_sendbuf_bytes, Some(32 * MIB));
         assert_eq!(c.dda_flat_max_bytes, Some(204_800));
-        assert_eq!(c.lowp_min_bytes, 4096);
+        assert_eq!(c.lowp_min_bytes, Some(4096));
         assert_eq!(c.upstream_lib.as_deref(), Some("/x/libnccl.so.2"));
     }
 

@@ -44,8 +44,11 @@ pub enum Algo {
     Flat,
     /// Two-shot (reduce-scatter, then all-gather, through the staging buffers).
     Tree,
-    /// Low precision: block-scaled FP8 on the wire, FP32 arithmetic.
+    /// Low precision: block-scaled FP8 on the wire, FP32 arithmetic (RCCLX's name: "lowp").
     Lowp,
+    /// Low precision with the INT8 codec (`RCCLX_LOW_PRECISION_CODEC=int8`): the same kernels
+    /// and bytes as `Lowp`, block-scaled INT8 on the wire.
+    Int8,
 }
 
 impl Algo {
@@ -55,6 +58,7 @@ impl Algo {
             Algo::Flat => "flat",
             Algo::Tree => "tree",
             Algo::Lowp => "lowp",
+            Algo::Int8 => "int8",
         }
     }
 }
@@ -63,7 +67,7 @@ impl Algo {
 pub fn family(coll: Coll, algo: Algo) -> Option<usize> {
     static TABLE: std::sync::OnceLock<Vec<(Coll, Algo, usize)>> = std::sync::OnceLock::new();
     let table = TABLE.get_or_init(|| {
-        let algos = [Algo::Ll, Algo::Flat, Algo::Tree, Algo::Lowp];
+        let algos = [Algo::Ll, Algo::Flat, Algo::Tree, Algo::Lowp, Algo::Int8];
         let mut v = Vec::new();
         for (i, f) in crate::kernel_table::FAMILIES.iter().enumerate() {
             let c = Coll::ALL.into_iter().find(|c| c.name() == f.coll);
@@ -119,6 +123,8 @@ pub struct LowpSwitches {
     pub all_gather: bool,
     pub reduce_scatter: bool,
     pub all_to_all: bool,
+    /// The INT8 codec instead of FP8 (`RCCLX_LOW_PRECISION_CODEC=int8`).
+    pub int8: bool,
 }
 
 impl LowpSwitches {
@@ -128,6 +134,7 @@ impl LowpSwitches {
             all_gather: c.lowp_enable || c.lowp_all_gather,
             reduce_scatter: c.lowp_enable || c.lowp_reduce_scatter,
             all_to_all: c.lowp_enable || c.lowp_all_to_all,
+            int8: c.lowp_codec == crate::config::LowpCodec::Int8,
         }
     }
     pub fn any(&self) -> bool {
@@ -170,6 +177,8 @@ pub struct Crossovers {
     pub all_gather_max: u64,
     pub reduce_scatter_max: u64,
     pub all_to_all_max: u64,
+    /// Low precision (when switched on) from this many bytes (as `CallDesc::bytes` counts them).
+    pub lowp_min: u64,
 }
 
 /// Default crossovers by rank count. 2 ranks, AllReduce: measured on 2x H200
@@ -180,7 +189,10 @@ pub struct Crossovers {
 /// stock by 1.30x or more up to 64 MiB for AllGather and ReduceScatter, but AllToAll's margin
 /// falls to 1.08-1.27x above 16 MiB (one 32 MiB sample lost), so it stops at 16 MiB. More
 /// ranks: one-shot traffic grows with the rank count, so the crossovers shrink to RCCLX's
-/// 8-rank values; not measured (no 4/8-GPU machine).
+/// 8-rank values; not measured (no 4/8-GPU machine). Low precision at 2 ranks from 4 MiB: there
+/// FP8 beats DDA for every collective in bf16 (AllReduce 1.65-1.68x against DDA's 1.61x, at
+/// 2 MiB DDA's 2.0x wins; bench/results/2026-11-30-h200x2-v4/speed); more ranks keep RCCLX's
+/// 16 MiB.
 pub const DEFAULT_CROSSOVERS: [Crossovers; 3] = [
     Crossovers {
         ranks: 2,
@@ -190,6 +202,7 @@ pub const DEFAULT_CROSSOVERS: [Crossovers; 3] = [
         all_gather_max: 64 << 20,
         reduce_scatter_max: 64 << 20,
         all_to_all_max: 16 << 20,
+        lowp_min: 4 << 20,
     },
     Crossovers {
         ranks: 4,
@@ -199,6 +212,7 @@ pub const DEFAULT_CROSSOVERS: [Crossovers; 3] = [
         all_gather_max: 16 << 20,
         reduce_scatter_max: 8 << 20,
         all_to_all_max: 2 << 20,
+        lowp_min: 16 << 20,
     },
     Crossovers {
         ranks: 8,
@@ -208,6 +222,7 @@ pub const DEFAULT_CROSSOVERS: [Crossovers; 3] = [
         all_gather_max: 16 << 20,
         reduce_scatter_max: 8 << 20,
         all_to_all_max: 2 << 20,
+        lowp_min: 16 << 20,
     },
 ];
 
@@ -224,7 +239,7 @@ impl Thresholds {
             all_gather_max_bytes: c.dda_all_gather_max_bytes.unwrap_or(row.all_gather_max),
             reduce_scatter_max_bytes: c.dda_reduce_scatter_max_bytes.unwrap_or(row.reduce_scatter_max),
             all_to_all_max_bytes: c.dda_all_to_all_max_bytes.unwrap_or(row.all_to_all_max),
-            lowp_min_bytes: c.lowp_min_bytes,
+            lowp_min_bytes: c.lowp_min_bytes.unwrap_or(row.lowp_min),
         }
     }
 }
@@ -294,7 +309,7 @@ pub fn decide(call: &CallDesc, comm: &CommFacts, th: &Thresholds) -> Route {
     }
     // Low precision first (as RCCLX): large messages of float types, op sum.
     if comm.lowp.get(call.coll) && lowp_dtype(call.dtype) && call.op == ncclRedOp_t::Sum && bytes >= th.lowp_min_bytes {
-        return Route::Own(Algo::Lowp);
+        return Route::Own(if comm.lowp.int8 { Algo::Int8 } else { Algo::Lowp });
     }
     if !th.dda[call.coll as usize] {
         return Up(Reason::Disabled);
@@ -350,7 +365,8 @@ mod tests {
     }
 
     fn facts(nranks: usize, lowp: bool) -> CommFacts {
-        let s = LowpSwitches { all_reduce: lowp, all_gather: lowp, reduce_scatter: lowp, all_to_all: lowp };
+        let s =
+            LowpSwitches { all_reduce: lowp, all_gather: lowp, reduce_scatter: lowp, all_to_all: lowp, int8: false };
         CommFacts { nranks, dda: true, lowp: s, staging_bytes: 16 << 20 }
     }
 
@@ -401,7 +417,7 @@ mod tests {
                             }
                             assert!(algo != Algo::Tree || call.coll == Coll::AllReduce, "{call:?} -> {r:?}");
                         }
-                        Route::Own(Algo::Lowp) => {
+                        Route::Own(Algo::Lowp | Algo::Int8) => {
                             assert!(lowp && lowp_dtype(call.dtype) && call.op == ncclRedOp_t::Sum, "{call:?}");
                             assert!(call.bytes(nranks).unwrap() >= th.lowp_min_bytes);
                         }
@@ -428,7 +444,7 @@ mod tests {
             Route::Own(Algo::Ll) => -1,
             Route::Own(Algo::Flat) => 0,
             Route::Own(Algo::Tree) => 1,
-            Route::Own(Algo::Lowp) => 2,
+            Route::Own(Algo::Lowp | Algo::Int8) => 2,
             Route::Upstream(_) => 3,
         };
         for nranks in 2..=8 {
@@ -490,6 +506,15 @@ mod tests {
             decide(&call(Coll::AllReduce, ncclDataType_t::Float32, ncclRedOp_t::Max), &facts(2, true), &th),
             Route::Own(Algo::Lowp)
         );
+        // The INT8 codec takes the same calls, on its own kernels.
+        let int8 = CommFacts { lowp: LowpSwitches { int8: true, ..facts(2, true).lowp }, ..facts(2, true) };
+        for coll in Coll::ALL {
+            assert_eq!(
+                decide(&call(coll, ncclDataType_t::Bfloat16, ncclRedOp_t::Sum), &int8, &th),
+                Route::Own(Algo::Int8)
+            );
+            assert!(crate::intercept::family(coll, Algo::Int8).is_some(), "{coll:?}");
+        }
     }
 
     #[test]

@@ -34,7 +34,7 @@ pub const REDUCE_TYPES: &[Ty] = &[
     Ty { name: "bf16", cxx: "rcclx_bf16", nccl: 9, bytes: 2 },
 ];
 
-/// Input types of the low-precision (FP8 on the wire) kernels.
+/// Input types of the low-precision (FP8 or INT8 on the wire) kernels.
 pub const LOWP_TYPES: &[Ty] = &[
     Ty { name: "f32", cxx: "float", nccl: 7, bytes: 4 },
     Ty { name: "bf16", cxx: "rcclx_bf16", nccl: 9, bytes: 2 },
@@ -70,7 +70,8 @@ pub const NO_OP: &[Op] = &[];
 pub struct Family {
     /// `allreduce`, `allgather`, `reducescatter`, `alltoall`, `alltoallv`.
     pub coll: &'static str,
-    /// `ll`, `flat`, `tree`, `lowp`, `dynamic`.
+    /// `ll`, `flat`, `tree`, `lowp` (FP8), `int8`, `lowp_pair` / `int8_pair` (2-rank
+    /// low-precision AllReduce), `dynamic`.
     pub algo: &'static str,
     /// The device function template in `hip_kernels/` (`template <typename T[, int OP]>`).
     pub device_fn: &'static str,
@@ -200,7 +201,65 @@ pub const FAMILIES: &[Family] = &[
         ops: NO_OP,
         args: ALLTOALLV_ARGS,
     },
+    // The low-precision kernels again with the INT8 codec (`RCCLX_LOW_PRECISION_CODEC=int8`).
+    Family {
+        coll: "allreduce",
+        algo: "int8",
+        device_fn: "rcclx_allreduce_int8",
+        types: LOWP_TYPES,
+        ops: NO_OP,
+        args: COLL_ARGS,
+    },
+    Family {
+        coll: "allgather",
+        algo: "int8",
+        device_fn: "rcclx_allgather_int8",
+        types: LOWP_TYPES,
+        ops: NO_OP,
+        args: COLL_ARGS,
+    },
+    Family {
+        coll: "reducescatter",
+        algo: "int8",
+        device_fn: "rcclx_reducescatter_int8",
+        types: LOWP_TYPES,
+        ops: NO_OP,
+        args: COLL_ARGS,
+    },
+    // AllReduce's 2-rank form ("exchange", `hip_kernels/lowp.cuh`), one kernel per codec.
+    Family {
+        coll: "allreduce",
+        algo: "lowp_pair",
+        device_fn: "rcclx_allreduce_lowp_pair",
+        types: LOWP_TYPES,
+        ops: NO_OP,
+        args: COLL_ARGS,
+    },
+    Family {
+        coll: "allreduce",
+        algo: "int8_pair",
+        device_fn: "rcclx_allreduce_int8_pair",
+        types: LOWP_TYPES,
+        ops: NO_OP,
+        args: COLL_ARGS,
+    },
+    Family {
+        coll: "alltoall",
+        algo: "int8",
+        device_fn: "rcclx_alltoall_int8",
+        types: LOWP_TYPES,
+        ops: NO_OP,
+        args: COLL_ARGS,
+    },
 ];
+
+/// The algorithms of the low-precision families (both codecs, both AllReduce forms).
+pub const LOW_PRECISION_ALGOS: &[&str] = &["lowp", "int8", "lowp_pair", "int8_pair"];
+
+/// The index in [`FAMILIES`] of the family `coll`.`algo`.
+pub fn family_index(coll: &str, algo: &str) -> Option<usize> {
+    FAMILIES.iter().position(|f| f.coll == coll && f.algo == algo)
+}
 
 /// Index of the first kernel of family `f` in the module's kernel list.
 pub const fn family_start(f: usize) -> usize {

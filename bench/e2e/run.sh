@@ -1,17 +1,27 @@
 #!/usr/bin/env bash
 # End-to-end benchmark: bench/e2e/tp_model.py (TP=2 Llama-3-8B-shaped model, random bf16
-# weights) run with stock NCCL and with rcclx, logs and a markdown table in OUTDIR.
+# weights) run with stock NCCL and with rcclx, logs and a markdown table in OUTDIR; and the
+# accuracy of rcclx's low-precision all-reduce (FP8 and INT8) on the model's prefill output.
 #
 #   bash bench/e2e/run.sh OUTDIR [tp_model.py flags, e.g. --layers 16 --batches 1,8]
 #
 # Runs (each `python3 -m torch.distributed.run --standalone --nproc_per_node=$NPROC`, under
 # `timeout $RUN_TIMEOUT`, with NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 # NVSHMEM_DISABLE_NVLS=1):
-#   check       tp_model.py --check through rcclx: TP logits vs a single-GPU reference (tiny config)
-#   stock       decode (batch 1, 8, 64; CUDA graph) and prefill (4096 tokens), plain PyTorch
-#   rcclx       the same with LD_PRELOAD=$RCCLX_LIB RCCLX_UPSTREAM_LIB=$STOCK_NCCL
-#   rcclx-lowp  prefill only, rcclx with RCCL_LOW_PRECISION_ENABLE=1 (FP8 all-reduce)
-#   check-stock tp_model.py --check with stock NCCL (not run by default)
+#   check          tp_model.py --check through rcclx: TP logits vs a single-GPU reference (tiny config)
+#   stock          decode (batch 1, 8, 64; CUDA graph) and prefill (4096 tokens), plain PyTorch;
+#                  saves the prefill's output (--save-output) as the exact reference
+#   stock-perturb  prefill, stock, embedding output moved by one bf16 ulp (--perturb), compared
+#                  with the reference: the model's own sensitivity, the scale for the errors below
+#   rcclx          decode and prefill with LD_PRELOAD=$RCCLX_LIB RCCLX_UPSTREAM_LIB=$STOCK_NCCL,
+#                  exact collectives; output compared with the reference (expected 0)
+#   rcclx-fp8      prefill only, rcclx with RCCL_LOW_PRECISION_ENABLE=1 (block-scaled FP8 E4M3
+#                  all-reduce: the 32 MiB prefill all-reduces are over RCCLX_LP_MIN_BYTES, 4 MiB at 2 ranks);
+#                  output compared with the reference. Alias: rcclx-lowp (its old name)
+#   rcclx-int8     the same with RCCLX_LOW_PRECISION_CODEC=int8 (block-scaled INT8)
+#   check-stock    tp_model.py --check with stock NCCL (not run by default)
+# Every run after stock gets --compare-output when stock saved the reference; the reference
+# (32 MiB with the default flags) is written to a temporary folder in OUTDIR, removed at exit.
 # Output: OUTDIR/<run>.log (<run>-<i>.log with REPEATS > 1), OUTDIR/info.log, OUTDIR/status.txt
 # (exit status of each run) and OUTDIR/summary.md (bench/e2e/summarize.py), printed at the end.
 #
@@ -20,8 +30,10 @@
 #   STOCK_NCCL   stock libnccl.so.2 (default $RCCLX_UPSTREAM_LIB, else the one of python3's
 #                nvidia.nccl package, which is what PyTorch loads)
 #   NPROC        processes = GPUs (2)
-#   RUNS         subset of "check stock rcclx rcclx-lowp check-stock" (default: the first four)
-#   REPEATS      repeat stock/rcclx/rcclx-lowp, interleaved, N times (1); the table takes medians
+#   RUNS         subset of "check stock stock-perturb rcclx rcclx-fp8 rcclx-int8 check-stock"
+#                (default: all but check-stock)
+#   REPEATS      repeat the runs from stock to rcclx-int8, interleaved, N times (1); the tables
+#                take medians
 #   RUN_TIMEOUT  seconds per run (300; a full 32-layer run took 13-16 s on 2x H200,
 #                bench/results/2026-11-30-h200x2-v2/integrations/e2e/status.txt)
 #   PYTHON       python interpreter (python3)
@@ -29,7 +41,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 if [ $# -lt 1 ]; then
-  sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,42p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 OUT=$1
@@ -38,7 +50,7 @@ mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 NPROC=${NPROC:-2}
 T=${RUN_TIMEOUT:-300}
-RUNS=${RUNS:-check stock rcclx rcclx-lowp}
+RUNS=${RUNS:-check stock stock-perturb rcclx rcclx-fp8 rcclx-int8}
 REPEATS=${REPEATS:-1}
 RCCLX_LIB=$(readlink -f "${RCCLX_LIB:-.carry/librcclx.so}")
 STOCK_NCCL=${STOCK_NCCL:-${RCCLX_UPSTREAM_LIB:-}}
@@ -83,14 +95,38 @@ run() {
   grep -E '^(RESULT|CHECK|SUMMARY)' "$log" | sed 's/^/    /'
 }
 
+# The exact prefill output (stock NCCL) that the other runs compare theirs with: large, so in a
+# temporary folder, not left in OUTDIR.
+REF_DIR=$(mktemp -d "$OUT/.ref-output.XXXXXX")
+trap 'rm -rf "$REF_DIR"' EXIT
+trap 'exit 143' TERM INT
+REF=$REF_DIR/stock-prefill.pt
+# --compare-output only when stock saved the reference (it may have failed or not be in RUNS).
+cmp_ref() { CMP=(); [ -f "$REF" ] && CMP=(--compare-output "$REF"); }
+LOWP=(RCCL_LOW_PRECISION_ENABLE=1)
 has check && run check "${RCCLX_ENV[@]}" -- --check
 has check-stock && run check-stock -- --check
 for ((i = 1; i <= REPEATS; i++)); do
   sfx=""
   [ "$REPEATS" -gt 1 ] && sfx="-$i"
-  has stock && run "stock$sfx" -- --mode decode,prefill "$@"
-  has rcclx && run "rcclx$sfx" "${RCCLX_ENV[@]}" -- --mode decode,prefill "$@"
-  has rcclx-lowp && run "rcclx-lowp$sfx" "${RCCLX_ENV[@]}" RCCL_LOW_PRECISION_ENABLE=1 -- --mode prefill "$@"
+  if has stock; then
+    rm -f "$REF"
+    run "stock$sfx" -- --mode decode,prefill --save-output "$REF" "$@"
+  fi
+  cmp_ref
+  if has stock-perturb; then
+    if [ -f "$REF" ]; then
+      run "stock-perturb$sfx" -- --mode prefill "${CMP[@]}" --perturb "$@"
+    else
+      printf '%-16s skipped: no reference output (stock failed or not in RUNS)\n' "stock-perturb$sfx" | tee -a "$OUT/status.txt"
+    fi
+  fi
+  has rcclx && run "rcclx$sfx" "${RCCLX_ENV[@]}" -- --mode decode,prefill "${CMP[@]}" "$@"
+  if has rcclx-fp8 || has rcclx-lowp; then
+    run "rcclx-fp8$sfx" "${RCCLX_ENV[@]}" "${LOWP[@]}" -- --mode prefill "${CMP[@]}" "$@"
+  fi
+  has rcclx-int8 && run "rcclx-int8$sfx" "${RCCLX_ENV[@]}" "${LOWP[@]}" RCCLX_LOW_PRECISION_CODEC=int8 -- \
+    --mode prefill "${CMP[@]}" "$@"
 done
 
 "$PY" bench/e2e/summarize.py "$OUT" >"$OUT/summary.md"

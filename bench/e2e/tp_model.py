@@ -11,7 +11,7 @@ style:
   attention and one after the MLP: 2 x layers all-reduces per step (64 with 32 layers);
 - the embedding is replicated and the LM head is split by vocabulary, so neither adds a
   collective (each rank keeps the logits of its vocabulary shard; they are gathered only in
-  --check);
+  --check and for --save-output/--compare-output);
 - RMSNorm, rotary embeddings (rotate-half, theta 500000), a KV cache per layer, and grouped-query
   attention.
 
@@ -30,6 +30,31 @@ Output: one machine-readable line per measurement, then a summary, e.g.
   RESULT decode batch=8 ms_per_token=4.123 median_step_ms=4.120 tokens_per_s=1940.3 ...
   RESULT prefill tokens=4096 batch=1 ms_per_prefill=61.52 tokens_per_s=66580.0 ...
 
+Accuracy of low-precision collectives (bench/e2e/run.sh): after the benchmarks, one more prefill
+of the same tokens, eager:
+
+- --save-output PATH: rank 0 saves its final hidden states (after the final RMSNorm, all tokens,
+  bf16), the last token's logits (gathered over the vocabulary shards) and the top-1 token of every
+  position (taken per shard and gathered: the [tokens, vocab] logits are never held). A second
+  identical prefill is compared with the first (ref=repeat: run-to-run noise, 0 when deterministic);
+- --compare-output PATH: compares this run's with the saved one (ref=saved), e.g. rcclx with
+  RCCL_LOW_PRECISION_ENABLE=1 against the output saved with stock NCCL. From the CPU smoke test
+  below, with --perturb:
+
+  RESULT accuracy ref=saved perturb=1 input_rel_l2=5.703e-03 hidden_rel_l2=1.163e-02
+      last_logits_rel_l2=1.130e-02 argmax_agree=0.9531 last_argmax_same=1 positions=64 ranks_same=1
+      lowp=0 codec=-
+
+  rel_l2 = ||out - saved|| / ||saved|| (hidden states: over all tokens); argmax_agree: fraction of
+  positions whose top-1 token matches; last_argmax_same: that of the last position (0/1);
+  ranks_same: 1 when every rank's replica of the hidden states has the same bits as rank 0's;
+- --perturb (with --compare-output): the scale for that error, how far the model's output moves
+  when its input moves by bf16 rounding size. Each element of the embedding output is multiplied
+  by (1 + 2^-8 s) with s = +-1 at random (fixed seed) and rounded to bf16, i.e. moved to its
+  neighbouring bf16 value (one unit in the last place; relative 2^-8 to 2^-7, input_rel_l2 about
+  5.7e-3). Random signs, not a uniform factor: the input is already bf16, so most factors in
+  [1 - 2^-8, 1 + 2^-8] would round back to the same value.
+
 --check compares the TP model's logits with an independent single-GPU reference (plain
 causal attention recomputed over the whole sequence, no KV cache, unsharded weights) on a tiny
 configuration: prefill logits of every position, then decode steps, eager and replayed from a
@@ -45,7 +70,14 @@ Usage (2 GPUs; bench/e2e/run.sh runs it for stock NCCL and for rcclx):
 
 Without torchrun it runs as one rank. --simulate-tp N then holds all N shards in this one
 process and adds their partial sums itself instead of all_reduce, so the sharding can be checked
-without GPUs: python3 bench/e2e/tp_model.py --check --simulate-tp 2 --device cpu
+without GPUs: python3 bench/e2e/tp_model.py --check --simulate-tp 2 --device cpu, and the accuracy
+flags (the unperturbed compare gives 0 error, the perturbed one about 1e-2):
+
+  T="--simulate-tp 2 --device cpu --mode prefill --layers 2 --hidden 256 --heads 8 --kv-heads 4
+     --intermediate 512 --vocab 1000 --prefill-tokens 64"
+  python3 bench/e2e/tp_model.py $T --save-output /tmp/ref.pt
+  python3 bench/e2e/tp_model.py $T --compare-output /tmp/ref.pt
+  python3 bench/e2e/tp_model.py $T --compare-output /tmp/ref.pt --perturb
 """
 import argparse
 import ctypes
@@ -261,16 +293,18 @@ class TPModel:
         p = torch.softmax(s, dim=-1).to(q.dtype)
         return torch.matmul(p, vc).reshape(B, qh, 1, hd)
 
-    def forward(self, tokens, pos=None, all_logits=False):
+    def forward(self, tokens, pos=None, all_logits=False, inputs_embeds=None, return_hidden=False):
         """tokens [B, T]. Prefill (T > 1): positions 0..T-1, cache written at 0..T-1.
         Decode (T == 1): pos is a 1-element long tensor on the device (CUDA-graph friendly).
         Returns the logits shards (one per local shard), [B, V/TP] of the last position, or
-        [B, T, V/TP] with all_logits."""
+        [B, T, V/TP] with all_logits; with return_hidden, the final-normed hidden states of every
+        position [B, T, H] instead (replicated). inputs_embeds [B, T, H] replaces the embedding of
+        tokens (--perturb)."""
         cfg = self.cfg
         B, T = tokens.shape
         hd = cfg.head_dim
         decode = T == 1 and pos is not None
-        x = F.embedding(tokens, self.rep["embed"])  # [B, T, H], replicated
+        x = F.embedding(tokens, self.rep["embed"]) if inputs_embeds is None else inputs_embeds  # [B, T, H]
         if decode:
             cos, sin = self.cos.index_select(0, pos), self.sin.index_select(0, pos)
         else:
@@ -303,6 +337,8 @@ class TPModel:
                 gate, up = F.linear(h, sh.wgu[l]).chunk(2, dim=-1)
                 partials.append(F.linear(F.silu(gate) * up, sh.wd[l]))
             x = x + self.comm.all_reduce(partials)  # row-parallel down
+        if return_hidden:
+            return rms_norm(x, self.rep["ln_f"], cfg.eps)
         if not all_logits:
             x = x[:, -1]
         x = rms_norm(x, self.rep["ln_f"], cfg.eps)
@@ -526,11 +562,23 @@ def bench_decode(ctx, args, model, batch, results):
     model.caches = None
 
 
+def prefill_input(ctx, model, T):
+    """The prefill's tokens [1, T]: the same in every run (and in --save-output/--compare-output)."""
+    gen_t = torch.Generator(device=ctx.device).manual_seed(11)
+    return torch.randint(0, model.cfg.vocab, (1, T), generator=gen_t, device=ctx.device)
+
+
+def lowp_env():
+    """The low-precision settings rcclx reads at communicator creation, for the RESULT lines."""
+    on = os.environ.get("RCCL_LOW_PRECISION_ENABLE", "0")
+    codec = os.environ.get("RCCLX_LOW_PRECISION_CODEC", "fp8") if on not in ("", "0") else "-"
+    return f"lowp={on} codec={codec}"
+
+
 def bench_prefill(ctx, args, model, results):
     T = args.prefill_tokens
     model.alloc_cache(1, T)
-    gen_t = torch.Generator(device=ctx.device).manual_seed(11)
-    tokens = torch.randint(0, model.cfg.vocab, (1, T), generator=gen_t, device=ctx.device)
+    tokens = prefill_input(ctx, model, T)
     for _ in range(2):
         model.forward(tokens)
     ctx.barrier()
@@ -547,8 +595,105 @@ def bench_prefill(ctx, args, model, results):
     results.append(("prefill", T, ms))
     ctx.log(f"RESULT prefill tokens={T} batch=1 ms_per_prefill={ms:.3f} min_ms={best:.3f} "
             f"tokens_per_s={T * 1e3 / ms:.1f} layers={model.cfg.layers} tp={ctx.tp} iters={args.prefill_iters} "
-            f"allreduce_bytes={T * model.cfg.hidden * 2} lowp={os.environ.get('RCCL_LOW_PRECISION_ENABLE', '0')}")
+            f"allreduce_bytes={T * model.cfg.hidden * 2} {lowp_env()}")
     model.caches = None
+
+
+# ------------------------------------------------------------------------------------------
+# --save-output / --compare-output / --perturb: the prefill's output, to measure the error of
+# low-precision collectives against exact ones, and the model's own sensitivity as a scale
+# ------------------------------------------------------------------------------------------
+PERTURB_REL = 2.0 ** -8  # bf16 unit roundoff (8 significand bits)
+PERTURB_SEED = 17
+
+
+def perturb_bf16(x):
+    """x * (1 + 2^-8 s), s = +-1 at random (fixed seed), rounded back to bf16: every element moves to
+    a neighbouring bf16 value, one unit in the last place up or down (relative 2^-8 to 2^-7), the
+    smallest change bf16 can represent. Random signs rather than a uniform factor in [-1, 1]: x is
+    already bf16, so most uniform factors would round back to x and leave a sparse perturbation.
+    Returns (perturbed x, relative L2 of the change)."""
+    g = torch.Generator(device=x.device).manual_seed(PERTURB_SEED)
+    s = torch.randint(0, 2, x.shape, generator=g, device=x.device).float().mul_(2).sub_(1)
+    y = (x.float() * (1 + PERTURB_REL * s)).to(x.dtype)
+    return y, ((y.float() - x.float()).norm() / x.float().norm()).item()
+
+
+def prefill_output(model, tokens, inputs_embeds=None, chunk=512):
+    """One prefill of tokens [1, T]: (final-normed hidden states [T, H], last-token logits [V],
+    top-1 token of every position [T], whether every rank's hidden states have the same bits), on the
+    CPU. The top-1 is taken per vocabulary shard, chunk positions at a time, and only the shards'
+    maxima are gathered: the [T, V] logits never exist."""
+    comm = model.comm
+
+    def gather(parts):  # as bytes: low precision (float types only) must not touch them
+        dt = parts[0].dtype
+        return comm.gather_last_dim([p.contiguous().view(torch.uint8) for p in parts]).view(dt)
+
+    model.alloc_cache(1, tokens.shape[1])
+    h = model.forward(tokens, inputs_embeds=inputs_embeds, return_hidden=True)[0]  # [T, H], replicated
+    # The ranks hold replicas of h: exact all-reduces leave the same bits on every rank; a codec
+    # that decoded differently per rank would not. A position-weighted checksum of the bits says.
+    bits = h.contiguous().view(torch.int16).to(torch.int64).flatten()
+    w = torch.arange(bits.numel(), device=bits.device) % 65521 + 1
+    sums = comm.gather_last_dim([torch.stack([bits.sum(), (bits * w).sum()])]).view(-1, 2)
+    ranks_same = bool((sums == sums[0]).all())
+    del bits, w
+    last = gather([F.linear(h[-1], sh.lm_head) for sh in model.shards])  # [V]
+    vals, idxs = [], []
+    for sh in model.shards:
+        v, i = [], []
+        for c in range(0, h.shape[0], chunk):
+            lg = F.linear(h[c:c + chunk], sh.lm_head)  # [chunk, V/TP]
+            j = lg.argmax(-1, keepdim=True)
+            v.append(lg.gather(-1, j))
+            i.append(j)
+        vals.append(torch.cat(v))
+        idxs.append(torch.cat(i))
+    vals, idxs = gather(vals), comm.gather_last_dim(idxs)  # [T, TP], in vocabulary order
+    best = vals.argmax(-1, keepdim=True)  # ties -> lower shard, as argmax over the whole vocabulary
+    top1 = idxs.gather(-1, best)[:, 0] + best[:, 0] * model.shards[0].lm_head.shape[0]
+    model.caches = None
+    return h.cpu(), last.cpu(), top1.cpu(), ranks_same
+
+
+def accuracy_line(ref_kind, got, ref, input_rel):
+    h, lg, t, same = got
+    rh, rl, rt = ref[:3]
+
+    def rel(a, b):
+        return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+    return (f"RESULT accuracy ref={ref_kind} perturb={int(input_rel > 0)} input_rel_l2={input_rel:.3e} "
+            f"hidden_rel_l2={rel(h, rh):.3e} last_logits_rel_l2={rel(lg, rl):.3e} "
+            f"argmax_agree={(t == rt).double().mean().item():.4f} last_argmax_same={int(t[-1] == rt[-1])} "
+            f"positions={t.numel()} ranks_same={int(same)} {lowp_env()}")
+
+
+def run_output(ctx, args, model):
+    """--save-output: rank 0 saves the prefill's output, and compares a second identical prefill
+    with it (ref=repeat: the run-to-run noise of the exact path, 0 when deterministic).
+    --compare-output: rank 0 compares this run's prefill output with a saved one (ref=saved);
+    with --perturb the embedding output is perturbed first (perturb_bf16)."""
+    T = args.prefill_tokens
+    tokens = prefill_input(ctx, model, T)
+    embeds, input_rel = None, 0.0
+    if args.perturb:
+        embeds, input_rel = perturb_bf16(F.embedding(tokens, model.rep["embed"]))
+    meta = {"tokens": T, "seed": args.seed, "config": dict(model.cfg.__dict__)}
+    got = prefill_output(model, tokens, embeds)
+    if args.compare_output and ctx.rank == 0:
+        ref = torch.load(args.compare_output, map_location="cpu")
+        if ref["meta"] != meta:
+            raise SystemExit(f"--compare-output {args.compare_output}: saved for {ref['meta']}, this run is {meta}")
+        ctx.log(accuracy_line("saved", got, (ref["hidden"], ref["last_logits"], ref["top1"]), input_rel))
+    if args.save_output:
+        again = prefill_output(model, tokens, embeds)
+        if ctx.rank == 0:
+            torch.save({"meta": meta, "hidden": got[0], "last_logits": got[1], "top1": got[2]}, args.save_output)
+            ctx.log(f"INFO output saved: {args.save_output} (hidden {tuple(got[0].shape)} {got[0].dtype}, "
+                    f"last-token logits {tuple(got[1].shape)}, top-1 of {got[2].numel()} positions)")
+            ctx.log(accuracy_line("repeat", again, got, input_rel))
 
 
 # ------------------------------------------------------------------------------------------
@@ -634,10 +779,23 @@ def main():
     ap.add_argument("--check-tol", type=float, default=3e-2, help="max relative L2 error for --check (3e-2)")
     ap.add_argument("--simulate-tp", type=int, default=0,
                     help="one process holds N shards and sums their partials (no torch.distributed)")
+    ap.add_argument("--save-output", metavar="PATH",
+                    help="after the benchmarks, save (rank 0) the output of one prefill: final hidden states, "
+                         "last-token logits, top-1 token of every position")
+    ap.add_argument("--compare-output", metavar="PATH",
+                    help="after the benchmarks, compare one prefill's output with one saved by --save-output "
+                         "(RESULT accuracy line)")
+    ap.add_argument("--perturb", action="store_true",
+                    help="with --compare-output: move each element of the embedding output by one bf16 unit "
+                         "in the last place (x * (1 +- 2^-8), random signs) before that prefill")
     ap.add_argument("--device", choices=("cuda", "cpu"),
                     help="default cuda (under torchrun: cuda:LOCAL_RANK with NCCL; cpu there uses gloo, to "
                          "test the script only); without torchrun: cuda if available")
     args = ap.parse_args()
+    if args.perturb and not args.compare_output:
+        ap.error("--perturb needs --compare-output")
+    if args.compare_output and not os.path.exists(args.compare_output):
+        ap.error(f"--compare-output {args.compare_output}: no such file")
 
     ctx = Ctx(args)
     if args.check:
@@ -678,8 +836,9 @@ def main():
                     bench_decode(ctx, args, model, b, results)
             if "prefill" in modes:
                 bench_prefill(ctx, args, model, results)
-            ctx.log(f"SUMMARY tp={ctx.tp} layers={cfg.layers} hidden={cfg.hidden} "
-                    f"lowp={os.environ.get('RCCL_LOW_PRECISION_ENABLE', '0')} "
+            if args.save_output or args.compare_output:
+                run_output(ctx, args, model)
+            ctx.log(f"SUMMARY tp={ctx.tp} layers={cfg.layers} hidden={cfg.hidden} {lowp_env()} "
                     f"rcclx={'yes' if rcclx_route_stats() is not None else 'no'}")
             for kind, n, ms in results:
                 if kind == "decode":

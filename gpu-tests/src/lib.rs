@@ -9,8 +9,8 @@
 //! * results are `PASS|FAIL|SKIP <name> <detail>` lines, then `N passed, M failed` ([`Tally`]),
 //!   and the exit status says what happened ([`EXIT_FAILED`], [`EXIT_NO_GPU`], [`EXIT_STALL`]).
 //!
-//! [`codec`] is the CPU reference model of the FP8 collectives that `lowp_accuracy` checks the
-//! GPU against.
+//! [`codec`] is the CPU reference model of the low-precision collectives (FP8 and INT8 codecs)
+//! that `lowp_accuracy` checks the GPU against.
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 pub mod children;

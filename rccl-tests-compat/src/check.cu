@@ -22,6 +22,7 @@ struct COpts {
   uint64_t seed = 1;
   long long ulpTol = -1;  // -1: auto (2 for floating-point avg, else 0)
   double relTol = -1;     // -1: auto (0 with <= 2 ranks, else nranks * epsilon of the type)
+  double absTol = 0;      // added to the --rel-tol bound (INT8 transports: error ~ block amax)
   long long randomSizes = 0;
   bool graph = false;
   int graphReplays = 10, bitwise = -1, show = 3, timeout = 600;
@@ -134,7 +135,7 @@ static void compare(const Case& c, const unsigned char* a, const unsigned char* 
         if (u <= ulpTol) continue;
         if (relTol > 0) {
           refAt<T>(c, k, &ref, &scale);
-          if (fabs(Tr<T>::toD(x) - Tr<T>::toD(y)) <= relTol * scale) continue;
+          if (fabs(Tr<T>::toD(x) - Tr<T>::toD(y)) <= relTol * scale + O.absTol) continue;
         }
       }
       st.nbad++;
@@ -511,6 +512,7 @@ static void usage() {
          "  --ulp-tol K          floating-point tolerance in ULPs (auto: 2 for avg, else 0)\n"
          "  --rel-tol X          also accept |A-B| <= X*sum|inputs| (AllGather/AllToAll: X*(|input| + 0.01))\n"
          "                       (auto: 0 with <= 2 ranks, else nranks*eps; copies exact)\n"
+         "  --abs-tol X          with --rel-tol: also add X to that bound (0; the inputs lie in [-4, 4])\n"
          "  --expect-bitwise-identical-ranks 0|1   all_reduce output of B identical on all ranks (1)\n"
          "  --random-sizes K     K back-to-back calls of random counts in [1, max(--counts)] and random\n"
          "                       alignments (B), checked against A every 1000 calls\n"
@@ -525,7 +527,7 @@ static void usage() {
 int main(int argc, char** argv) {
   setlinebuf(stdout);
   setDefaultEnv();
-  enum { LIBS = 1, COLL, COUNTS, INPLACE, SEED, ULP, REL, BITWISE, RANDOM, GRAPH, REPLAYS, CAPTURE, SHOW };
+  enum { LIBS = 1, COLL, COUNTS, INPLACE, SEED, ULP, REL, ABS, BITWISE, RANDOM, GRAPH, REPLAYS, CAPTURE, SHOW };
   static option longopts[] = {
       {"libs", required_argument, 0, LIBS}, {"nprocs", required_argument, 0, 'P'},
       {"nthreads", required_argument, 0, 't'}, {"ngpus", required_argument, 0, 'g'},
@@ -533,6 +535,7 @@ int main(int argc, char** argv) {
       {"op", required_argument, 0, 'o'}, {"counts", required_argument, 0, COUNTS},
       {"inplace", required_argument, 0, INPLACE}, {"random-seed", required_argument, 0, SEED},
       {"ulp-tol", required_argument, 0, ULP}, {"rel-tol", required_argument, 0, REL},
+      {"abs-tol", required_argument, 0, ABS},
       {"expect-bitwise-identical-ranks", required_argument, 0, BITWISE},
       {"random-sizes", required_argument, 0, RANDOM}, {"graph", no_argument, 0, GRAPH},
       {"graph-replays", required_argument, 0, REPLAYS}, {"capture-mode", required_argument, 0, CAPTURE},
@@ -565,6 +568,7 @@ int main(int argc, char** argv) {
       case SEED: O.seed = strtoull(v, nullptr, 0); break;
       case ULP: O.ulpTol = atoll(v); break;
       case REL: O.relTol = atof(v); break;
+      case ABS: O.absTol = atof(v); break;
       case BITWISE: O.bitwise = atoi(v); break;
       case RANDOM: O.randomSizes = atoll(v); break;
       case GRAPH: O.graph = true; break;

@@ -57,7 +57,7 @@ pub struct rcclxCommStats {
     /// Calls run by a DDA tree (two-shot) kernel, and their bytes.
     pub ddaTreeCalls: u64,
     pub ddaTreeBytes: u64,
-    /// Calls run by a low-precision (FP8) kernel, and their bytes.
+    /// Calls run by a low-precision (FP8 or INT8) kernel, and their bytes.
     pub lowpCalls: u64,
     pub lowpBytes: u64,
     /// Intercepted calls forwarded to the stock library, and their bytes.
@@ -106,7 +106,8 @@ pub unsafe extern "C" fn rcclxGetProcessStats(stats: *mut rcclxCommStats) -> ncc
 }
 
 fn summary(s: &Snapshot) -> rcclxCommStats {
-    let (ll, flat, tree, lowp) = (s.algo("ll"), s.algo("flat"), s.algo("tree"), s.algo("lowp"));
+    let (ll, flat, tree) = (s.algo("ll"), s.algo("flat"), s.algo("tree"));
+    let lowp = s.algos(crate::kernel_table::LOW_PRECISION_ALGOS);
     let fwd = s.routes[crate::comm::stats::FORWARDED];
     rcclxCommStats {
         ddaLlCalls: ll.calls,

@@ -82,6 +82,8 @@ pub enum LaunchArgs {
 /// the caller's group).
 #[derive(Clone, Copy, Debug)]
 pub struct Launch {
+    /// The kernel's family (index in `kernel_table::FAMILIES`): its statistics route.
+    pub family: usize,
     pub func: crate::gpu::Function,
     /// (blocks, threads per block).
     pub grid: (u32, u32),

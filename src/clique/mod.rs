@@ -437,7 +437,8 @@ fn prepare(l: &mut Local, env_cfg: &Config) {
     rec.lowp_bits = lp.all_reduce as u32
         | (lp.all_gather as u32) << 1
         | (lp.reduce_scatter as u32) << 2
-        | (lp.all_to_all as u32) << 3;
+        | (lp.all_to_all as u32) << 3
+        | (lp.int8 as u32) << 4;
     let staging = cfg.dda_sendbuf_bytes.unwrap_or(if lp.any() { DEFAULT_STAGING_LOWP } else { DEFAULT_STAGING });
     rec.staging_bytes = staging.max(64 * 1024) & !4095;
     if !(2..=MAX_RANKS).contains(&l.nranks) {
@@ -587,6 +588,7 @@ fn finish(l: Local, m: Mapped, r0: &Record, started: Instant) -> Clique {
         all_gather: r0.lowp_bits & 2 != 0,
         reduce_scatter: r0.lowp_bits & 4 != 0,
         all_to_all: r0.lowp_bits & 8 != 0,
+        int8: r0.lowp_bits & 16 != 0,
     };
     let facts = CommFacts { nranks: l.nranks, dda: true, lowp, staging_bytes: r0.staging_bytes };
     let base_args = KernelArgs {

@@ -37,12 +37,12 @@ pub struct Record {
     pub timeout_ms: u64,
     /// DDA switched on, one bit per collective (`Coll` order).
     pub dda_bits: u32,
-    /// Low-precision switches, one bit per collective (`Coll` order).
+    /// Low-precision switches, one bit per collective (`Coll` order), then bit 4: INT8 codec.
     pub lowp_bits: u32,
 }
 
-/// "rcclx_v3": bumped whenever the layout or meaning of a field changes.
-pub const MAGIC: u64 = 0x7263_636c_785f_7633;
+/// "rcclx_v4": bumped whenever the layout or meaning of a field changes.
+pub const MAGIC: u64 = 0x7263_636c_785f_7634;
 pub const BYTES: usize = std::mem::size_of::<Record>();
 const _: () = assert!(BYTES.is_multiple_of(8));
 

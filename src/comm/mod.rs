@@ -270,11 +270,10 @@ pub fn collective(
         }
     };
     let planned = match algo {
-        Algo::Lowp => crate::lowp::plan(&clique, &call, &bufs),
+        Algo::Lowp | Algo::Int8 => crate::lowp::plan(&clique, &call, algo, &bufs),
         _ => crate::dda::plan(&clique, algo, &call, &bufs),
     };
-    let family = crate::intercept::family(call.coll, algo).unwrap_or(stats::FORWARDED);
-    let job = Job { state, clique, what: call.coll.name(), family, bytes, stream: bufs.stream };
+    let job = Job { state, clique, what: call.coll.name(), bytes, stream: bufs.stream };
     job.start(planned)
 }
 
@@ -308,8 +307,7 @@ pub fn alltoallv_dynamic(
         tracing::warn!("rcclxAllToAllvDynamic on comm {comm:p}: {e}");
         return e.code; // the caller's mistake: the communicator stays usable
     }
-    let family = crate::dda::alltoallv::family();
-    let job = Job { state, clique, what: "alltoallv", family, bytes: 0, stream };
+    let job = Job { state, clique, what: "alltoallv", bytes: 0, stream };
     job.start(planned)
 }
 
@@ -319,8 +317,6 @@ pub struct Job {
     clique: Arc<Clique>,
     /// The collective, for log lines.
     what: &'static str,
-    /// Statistics route: the kernel family.
-    family: usize,
     bytes: u64,
     stream: crate::gpu::Stream,
 }
@@ -346,10 +342,11 @@ impl Job {
         if let Err(e) = self.state.order.before(self.clique.device, self.stream) {
             return self.failed(e);
         }
+        let family = launch.family;
         match self.clique.launch(launch, self.stream) {
             Ok(()) => {
                 let _ = self.state.order.after(self.clique.device, true);
-                self.state.stats.count_family(self.family, self.bytes);
+                self.state.stats.count_family(family, self.bytes);
                 ncclResult_t::Success
             }
             Err(e) => self.failed(e),

@@ -52,10 +52,15 @@ impl Snapshot {
 
     /// Calls and bytes summed over the families whose algorithm is `algo` (`ll`, `lowp`, ...).
     pub fn algo(&self, algo: &str) -> Counter {
+        self.algos(&[algo])
+    }
+
+    /// Calls and bytes summed over the families whose algorithm is one of `algos`.
+    pub fn algos(&self, algos: &[&str]) -> Counter {
         FAMILIES
             .iter()
             .zip(&self.routes)
-            .filter(|(f, _)| f.algo == algo)
+            .filter(|(f, _)| algos.contains(&f.algo))
             .fold(Counter::default(), |a, (_, c)| Counter { calls: a.calls + c.calls, bytes: a.bytes + c.bytes })
     }
 

@@ -116,7 +116,7 @@ pub fn plan(clique: &Clique, call: &AllToAllvCall) -> Result<Launch, Error> {
         packed,
         pad: 0,
     };
-    Ok(Launch { func, grid: (clique.max_blocks, THREADS), args: LaunchArgs::AllToAllv(args) })
+    Ok(Launch { family, func, grid: (clique.max_blocks, THREADS), args: LaunchArgs::AllToAllv(args) })
 }
 
 #[cfg(test)]

@@ -37,7 +37,7 @@ pub fn plan(clique: &Clique, algo: Algo, call: &CallDesc, bufs: &Buffers) -> Res
     args.recv = bufs.recv as u64;
     args.count = count;
     args.window_elems = window;
-    Ok(Launch { func, grid: (blocks, threads), args: LaunchArgs::Collective(args) })
+    Ok(Launch { family, func, grid: (blocks, threads), args: LaunchArgs::Collective(args) })
 }
 
 /// Blocks and threads for `units` work items of one pass: full blocks of `THREADS`, at most

@@ -1,6 +1,6 @@
 //! Layer `lowp`: host side of the low-precision collectives (`hip_kernels/lowp.cuh`):
-//! block-scaled FP8 on the wire, FP32 arithmetic, for AllReduce, AllGather, ReduceScatter and
-//! AllToAll. They share the clique's staging buffers, flags and window counters with DDA, so
+//! block-scaled FP8 or INT8 on the wire, FP32 arithmetic, for AllReduce, AllGather,
+//! ReduceScatter and AllToAll. They share the clique's staging buffers, flags and window counters with DDA, so
 //! the only per-call work is filling the argument struct.
 //!
 //! Layer: above `clique`, `intercept`, `error`; below `comm`.
@@ -9,9 +9,9 @@ use crate::clique::{Buffers, Clique, Launch, LaunchArgs, THREADS};
 use crate::error::Error;
 use crate::intercept::{Algo, CallDesc, Coll};
 
-/// Elements per FP8 block (one f32 scale each).
+/// Elements per block (one 32-bit scale word each, both codecs).
 pub const BLOCK: u64 = 128;
-/// Bytes on the wire per element: one code plus a quarter of a block's 4-byte scale.
+/// Bytes on the wire per element: one code plus a 128th of a block's 4-byte scale word.
 const WIRE_NUM: u64 = 33;
 const WIRE_DEN: u64 = 32;
 
@@ -48,10 +48,19 @@ pub fn grid(coll: Coll, count: u64, nranks: u64, half_bytes: u64, max_blocks: u3
     (window, blocks as u32)
 }
 
-/// The launch of `call` on the low-precision kernel of its collective and type.
-pub fn plan(clique: &Clique, call: &CallDesc, bufs: &Buffers) -> Result<Launch, Error> {
-    let family = crate::intercept::family(call.coll, Algo::Lowp)
-        .ok_or_else(|| Error::internal(format!("no low-precision kernels for {:?}", call.coll)))?;
+/// The kernel family of the 2-rank AllReduce of `codec` (`Algo::Lowp` or `Algo::Int8`).
+fn pair_algo(codec: Algo) -> &'static str {
+    if codec == Algo::Int8 { "int8_pair" } else { "lowp_pair" }
+}
+
+/// The launch of `call` on the low-precision kernel of its collective, type and codec.
+pub fn plan(clique: &Clique, call: &CallDesc, codec: Algo, bufs: &Buffers) -> Result<Launch, Error> {
+    // AllReduce of 2 ranks has a kernel of its own: each input quantized once, no re-quantizing.
+    let family = match (call.coll, clique.nranks) {
+        (Coll::AllReduce, 2) => crate::kernel_table::family_index("allreduce", pair_algo(codec)),
+        _ => crate::intercept::family(call.coll, codec),
+    }
+    .ok_or_else(|| Error::internal(format!("no low-precision kernels for {:?}", call.coll)))?;
     let func = clique
         .kernel(family, call.dtype.0, call.op.0)
         .ok_or_else(|| Error::internal(format!("no low-precision kernel for {:?} {:?}", call.coll, call.dtype)))?;
@@ -61,7 +70,7 @@ pub fn plan(clique: &Clique, call: &CallDesc, bufs: &Buffers) -> Result<Launch, 
     args.recv = bufs.recv as u64;
     args.count = call.count as u64;
     args.window_elems = window;
-    Ok(Launch { func, grid: (blocks, THREADS), args: LaunchArgs::Collective(args) })
+    Ok(Launch { family, func, grid: (blocks, THREADS), args: LaunchArgs::Collective(args) })
 }
 
 #[cfg(test)]

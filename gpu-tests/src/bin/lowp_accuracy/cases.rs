@@ -1,17 +1,54 @@
 //! The cases of `lowp_accuracy`: collective x type x count x placement x distribution, their
-//! run order, the seeds of their input data, and which path (FP8 or not) rcclx should take.
+//! run order, the seeds of their input data, which path (low precision or not, and which
+//! codec) rcclx should take, and the kernels' window sizes.
 
-use rcclx::config::Config;
+use rcclx::config::{Config, LowpCodec};
 use rcclx::intercept::{Algo, CallDesc, Coll, CommFacts, LowpSwitches, Route, Thresholds};
 use rcclx::types::{ncclDataType_t, ncclRedOp_t};
 use rcclx_gpu_tests::codec::Io;
 use rcclx_gpu_tests::codec::synth::Dist;
 
-/// Bytes of one staging half with the default staging buffer of an FP8 communicator.
-const DEFAULT_HALF_BYTES: u64 = rcclx::clique::DEFAULT_STAGING_LOWP / 2;
-/// rcclx's default grid cap (`RCCL_DDA_MAX_BLOCKS`).
-const DEFAULT_MAX_BLOCKS: u32 = 128;
 const MI: usize = 1024 * 1024;
+
+/// rcclx's configuration as a communicator created now would read it (the environment,
+/// through rcclx's own parser).
+fn env_config() -> Config {
+    Config::from_lookup(rcclx::config::env).0
+}
+
+/// The low-precision codec a communicator created now would use (`RCCLX_LOW_PRECISION_CODEC`).
+pub fn env_codec() -> LowpCodec {
+    env_config().lowp_codec
+}
+
+/// The algorithm (route) of rcclx's low-precision calls with `codec`: `lowp` (FP8) or `int8`.
+pub fn lowp_algo(codec: LowpCodec) -> Algo {
+    match codec {
+        LowpCodec::Fp8 => Algo::Lowp,
+        LowpCodec::Int8 => Algo::Int8,
+    }
+}
+
+/// `fp8` or `int8` (the values of `RCCLX_LOW_PRECISION_CODEC`).
+pub fn codec_name(codec: LowpCodec) -> &'static str {
+    match codec {
+        LowpCodec::Fp8 => "fp8",
+        LowpCodec::Int8 => "int8",
+    }
+}
+
+/// Bytes of one staging half of a low-precision communicator created now (as the clique
+/// sizes it: `RCCL_DDA_SENDBUF_BYTES`, default 32 MiB with a low-precision switch on).
+fn half_bytes() -> u64 {
+    let c = env_config();
+    let staging = c.dda_sendbuf_bytes.unwrap_or(rcclx::clique::DEFAULT_STAGING_LOWP);
+    (staging.max(64 * 1024) & !4095) / 2
+}
+
+/// rcclx's grid cap (`RCCL_DDA_MAX_BLOCKS`; the window does not depend on it).
+fn max_blocks() -> u32 {
+    env_config().dda_max_blocks.clamp(1, u64::from(u32::MAX)) as u32
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Op {
@@ -61,9 +98,10 @@ impl Op {
         }
     }
 
-    /// Every rank's output is the same tensor.
+    /// Every rank's output is the same tensor (AllGather's differ: a rank's own chunk is exact,
+    /// the others carry the codec's error).
     pub fn shared_output(self) -> bool {
-        matches!(self, Op::AllReduce | Op::AllGather)
+        matches!(self, Op::AllReduce)
     }
 }
 
@@ -104,12 +142,19 @@ impl Case {
     }
 }
 
-/// Elements per window of `op`'s FP8 kernel with the default staging size (rcclx's own grid).
-pub fn window_elems(op: Op, n: usize) -> u64 {
-    rcclx::lowp::grid(op.coll(), u64::MAX, n as u64, DEFAULT_HALF_BYTES, DEFAULT_MAX_BLOCKS).0
+/// Elements per window of `op`'s low-precision kernel for a call of `count` elements on `n`
+/// ranks with the staging size of the environment (rcclx's own grid).
+pub fn window_for(op: Op, count: usize, n: usize) -> usize {
+    rcclx::lowp::grid(op.coll(), count as u64, n as u64, half_bytes(), max_blocks()).0 as usize
 }
 
-/// Element count that spans 3 of the largest LP windows and one element more (default staging).
+/// Elements of the largest window of `op`'s low-precision kernel (staging size of the
+/// environment).
+pub fn window_elems(op: Op, n: usize) -> u64 {
+    rcclx::lowp::grid(op.coll(), u64::MAX, n as u64, half_bytes(), max_blocks()).0
+}
+
+/// Element count that spans 3 of the largest LP windows and one element more.
 fn windows_count(op: Op, n: usize) -> usize {
     3 * window_elems(op, n) as usize + 1
 }
@@ -178,13 +223,17 @@ impl Fnv {
     }
 }
 
-/// Whether rcclx should run the call on the FP8 path: its own decision (`intercept::decide`)
-/// on a clique of `n` ranks with working DDA, with the switches a communicator created now
-/// would read (the environment, through rcclx's own config parser).
+/// Whether rcclx should run the call on the low-precision path (FP8 or INT8: `Algo::Lowp` or
+/// `Algo::Int8`): its own decision (`intercept::decide`) on a clique of `n` ranks with working
+/// DDA, with the switches a communicator created now would read (the environment, through
+/// rcclx's own config parser).
 pub fn expect_lowp(op: Op, io: Io, count: usize, n: usize) -> bool {
-    let (config, _) = Config::from_lookup(rcclx::config::env);
+    let config = env_config();
     let call = CallDesc { coll: op.coll(), count, dtype: dtype_of(io), op: ncclRedOp_t::Sum };
     let facts = CommFacts { nranks: n, dda: true, lowp: LowpSwitches::from_config(&config), ..CommFacts::default() };
     !config.disable
-        && rcclx::intercept::decide(&call, &facts, &Thresholds::for_ranks(&config, n)) == Route::Own(Algo::Lowp)
+        && matches!(
+            rcclx::intercept::decide(&call, &facts, &Thresholds::for_ranks(&config, n)),
+            Route::Own(Algo::Lowp | Algo::Int8)
+        )
 }

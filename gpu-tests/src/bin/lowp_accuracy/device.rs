@@ -5,14 +5,17 @@ use std::ffi::{CStr, c_int, c_void};
 use std::ops::Range;
 use std::time::Duration;
 
-use rcclx::abi::own::{rcclxCommGetStats, rcclxCommStats, rcclxForwardReasonName};
+use rcclx::abi::own::{
+    rcclxCommGetRouteStats, rcclxCommGetStats, rcclxCommStats, rcclxForwardReasonName, rcclxRouteName, rcclxRouteStats,
+};
 use rcclx::abi::table as api;
+use rcclx::config::LowpCodec;
 use rcclx::gpu::{DeviceBuffer, DevicePtr, MemKind, Runtime, Stream};
 use rcclx::types::{ncclComm_t, ncclRedOp_t, ncclResult_t};
-use rcclx_gpu_tests::codec::{Fp8Format, Io};
+use rcclx_gpu_tests::codec::{Codec, Fp8Format, Io};
 use rcclx_gpu_tests::{self as harness, nccl, watchdog};
 
-use crate::cases::{Case, Op, dtype_of};
+use crate::cases::{Case, Op, dtype_of, env_codec, lowp_algo};
 use crate::reference::{Prepared, to_bytes};
 use crate::report::{RankResult, evaluate};
 
@@ -30,6 +33,16 @@ pub fn fp8_format(rt: &Runtime) -> (Fp8Format, String) {
             Fp8Format::E4m3fn,
             format!("arch {arch}: NO rcclx code object (rcclx will only forward); model assumes E4m3fn"),
         ),
+    }
+}
+
+/// The model of the kernels with the low-precision codec `lowp`: INT8, or FP8 in device 0's
+/// format; and a description of the choice.
+pub fn model_codec(rt: &Runtime, lowp: LowpCodec) -> (Codec, String) {
+    let (fmt, what) = fp8_format(rt);
+    match lowp {
+        LowpCodec::Fp8 => (Codec::Fp8(fmt), what),
+        LowpCodec::Int8 => (Codec::Int8, format!("{what}; the INT8 codec does not depend on it")),
     }
 }
 
@@ -144,6 +157,47 @@ fn stats(comm: ncclComm_t) -> rcclxCommStats {
     s
 }
 
+/// Calls so far on every route of `comm` (the order of `rcclxRouteName`).
+fn route_calls(comm: ncclComm_t) -> Vec<u64> {
+    let mut count: c_int = 0;
+    // SAFETY: capacity 0 with a NULL array only writes the route count to `count`.
+    unsafe { rcclxCommGetRouteStats(comm, std::ptr::null_mut(), 0, &mut count) };
+    let mut v = vec![rcclxRouteStats::default(); count.max(0) as usize];
+    // SAFETY: `v` has room for `count` entries; `count` is writable.
+    unsafe { rcclxCommGetRouteStats(comm, v.as_mut_ptr(), v.len() as c_int, &mut count) };
+    v.iter().map(|s| s.calls).collect()
+}
+
+/// Names of rcclx's routes (`<collective>.<algorithm>` or `forwarded`), in index order.
+fn route_names() -> Vec<String> {
+    (0..)
+        .map_while(|i| {
+            let p = rcclxRouteName(i);
+            // SAFETY: a non-NULL result is a static NUL-terminated string.
+            (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+        })
+        .collect()
+}
+
+/// Whether route `name` runs `coll` on the low-precision kernels of `algo` (`lowp` or `int8`):
+/// `<coll>.<algo>`, or a variant of it such as AllReduce's 2-rank `<coll>.<algo>_pair`.
+fn is_lowp_route(name: &str, coll: &str, algo: &str) -> bool {
+    name.strip_prefix(coll)
+        .and_then(|r| r.strip_prefix('.'))
+        .and_then(|r| r.strip_prefix(algo))
+        .is_some_and(|r| r.is_empty() || r.starts_with('_'))
+}
+
+/// Growth of the calls on the low-precision routes of `coll` and `algo` between two snapshots.
+fn lowp_growth(before: &[u64], after: &[u64], coll: &str, algo: &str) -> u64 {
+    route_names()
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| is_lowp_route(n, coll, algo))
+        .map(|(i, _)| after.get(i).copied().unwrap_or(0) - before.get(i).copied().unwrap_or(0))
+        .sum()
+}
+
 /// Name of the forward reason whose counter grew between two snapshots.
 fn forward_reason(before: &rcclxCommStats, after: &rcclxCommStats) -> String {
     let mut names = Vec::new();
@@ -204,6 +258,11 @@ impl Comms {
             }
         }
         let before: Vec<rcclxCommStats> = self.comms.iter().map(|&c| stats(c)).collect();
+        let routes_before: Vec<Vec<u64>> = self.comms.iter().map(|&c| route_calls(c)).collect();
+        // The case's low-precision routes with the expected codec, and with the other one.
+        let codec = env_codec();
+        let other = if codec == LowpCodec::Int8 { LowpCodec::Fp8 } else { LowpCodec::Int8 };
+        let (coll, lp_algo, other_algo) = (op.coll().name(), lowp_algo(codec).name(), lowp_algo(other).name());
         watchdog::progress(&format!("{} (issue)", case.name()));
         let grouped = self.comms.len() > 1;
         let mut rets = Vec::new();
@@ -241,7 +300,9 @@ impl Comms {
                 res.err = format!("ncclCommGetAsyncError: {}", nccl::error_string(ae));
             }
             let after = stats(self.comms[k]);
-            res.lp_delta = after.lowpCalls - before[k].lowpCalls;
+            let routes_after = route_calls(self.comms[k]);
+            res.lp_delta = lowp_growth(&routes_before[k], &routes_after, coll, lp_algo);
+            res.lp_other = lowp_growth(&routes_before[k], &routes_after, coll, other_algo);
             res.fwd_reason = forward_reason(&before[k], &after);
             out.push(res);
         }
@@ -254,6 +315,34 @@ impl Comms {
             unsafe { api::ncclCommDestroy(c) };
             // SAFETY: our own stream, not used afterwards.
             let _ = unsafe { rt.destroy_stream(s) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rcclx::intercept::Coll;
+
+    #[test]
+    fn lowp_routes_by_codec() {
+        assert!(is_lowp_route("allreduce.lowp", "allreduce", "lowp"));
+        assert!(is_lowp_route("allreduce.lowp_pair", "allreduce", "lowp"));
+        assert!(is_lowp_route("allreduce.int8_pair", "allreduce", "int8"));
+        assert!(!is_lowp_route("allreduce.int8", "allreduce", "lowp"));
+        assert!(!is_lowp_route("allreduce.lowpx", "allreduce", "lowp"));
+        assert!(!is_lowp_route("allgather.lowp", "allreduce", "lowp"));
+        assert!(!is_lowp_route("alltoallv.dynamic", "alltoall", "lowp"));
+        // rcclx has routes of both codecs for every collective, and no route of both.
+        let names = route_names();
+        for coll in Coll::ALL {
+            for codec in [LowpCodec::Fp8, LowpCodec::Int8] {
+                let algo = lowp_algo(codec).name();
+                assert!(names.iter().any(|n| is_lowp_route(n, coll.name(), algo)), "{coll:?} {algo}: {names:?}");
+            }
+            assert!(
+                !names.iter().any(|n| is_lowp_route(n, coll.name(), "lowp") && is_lowp_route(n, coll.name(), "int8"))
+            );
         }
     }
 }

@@ -1,34 +1,42 @@
-//! Accuracy and correctness test of rcclx's FP8 low-precision (LP) collectives on real GPUs.
+//! Accuracy and correctness test of rcclx's low-precision (LP) collectives (block-scaled FP8 or
+//! INT8 on the wire) on real GPUs.
 //!
 //! ```text
-//! lowp_accuracy [--procs N | --one-process | --toggle] [--quick] [--filter TEXT] [--no-lp]
-//!               [--seed N] [--list]
+//! lowp_accuracy [--procs N | --one-process | --toggle] [--codec fp8|int8] [--quick]
+//!               [--filter TEXT] [--no-lp] [--seed N] [--list]
 //!   --procs N       (default, N = 2) N child processes, one GPU each (rank r on device r),
 //!                   communicator by ncclCommInitRank (unique id through a temp file)
 //!   --one-process   one thread, ncclCommInitAll on devices 0..N-1 (N from --procs, default 2),
 //!                   every case issued for all communicators inside ncclGroupStart/End
 //!   --toggle        LP switch read at communicator creation: comm A with
 //!                   RCCL_LOW_PRECISION_ENABLE=1, comm B with it unset, comm C with only
-//!                   RCCL_LOW_PRECISION_ENABLE_ALLGATHER=1; checks which calls took the FP8 path
+//!                   RCCL_LOW_PRECISION_ENABLE_ALLGATHER=1; checks which calls took the LP path
+//!   --codec C       the LP codec, fp8 or int8 (default: RCCLX_LOW_PRECISION_CODEC, else fp8);
+//!                   sets RCCLX_LOW_PRECISION_CODEC for rcclx (and the --procs children)
 //!   --quick         counts 1, 127, 129, 128*N+1, 1Mi+3 only; gaussian and big-and-small only
 //!   --filter TEXT   only cases whose name ("allreduce bf16 127 in-place gaussian") contains TEXT
-//!   --no-lp         control run: RCCL_LOW_PRECISION_ENABLE=0; expects the non-FP8 path and
+//!   --no-lp         control run: RCCL_LOW_PRECISION_ENABLE=0; expects the non-LP path and
 //!                   compares with the exact result rounded to the output type
 //!   --seed N        base seed of the input data (default 1)
 //!   --list          print the cases and exit (no GPU needed)
 //!   --host-check    no GPU: feed the codec model itself through the checks as if it were the GPU's
-//!                   output (validates the harness: bounds, tolerances, verdicts; and host time)
+//!                   output (validates the harness: bounds, tolerances, verdicts; and host time);
+//!                   N ranks from --procs (FP8 as E4m3fn)
 //!   (internal) --child RANK IDFILE: one rank of --procs
 //! ```
 //!
 //! Environment: `RCCLX_UPSTREAM_LIB` (the stock libnccl.so.2) as for any rcclx program. Unless
 //! already set, the program sets `RCCL_LOW_PRECISION_ENABLE=1` (`0` with `--no-lp`),
-//! `RCCLX_LP_MIN_BYTES=0` and `NCCL_NVLS_ENABLE=0` before the first rcclx call; the path each
-//! case should take is rcclx's own decision (`rcclx::intercept::decide`) for those variables.
+//! `RCCLX_LP_MIN_BYTES=0` and `NCCL_NVLS_ENABLE=0` before the first rcclx call, and always
+//! `RCCLX_LOW_PRECISION_CODEC` (the codec chosen above); the path each case should take is
+//! rcclx's own decision (`rcclx::intercept::decide`) for those variables, and the model is
+//! that codec's (FP8 in device 0's E4M3 format).
 //!
 //! Each case: collective x type x count x placement x distribution (`cases.rs`). The host
 //! computes the exact result (f64), the codec model (`rcclx_gpu_tests::codec::*_ref`, what the
-//! kernels must produce, rounded to the output type) and the documented per-element error bound
+//! kernels must produce, rounded to the output type: a rank's own AllGather and AllToAll chunk
+//! and its own ReduceScatter term are exact; AllReduce on 2 ranks sums both quantized inputs,
+//! on more ranks re-quantizes the owner's sum) and the documented per-element error bound
 //! (`reference.rs`), runs the case (`device.rs`; `procs.rs` for one process per rank) and
 //! compares every output element (`report.rs`, whose `CRITERIA` say what passes). Output: one
 //! line per case, `PASS|FAIL coll dtype count placement dist relL2=.. maxrel=.. vs_model=.. ...`,
@@ -48,12 +56,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use rcclx::clique::MAX_RANKS;
+use rcclx::config::LowpCodec;
 use rcclx::gpu::Runtime;
 use rcclx_gpu_tests::codec::synth::Dist;
-use rcclx_gpu_tests::codec::{Fp8Format, Io};
+use rcclx_gpu_tests::codec::{Codec, Fp8Format, Io};
 use rcclx_gpu_tests::{self as harness, EXIT_FAILED, EXIT_NO_GPU, Tally, watchdog};
 
-use cases::{Case, Group, Op, expect_lowp};
+use cases::{Case, Group, Op, codec_name, expect_lowp};
 use device::Comms;
 use reference::{for_each_prepared, prepare, to_bytes};
 use report::{RankResult, evaluate, judge};
@@ -85,6 +94,8 @@ struct Opts {
     seed: u64,
     list: bool,
     host_check: bool,
+    /// The low-precision codec (`--codec`, else `RCCLX_LOW_PRECISION_CODEC`, else FP8).
+    codec: LowpCodec,
     idfile: Option<String>,
     /// The arguments as given (passed on to children).
     raw: Vec<String>,
@@ -107,6 +118,7 @@ fn parse_args(args: Vec<String>) -> Result<Opts, String> {
         seed: 1,
         list: false,
         host_check: false,
+        codec: LowpCodec::Fp8,
         idfile: None,
         raw: args.clone(),
     };
@@ -115,6 +127,7 @@ fn parse_args(args: Vec<String>) -> Result<Opts, String> {
         v.ok_or(format!("{what} needs a value"))?.parse::<u64>().map_err(|e| format!("{what}: {e}"))
     };
     let mut child = None;
+    let mut codec = None;
     while let Some(a) = it.next() {
         match a.as_str() {
             "--procs" => o.nranks = num(it.next(), "--procs")? as usize,
@@ -126,6 +139,10 @@ fn parse_args(args: Vec<String>) -> Result<Opts, String> {
             "--host-check" => o.host_check = true,
             "--seed" => o.seed = num(it.next(), "--seed")?,
             "--filter" => o.filter = Some(it.next().ok_or("--filter needs a value")?),
+            "--codec" => {
+                let v = it.next().ok_or("--codec needs a value")?;
+                codec = Some(parse_codec(&v).ok_or(format!("--codec {v:?}: fp8 or int8"))?);
+            }
             "--child" => {
                 child = Some(num(it.next(), "--child")? as usize);
                 o.idfile = Some(it.next().ok_or("--child needs RANK IDFILE")?);
@@ -134,6 +151,11 @@ fn parse_args(args: Vec<String>) -> Result<Opts, String> {
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
+    o.codec = match (codec, std::env::var(CODEC_VAR)) {
+        (Some(c), _) => c,
+        (None, Ok(v)) if !v.trim().is_empty() => parse_codec(&v).ok_or(format!("{CODEC_VAR}={v:?}: fp8 or int8"))?,
+        (None, _) => LowpCodec::Fp8,
+    };
     if !(2..=MAX_RANKS).contains(&o.nranks) {
         return Err(format!("--procs must be 2..={MAX_RANKS}"));
     }
@@ -146,14 +168,32 @@ fn parse_args(args: Vec<String>) -> Result<Opts, String> {
     Ok(o)
 }
 
-const USAGE: &str = "usage: lowp_accuracy [--procs N | --one-process | --toggle] [--quick] [--filter TEXT] [--no-lp] [--seed N] [--list] [--host-check]";
+const USAGE: &str = "usage: lowp_accuracy [--procs N | --one-process | --toggle] [--codec fp8|int8] [--quick] [--filter TEXT] [--no-lp] [--seed N] [--list] [--host-check]";
 
-/// Sets the LP switches and the rest of the test's environment, unless already set (the
-/// switch always, with `--no-lp`).
-fn set_default_env(no_lp: bool) {
+/// rcclx's codec variable.
+const CODEC_VAR: &str = "RCCLX_LOW_PRECISION_CODEC";
+
+/// `fp8` or `int8` (as rcclx reads `RCCLX_LOW_PRECISION_CODEC`: case and surrounding spaces
+/// ignored).
+fn parse_codec(s: &str) -> Option<LowpCodec> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "fp8" => Some(LowpCodec::Fp8),
+        "int8" => Some(LowpCodec::Int8),
+        _ => None,
+    }
+}
+
+/// Sets the LP switches, the codec and the rest of the test's environment: the codec always,
+/// the LP switch always with `--no-lp`, the others unless already set.
+fn set_default_env(no_lp: bool, codec: LowpCodec) {
     let lp = if no_lp { "0" } else { "1" };
-    for (k, v) in [("RCCL_LOW_PRECISION_ENABLE", lp), ("RCCLX_LP_MIN_BYTES", "0"), ("NCCL_NVLS_ENABLE", "0")] {
-        let forced = no_lp && k == "RCCL_LOW_PRECISION_ENABLE";
+    for (k, v) in [
+        ("RCCL_LOW_PRECISION_ENABLE", lp),
+        (CODEC_VAR, codec_name(codec)),
+        ("RCCLX_LP_MIN_BYTES", "0"),
+        ("NCCL_NVLS_ENABLE", "0"),
+    ] {
+        let forced = (no_lp && k == "RCCL_LOW_PRECISION_ENABLE") || k == CODEC_VAR;
         if forced || std::env::var_os(k).is_none() {
             // SAFETY: called at the start of main, before any other thread exists.
             unsafe { std::env::set_var(k, v) };
@@ -181,7 +221,7 @@ fn main() -> ExitCode {
     // Before any rcclx call (rcclx reads its configuration once) and before any thread exists.
     // A child inherits its parent's environment.
     if !matches!(opts.mode, Mode::Child(_)) {
-        set_default_env(opts.no_lp);
+        set_default_env(opts.no_lp, opts.codec);
     }
     if opts.host_check {
         return run_host_check(&opts);
@@ -222,9 +262,9 @@ fn run_one_process(opts: &Opts, rt: &'static Runtime) -> ExitCode {
             return ExitCode::from(EXIT_FAILED);
         }
     };
-    let (fmt, _) = device::fp8_format(rt);
+    let (codec, _) = device::model_codec(rt, opts.codec);
     let mut tally = Tally::new();
-    for_each_prepared(&opts.cases(), n, fmt, opts.seed, |_, case, p, lowp, _| {
+    for_each_prepared(&opts.cases(), n, codec, opts.seed, |_, case, p, lowp, _| {
         let mut notes = Vec::new();
         let rs = comms.run_case(rt, case, p, &mut |s| notes.push(s));
         let (ok, line) = judge(case, lowp, &rs);
@@ -240,23 +280,31 @@ fn run_host_check(opts: &Opts) -> ExitCode {
     let n = opts.nranks;
     let mut tally = Tally::new();
     let all = opts.cases();
-    println!("INFO host check: the codec model is fed through the checks as the GPU output ({} cases)", all.len());
-    for_each_prepared(&all, n, Fp8Format::E4m3fn, opts.seed, |_, case, p, lowp, prep| {
+    let codec = match opts.codec {
+        LowpCodec::Fp8 => Codec::Fp8(Fp8Format::E4m3fn),
+        LowpCodec::Int8 => Codec::Int8,
+    };
+    println!(
+        "INFO host check: the codec model ({}, {n} ranks) is fed through the checks as the GPU output ({} cases)",
+        codec.name(),
+        all.len()
+    );
+    for_each_prepared(&all, n, codec, opts.seed, |_, case, p, lowp, prep| {
         let g = case.g;
         let mut notes = Vec::new();
         let rs: Vec<RankResult> = (0..n)
             .map(|r| {
-                let mut x = evaluate(p, r, g.io, &to_bytes(g.io, &p.model[p.out(r)]), &mut |s| notes.push(s));
+                let mut x = evaluate(p, r, g.io, &to_bytes(g.io, p.model(r)), &mut |s| notes.push(s));
                 x.lp_delta = lowp as u64;
                 x
             })
             .collect();
         let (mut ok, mut line) = judge(case, lowp, &rs);
         // The checks must catch a wrong element: 4 ulps off, and a NaN.
-        let m = &p.model[p.out(0)];
+        let m = p.model(0);
         let k = (0..m.len()).max_by(|&a, &b| m[a].abs().total_cmp(&m[b].abs())).unwrap_or(0);
         for (what, bad) in [("4 ulp", m[k] + 4.0 * g.io.ulp(m[k])), ("NaN", f32::NAN)] {
-            let mut v = m.clone();
+            let mut v = m.to_vec();
             v[k] = bad;
             let x = evaluate(p, 0, g.io, &to_bytes(g.io, &v), &mut |_| {});
             if x.mism == 0 || (bad.is_nan() && x.nonfinite == 0) {
@@ -273,7 +321,7 @@ fn run_host_check(opts: &Opts) -> ExitCode {
 /// `--toggle`: the LP switches are read when a communicator is created.
 fn run_toggle(opts: &Opts, rt: &'static Runtime) -> ExitCode {
     let n = opts.nranks;
-    let (fmt, _) = device::fp8_format(rt);
+    let (codec, _) = device::model_codec(rt, opts.codec);
     let set = |k: &str, v: Option<&str>| match v {
         // SAFETY: this mode's only other thread is the watchdog, which reads no environment;
         // no communicator call is in flight while the environment changes.
@@ -305,14 +353,14 @@ fn run_toggle(opts: &Opts, rt: &'static Runtime) -> ExitCode {
     for (label, comms, expect) in &sets {
         for (k, op) in [Op::AllReduce, Op::AllGather].into_iter().enumerate() {
             let case = Case { g: Group { op, io: Io::F32, count: TOGGLE_COUNT, dist: Dist::Gaussian }, inplace: false };
-            let p = prepare(&case.g, n, fmt, opts.seed, expect[k]);
+            let p = prepare(&case.g, n, codec, opts.seed, expect[k]);
             let mut notes = Vec::new();
             let rs = comms.run_case(rt, &case, &p, &mut |s| notes.push(s));
             let (ok, line) = judge(&case, expect[k], &rs);
             let mut line = format!(
                 "{} toggle {label} expects {} {}",
                 &line[..4],
-                if expect[k] { "FP8" } else { "non-FP8" },
+                if expect[k] { codec_name(opts.codec) } else { "non-LP" },
                 &line[5..]
             );
             if !ok && !expect[k] && rs.iter().any(|x| x.lp_delta > 0) {

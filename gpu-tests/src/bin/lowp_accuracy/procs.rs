@@ -183,8 +183,8 @@ pub fn run_child(opts: &Opts, rank: usize, rt: &'static Runtime) -> ExitCode {
         Err(e) => return fatal(format!("create_stream: {e}")),
     };
     let comms = Comms { ranks: vec![rank], comms: vec![comm], streams: vec![stream], nranks: n };
-    let (fmt, _) = device::fp8_format(rt);
-    for_each_prepared(&opts.cases(), n, fmt, opts.seed, |i, case, p, _, _| {
+    let (codec, _) = device::model_codec(rt, opts.codec);
+    for_each_prepared(&opts.cases(), n, codec, opts.seed, |i, case, p, _, _| {
         let rs = comms.run_case(rt, case, p, &mut |s| println!("NOTE {s}"));
         println!("RESULT {i} {}", rs[0].to_line());
     });

@@ -5,26 +5,40 @@
 use std::ops::Range;
 use std::time::Instant;
 
-use rcclx::clique::MAX_RANKS;
-use rcclx_gpu_tests::codec::{self, BLOCK, Fp8Format, Io};
+use rcclx_gpu_tests::codec::{self, AllReduceForm, BLOCK, Codec, Io};
 use rcclx_gpu_tests::watchdog;
 
-use crate::cases::{Case, Group, Op, expect_lowp, seed};
+use crate::cases::{Case, Group, Op, expect_lowp, seed, window_for};
 use crate::report::MODEL_TOL_ABS;
 
-/// Inputs, exact result, codec model and error bound of one group.
+/// Inputs, exact result, codec model and error bound of one group. Each of `exact`, `model`
+/// and `bound` holds one output shared by every rank, or one per rank.
 pub struct Prepared {
     pub inputs: Vec<Vec<f32>>,
-    /// Per output (one for allreduce/allgather, else one per rank).
+    /// One for allreduce/allgather (every rank's exact result is the same), else one per rank.
     pub exact: Vec<Vec<f64>>,
+    /// One for allreduce (and the control run of allgather), else one per rank.
     pub model: Vec<Vec<f32>>,
     pub bound: Vec<Vec<f32>>,
 }
 
+/// Rank `r`'s entry of a list that is either shared (one entry) or per rank.
+fn of_rank<T>(v: &[Vec<T>], r: usize) -> &[T] {
+    if v.len() == 1 { &v[0] } else { &v[r] }
+}
+
 impl Prepared {
-    /// Which output rank `r` receives.
-    pub fn out(&self, r: usize) -> usize {
-        if self.exact.len() == 1 { 0 } else { r }
+    /// The exact result rank `r` should receive.
+    pub fn exact(&self, r: usize) -> &[f64] {
+        of_rank(&self.exact, r)
+    }
+    /// The codec model of rank `r`'s output (rounded to the output type).
+    pub fn model(&self, r: usize) -> &[f32] {
+        of_rank(&self.model, r)
+    }
+    /// The bound on `|output - exact|` of rank `r`'s output.
+    pub fn bound(&self, r: usize) -> &[f32] {
+        of_rank(&self.bound, r)
     }
 }
 
@@ -44,14 +58,13 @@ fn par_segments<T: Send>(len: usize, f: impl Fn(Range<usize>) -> T + Sync) -> Ve
     })
 }
 
-fn e_bound(fmt: Fp8Format, x: f32, a: f32) -> f64 {
-    f64::from(codec::element_error_bound(fmt, x, a))
-}
-
-/// f32 recursive-summation factor for n terms.
-fn gamma(n: usize) -> f64 {
-    let k = (n as f64 - 1.0) * 2f64.powi(-24);
-    k / (1.0 - k)
+/// Runs `f(r)` for every rank in parallel; results in rank order.
+fn par_ranks<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    let f = &f;
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..n).map(|r| s.spawn(move || f(r))).collect();
+        hs.into_iter().map(|h| h.join().expect("worker panicked")).collect()
+    })
 }
 
 /// Adds the output type's rounding (1 ulp) and converts a bound to f32, rounding up.
@@ -61,26 +74,19 @@ fn finish_bound(io: Io, b: f64, exact: f64) -> f32 {
     if f64::from(f) < total { f.next_up() } else { f }
 }
 
-/// Per-block amaxes of `xs` (blocks from `xs[0]`).
-fn amaxes(xs: &[f32]) -> Vec<f32> {
-    xs.chunks(BLOCK).map(codec::block_amax).collect()
+/// Codec bounds (`codec::*_error_bounds`) plus the output rounding, against `exact`.
+fn finish_bounds(io: Io, b: &[f32], exact: &[f64]) -> Vec<f32> {
+    b.iter().zip(exact).map(|(&b, &e)| finish_bound(io, f64::from(b), e)).collect()
 }
 
-/// The host data of group `g` on `n` ranks; `lowp`: whether the FP8 path is expected (else the
-/// model is the exact result rounded to the output type).
-pub fn prepare(g: &Group, n: usize, fmt: Fp8Format, base_seed: u64, lowp: bool) -> Prepared {
+/// The host data of group `g` on `n` ranks with `codec`; `lowp`: whether the low-precision
+/// path is expected (else the model is the exact result rounded to the output type).
+pub fn prepare(g: &Group, n: usize, codec: Codec, base_seed: u64, lowp: bool) -> Prepared {
     let in_len = g.op.in_len(g.count, n);
-    let inputs: Vec<Vec<f32>> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..n)
-            .map(|r| {
-                s.spawn(move || {
-                    let mut v = g.dist.generate(seed(g, r, base_seed), in_len);
-                    g.io.round_all(&mut v);
-                    v
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().expect("generator panicked")).collect()
+    let inputs: Vec<Vec<f32>> = par_ranks(n, |r| {
+        let mut v = g.dist.generate(seed(g, r, base_seed), in_len);
+        g.io.round_all(&mut v);
+        v
     });
     let io = g.io;
     let count = g.count;
@@ -92,15 +98,15 @@ pub fn prepare(g: &Group, n: usize, fmt: Fp8Format, base_seed: u64, lowp: bool) 
             par_segments(count, |rg| rg.map(|i| ins.iter().map(|v| f64::from(v[i])).sum()).collect::<Vec<f64>>())
                 .concat()
         }
-        Op::ReduceScatter => (0..n)
-            .map(|r| (0..count).map(|i| ins.iter().map(|v| f64::from(v[r * count + i])).sum()).collect())
-            .collect::<Vec<Vec<f64>>>()
-            .concat(),
+        Op::ReduceScatter => par_ranks(n, |r| {
+            (0..count).map(|i| ins.iter().map(|v| f64::from(v[r * count + i])).sum()).collect::<Vec<f64>>()
+        })
+        .concat(),
         Op::AllGather => ins.iter().flat_map(|v| v.iter().map(|&x| f64::from(x))).collect(),
-        Op::AlltoAll | Op::AllToAllRccl => (0..n)
-            .flat_map(|p| (0..n).flat_map(move |r| (0..count).map(move |i| (r, p * count + i))))
-            .map(|(r, j)| f64::from(ins[r][j]))
-            .collect(),
+        Op::AlltoAll | Op::AllToAllRccl => par_ranks(n, |p| {
+            (0..n).flat_map(|r| ins[r][p * count..(p + 1) * count].iter().map(|&x| f64::from(x))).collect::<Vec<f64>>()
+        })
+        .concat(),
     }
     .chunks(g.op.out_len(count, n))
     .map(|c| c.to_vec())
@@ -117,97 +123,43 @@ pub fn prepare(g: &Group, n: usize, fmt: Fp8Format, base_seed: u64, lowp: bool) 
 
     let (model, bound): (Vec<Vec<f32>>, Vec<Vec<f32>>) = match g.op {
         Op::AllReduce => {
+            // 2 ranks: exchange; more: re-quantized by each element's owner (the kernel's
+            // window decides the owners).
+            let form = AllReduceForm::new(n, count, window_for(g.op, count, n));
             let ex = &exact[0];
             let parts = par_segments(count, |rg| {
                 let seg: Vec<&[f32]> = ins.iter().map(|v| &v[rg.clone()]).collect();
-                let mut model = codec::allreduce_ref(fmt, &seg);
+                let mut model = codec::allreduce_ref_at(codec, io, &form, &seg, rg.start);
                 io.round_all(&mut model);
-                let mut bound = Vec::with_capacity(rg.len());
-                let q: Vec<Vec<f32>> = seg.iter().map(|v| codec::roundtrip(fmt, v)).collect();
-                for b0 in (0..rg.len()).step_by(BLOCK) {
-                    let b1 = (b0 + BLOCK).min(rg.len());
-                    let mut am = [0f32; MAX_RANKS];
-                    for (r, v) in seg.iter().enumerate() {
-                        am[r] = codec::block_amax(&v[b0..b1]);
-                    }
-                    let sums: Vec<f32> = (b0..b1)
-                        .map(|i| {
-                            let mut s = q[0][i];
-                            q[1..].iter().for_each(|v| s += v[i]);
-                            s
-                        })
-                        .collect();
-                    let out_amax = codec::block_amax(&sums);
-                    for i in b0..b1 {
-                        let mut xs = [0f32; MAX_RANKS];
-                        for (r, v) in seg.iter().enumerate() {
-                            xs[r] = v[i];
-                        }
-                        let b = codec::allreduce_error_bound(fmt, &xs[..n], &am[..n], sums[i - b0], out_amax);
-                        bound.push(finish_bound(io, f64::from(b), ex[rg.start + i]));
-                    }
-                }
-                (model, bound)
+                let b = codec::allreduce_error_bounds_at(codec, io, &form, &seg, rg.start);
+                (model, finish_bounds(io, &b, &ex[rg]))
             });
             let (m, b): (Vec<Vec<f32>>, Vec<Vec<f32>>) = parts.into_iter().unzip();
             (vec![m.concat()], vec![b.concat()])
         }
-        Op::ReduceScatter => {
-            let mut model = codec::reduce_scatter_ref(fmt, &ins);
-            model.iter_mut().for_each(|m| io.round_all(m));
-            let bound = (0..n)
-                .map(|r| {
-                    let chunk: Vec<&[f32]> = ins.iter().map(|v| &v[r * count..(r + 1) * count]).collect();
-                    let am: Vec<Vec<f32>> = chunk.iter().map(|c| amaxes(c)).collect();
-                    (0..count)
-                        .map(|i| {
-                            let (mut e, mut mags) = (0.0, 0.0);
-                            for (p, c) in chunk.iter().enumerate() {
-                                let ep = e_bound(fmt, c[i], am[p][i / BLOCK]);
-                                e += ep;
-                                mags += f64::from(c[i].abs()) + ep;
-                            }
-                            finish_bound(io, e + gamma(n) * mags, exact[r][i])
-                        })
-                        .collect()
-                })
-                .collect();
-            (model, bound)
-        }
-        Op::AllGather => {
-            let mut model = codec::all_gather_ref(fmt, &ins);
+        Op::ReduceScatter => par_ranks(n, |r| {
+            let mut model = codec::reduce_scatter_rank_ref(codec, io, &ins, r);
             io.round_all(&mut model);
-            let bound = ins
-                .iter()
-                .flat_map(|v| {
-                    let am = amaxes(v);
-                    v.iter().enumerate().map(move |(i, &x)| (x, am[i / BLOCK])).collect::<Vec<_>>()
-                })
-                .zip(&exact[0])
-                .map(|((x, a), &e)| finish_bound(io, e_bound(fmt, x, a), e))
-                .collect();
-            (vec![model], vec![bound])
-        }
-        Op::AlltoAll | Op::AllToAllRccl => {
-            let mut model = codec::all_to_all_ref(fmt, &ins);
+            let b = codec::reduce_scatter_rank_error_bounds(codec, io, &ins, r);
+            (model, finish_bounds(io, &b, &exact[r]))
+        })
+        .into_iter()
+        .unzip(),
+        Op::AllGather => {
+            let mut model = codec::all_gather_ref(codec, io, &ins);
+            let b = codec::all_gather_error_bounds(codec, io, &ins);
+            let bound = par_ranks(n, |r| finish_bounds(io, &b[r], &exact[0]));
             model.iter_mut().for_each(|m| io.round_all(m));
-            let bound = (0..n)
-                .map(|p| {
-                    let mut b = Vec::with_capacity(n * count);
-                    for (r, v) in ins.iter().enumerate() {
-                        let src = &v[p * count..(p + 1) * count];
-                        let am = amaxes(src);
-                        for (i, &x) in src.iter().enumerate() {
-                            // The chunk a rank keeps is copied exactly.
-                            let e = if r == p { 0.0 } else { e_bound(fmt, x, am[i / BLOCK]) };
-                            b.push(finish_bound(io, e, exact[p][r * count + i]));
-                        }
-                    }
-                    b
-                })
-                .collect();
             (model, bound)
         }
+        Op::AlltoAll | Op::AllToAllRccl => par_ranks(n, |p| {
+            let mut model = codec::all_to_all_rank_ref(codec, io, &ins, p);
+            io.round_all(&mut model);
+            let b = codec::all_to_all_rank_error_bounds(codec, io, &ins, p);
+            (model, finish_bounds(io, &b, &exact[p]))
+        })
+        .into_iter()
+        .unzip(),
     };
     Prepared { inputs, exact, model, bound }
 }
@@ -218,7 +170,7 @@ pub fn prepare(g: &Group, n: usize, fmt: Fp8Format, base_seed: u64, lowp: bool) 
 pub fn for_each_prepared(
     all: &[Case],
     n: usize,
-    fmt: Fp8Format,
+    codec: Codec,
     seed: u64,
     mut each: impl FnMut(usize, &Case, &Prepared, bool, f64),
 ) {
@@ -228,7 +180,7 @@ pub fn for_each_prepared(
         let lowp = expect_lowp(g.op, g.io, g.count, n);
         watchdog::progress(&format!("prepare {} {} {} {}", g.op.name(), g.io.name(), g.count, g.dist.name()));
         let t = Instant::now();
-        let p = prepare(&g, n, fmt, seed, lowp);
+        let p = prepare(&g, n, codec, seed, lowp);
         let prep = t.elapsed().as_secs_f64();
         while i < all.len() && all[i].g == g {
             each(i, &all[i], &p, lowp, prep);
