@@ -73,7 +73,7 @@ typedef struct rcclxCommStats {
   uint64_t ddaTreeCalls;
   uint64_t ddaTreeBytes;
   /**
-   * Calls run by a low-precision (FP8) kernel, and their bytes.
+   * Calls run by a low-precision (FP8 or INT8) kernel, and their bytes.
    */
   uint64_t lowpCalls;
   uint64_t lowpBytes;
