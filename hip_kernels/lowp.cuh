@@ -358,46 +358,39 @@ RCCLX_DEV void rcclx_copy_qrange(const T* src, uint64_t n, T* dst, int half, int
 
 // Block k of a reduction: the f32 sum over ranks in order 0..n-1 of rank p's decoded codes
 // from slot p of the local region `in` (slots of wc elements) and this rank's own values from
-// src, exact (OWN_EXACT) or quantized here, their codes returned in *mine (to send them on).
-// Every lane of the warp calls it; inactive lanes get zeros.
-template <typename T, typename C, bool OWN_EXACT>
+// src, exact (they never crossed a link). Inactive lanes get zeros.
+template <typename T, typename C>
 RCCLX_DEV void rcclx_reduce16(const RcclxArgs& a, const T* src, uint64_t k, uint64_t n, bool active,
-                              char* in, uint64_t wc, float v[16], RcclxQ16* mine) {
+                              char* in, uint64_t wc, float v[16]) {
   RcclxQ16 q[RCCLX_MAX_RANKS];
 #pragma unroll
   for (int p = 0; p < RCCLX_MAX_RANKS; ++p)  // loads first
     if (active && p < a.nranks && p != a.rank) q[p] = rcclx_get16(rcclx_qslot(in, wc, a.nranks, p), k);
-  RcclxQ16 own;
-  if (!OWN_EXACT) {
-    float x[16];
+  if (!active) {
 #pragma unroll
-    for (int i = 0; i < 16; ++i) x[i] = 0.f;
-    if (active) rcclx_load16<T>(src, k * RCCLX_QBLOCK, n, x);
-    own = C::quantize16(x);
-    *mine = own;
+    for (int i = 0; i < 16; ++i) v[i] = 0.f;
+    return;
   }
-  if (!active) return;
 #pragma unroll
   for (int p = 0; p < RCCLX_MAX_RANKS; ++p) {
     if (p >= a.nranks) break;
-    if (p == a.rank && OWN_EXACT) {
+    if (p == a.rank) {
       // Loaded here, not up front: 16 more live registers would spill.
       float x[16];
       rcclx_load16<T>(src, k * RCCLX_QBLOCK, n, x);
 #pragma unroll
       for (int i = 0; i < 16; ++i) v[i] = p == 0 ? x[i] : v[i] + x[i];
+    } else if (p == 0) {
+      C::template decode16<false>(q[p], v);
     } else {
-      const RcclxQ16 c = p == a.rank ? own : q[p];
-      if (p == 0) C::template decode16<false>(c, v);
-      else C::template decode16<true>(c, v);
+      C::template decode16<true>(q[p], v);
     }
   }
 }
 
 // Block k of a 2-rank AllReduce sum: this rank's values from src quantized here (codes
 // returned in *mine) and the peer's codes from slot `peer`, decoded and added in rank order.
-// rcclx_reduce16 computes the same; this form holds one peer's codes, not RCCLX_MAX_RANKS
-// (fewer live registers: no spills). Every lane of the warp calls it.
+// Every lane of the warp calls it.
 template <typename T, typename C>
 RCCLX_DEV void rcclx_sum2(const RcclxArgs& a, const T* src, uint64_t k, uint64_t n, bool active, RcclxQSlot peer,
                           float v[16], RcclxQ16* mine) {
@@ -516,9 +509,9 @@ RCCLX_DEV void rcclx_reducescatter_q(const RcclxArgs& a) {
     char* in = a.staging[a.rank] + half_of(s);
     rcclx_qloop((n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK, h, hs, [&](uint64_t k, bool act, uint64_t k2, bool act2) {
       float v[16];
-      rcclx_reduce16<T, C, true>(a, mine, k, n, act, in, W, v, nullptr);
+      rcclx_reduce16<T, C>(a, mine, k, n, act, in, W, v);
       if (act) rcclx_store16<T>(recv + s * W, k * RCCLX_QBLOCK, n, v);
-      rcclx_reduce16<T, C, true>(a, mine, k2, n, act2, in, W, v, nullptr);
+      rcclx_reduce16<T, C>(a, mine, k2, n, act2, in, W, v);
       if (act2) rcclx_store16<T>(recv + s * W, k2 * RCCLX_QBLOCK, n, v);
     });
   };
@@ -575,7 +568,7 @@ RCCLX_DEV void rcclx_allreduce_q(const RcclxArgs& a) {
       if constexpr (exchange) {
         rcclx_sum2<T, C>(a, send + first, k, n, act, rcclx_qslot(in, Cw, nr, 1 - a.rank), v, &q);
       } else {
-        rcclx_reduce16<T, C, true>(a, send + first, k, n, act, in, Cw, v, nullptr);
+        rcclx_reduce16<T, C>(a, send + first, k, n, act, in, Cw, v);
         // Positions past n are zero in every input, so their sum is 0: harmless in amax.
         q = C::quantize16(v);
       }
