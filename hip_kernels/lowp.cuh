@@ -29,12 +29,13 @@
 // Staging half layout (windows are multiples of 512 elements): slots of `wc` elements, codes
 // (1 byte/element) of slot c at c*wc, then the scales (4 bytes per block) of slot c at
 // slots*wc + c*(wc/128)*4.
-//   AllReduce (window W, chunk capacity Cw = W / nranks): region A = nranks slots of Cw, slot p
+//   AllReduce of more than 2 ranks (window W, chunk capacity Cw = W / nranks): region A = nranks slots of Cw, slot p
 //     receives rank p's codes of this rank's chunk; region B (at W*33/32 rounded up to 256
 //     bytes) = nranks slots of Cw, slot c receives owner c's reduced codes of chunk c.
-//   ReduceScatter, AllGather, AllToAll: nranks slots of W, slot p receives rank p's codes.
+//   ReduceScatter, AllGather, AllToAll, 2-rank AllReduce: nranks slots of W, slot p receives
+//     rank p's codes.
 // Accumulation: f32, ranks 0..n-1 in order. AllReduce outputs are bit-identical on every rank
-// (see rcclx_allreduce_q).
+// (see rcclx_allreduce_pair_q, rcclx_allreduce_q).
 // Tails: the last block of a range is short; its missing elements count as 0 and are never
 // stored. Graph capture: as common.cuh (no per-call kernel arguments beyond buffers and counts).
 #pragma once
@@ -302,9 +303,39 @@ RCCLX_DEV RcclxQ16 rcclx_get16(RcclxQSlot s, uint64_t k) {
   return q;
 }
 
+// Copies this lane's 16 elements of blocks k and k2 of src[0, n) to dst bit for bit (a rank's
+// own share: never quantized, never converted, so NaN payloads survive too).
+template <typename T>
+RCCLX_DEV void rcclx_copy2(const T* src, uint64_t n, T* dst, uint64_t k, bool a, uint64_t k2, bool a2) {
+  constexpr int N = RcclxVec<T>::N;
+  const uint64_t blk[2] = {k * RCCLX_QBLOCK, k2 * RCCLX_QBLOCK};
+  const bool act[2] = {a, a2};
+  bool fast[2];
+  rcclx_u32x4 u[2][16 / N];
+#pragma unroll
+  for (int b = 0; b < 2; ++b) {  // loads of both blocks first
+    fast[b] = act[b] && blk[b] + RCCLX_QBLOCK <= n && rcclx_aligned16(src + blk[b]) && rcclx_aligned16(dst + blk[b]);
+#pragma unroll
+    for (int j = 0; j < 16 / N; ++j)
+      if (fast[b]) u[b][j] = rcclx_ld16((const rcclx_u32x4*)(src + blk[b] + j * 8 * N + rcclx_qlane() * N));
+  }
+#pragma unroll
+  for (int b = 0; b < 2; ++b) {
+    if (fast[b]) {
+#pragma unroll
+      for (int j = 0; j < 16 / N; ++j) rcclx_st16((rcclx_u32x4*)(dst + blk[b] + j * 8 * N + rcclx_qlane() * N), u[b][j]);
+    } else if (act[b]) {
+      for (int c = 0; c < 16; ++c) {
+        const uint64_t i = blk[b] + rcclx_qpos<T>(c);
+        if (i < n) dst[i] = src[i];
+      }
+    }
+  }
+}
+
 // Encodes blocks k and k2 of src[0, n) and writes them to slot dst(d) for d < ndst (peer
-// staging: remote stores). If `own` is set, the exact values also go to own[0, n) (a rank's
-// own AllGather chunk: it never crosses a link, so it is never quantized).
+// staging: remote stores). If `own` is set, src's blocks are also copied to own[0, n) (a
+// rank's own AllGather chunk: it never crosses a link, so it is never quantized).
 template <typename T, typename C, typename D>
 RCCLX_DEV void rcclx_push2(const T* src, uint64_t n, const D& dst, int ndst, T* own, uint64_t k, bool a,
                            uint64_t k2, bool a2) {
@@ -313,16 +344,13 @@ RCCLX_DEV void rcclx_push2(const T* src, uint64_t n, const D& dst, int ndst, T* 
   for (int i = 0; i < 16; ++i) v[i] = u[i] = 0.f;
   if (a) rcclx_load16<T>(src, k * RCCLX_QBLOCK, n, v);
   if (a2) rcclx_load16<T>(src, k2 * RCCLX_QBLOCK, n, u);
-  if (own) {
-    if (a) rcclx_store16<T>(own, k * RCCLX_QBLOCK, n, v);
-    if (a2) rcclx_store16<T>(own, k2 * RCCLX_QBLOCK, n, u);
-  }
   const RcclxQ16 q = C::quantize16(v), q2 = C::quantize16(u);
   for (int d = 0; d < ndst; ++d) {
     const RcclxQSlot to = dst(d);
     rcclx_put16(to, k, q, a);
     rcclx_put16(to, k2, q2, a2);
   }
+  if (own) rcclx_copy2<T>(src, n, own, k, a, k2, a2);  // reloads: from cache
 }
 template <typename T, typename C, typename D>
 RCCLX_DEV void rcclx_push_range(const T* src, uint64_t n, const D& dst, int ndst, T* own, int half, int halves) {
@@ -344,16 +372,11 @@ RCCLX_DEV void rcclx_pull_range(RcclxQSlot s, uint64_t n, T* dst, int half, int 
   });
 }
 
-// Copies elements [0, n) of src to dst exactly.
+// Copies elements [0, n) of src to dst bit for bit.
 template <typename T>
 RCCLX_DEV void rcclx_copy_qrange(const T* src, uint64_t n, T* dst, int half, int halves) {
-  rcclx_qloop((n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK, half, halves, [&](uint64_t k, bool a, uint64_t k2, bool a2) {
-    float v[16], u[16];
-    if (a) rcclx_load16<T>(src, k * RCCLX_QBLOCK, n, v);
-    if (a2) rcclx_load16<T>(src, k2 * RCCLX_QBLOCK, n, u);
-    if (a) rcclx_store16<T>(dst, k * RCCLX_QBLOCK, n, v);
-    if (a2) rcclx_store16<T>(dst, k2 * RCCLX_QBLOCK, n, u);
-  });
+  rcclx_qloop((n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK, half, halves,
+              [&](uint64_t k, bool a, uint64_t k2, bool a2) { rcclx_copy2<T>(src, n, dst, k, a, k2, a2); });
 }
 
 // Block k of a reduction: the f32 sum over ranks in order 0..n-1 of rank p's decoded codes
@@ -386,25 +409,6 @@ RCCLX_DEV void rcclx_reduce16(const RcclxArgs& a, const T* src, uint64_t k, uint
       C::template decode16<true>(q[p], v);
     }
   }
-}
-
-// Block k of a 2-rank AllReduce sum: this rank's values from src quantized here (codes
-// returned in *mine) and the peer's codes from slot `peer`, decoded and added in rank order.
-// Every lane of the warp calls it.
-template <typename T, typename C>
-RCCLX_DEV void rcclx_sum2(const RcclxArgs& a, const T* src, uint64_t k, uint64_t n, bool active, RcclxQSlot peer,
-                          float v[16], RcclxQ16* mine) {
-  RcclxQ16 q;
-  if (active) q = rcclx_get16(peer, k);
-#pragma unroll
-  for (int i = 0; i < 16; ++i) v[i] = 0.f;
-  if (active) rcclx_load16<T>(src, k * RCCLX_QBLOCK, n, v);
-  const RcclxQ16 own = C::quantize16(v);
-  *mine = own;
-  if (!active) return;
-  const RcclxQ16 r0 = a.rank == 0 ? own : q, r1 = a.rank == 0 ? q : own;  // values: no stack
-  C::template decode16<false>(r0, v);
-  C::template decode16<true>(r1, v);
 }
 
 // Offset of AllReduce's region B in a staging half: after region A (W codes and W/128
@@ -518,29 +522,57 @@ RCCLX_DEV void rcclx_reducescatter_q(const RcclxArgs& a) {
   rcclx_lp_pipeline(a, seq, nwin, deadline, &s_fail, push, reduce);
 }
 
-// AllReduce: window s = push each chunk's codes to its owner (region A) -> the owner reduces
-// its chunk in f32 -> the chunk travels to every peer (region B) -> everyone finishes the other
-// chunks. Two forms, both giving every rank the same bits:
-//   2 ranks only ("exchange", EXCHANGE): the owner sums both ranks' decoded inputs (its own quantized too) and
-//     sends its own chunk's input codes, not the sum; the peer sums the same two decodes in the
-//     same order. Each input is quantized once and nothing is re-quantized: the error of one
-//     quantization, for the bytes of two-shot (at 2 ranks one-shot moves the same bytes).
-//   any rank count: the owner's own input enters exactly, the sum is re-quantized once and
-//     decoded by everyone, the owner included.
-// Each form is a kernel of its own (families allreduce.lowp and allreduce.lowp_pair, and the
-// INT8 ones): inlined into one kernel, the two forms share one register allocation and spill.
+// AllReduce of 2 ranks ("pair"): an AllGather of the inputs' codes, then each rank decodes
+// both ranks' codes and adds them in rank order. Each input is quantized once and nothing is
+// re-quantized (the error of one quantization), both ranks compute the same bits, and the
+// bytes are two-shot's (at 2 ranks one-shot moves the same). Each rank also keeps its own codes
+// in its own slot (which no peer writes), so it decodes what its peer decodes without encoding
+// twice. Window s: push -> barrier -> sum (rcclx_lp_pipeline); a window's two directions do
+// not wait on each other. In place, sum(s) writes window s, which push(s) read before the
+// barrier.
+template <typename T, typename C>
+RCCLX_DEV void rcclx_allreduce_pair_q(const RcclxArgs& a) {
+  RCCLX_LP_PROLOGUE
+  const int peer = 1 - a.rank;
+  auto push = [&](uint64_t s, int h, int hs) {
+    // The peer's copy first: the link is the bottleneck.
+    auto to = [&](int d) { return rcclx_qslot(a.staging[d == 0 ? peer : a.rank] + half_of(s), W, 2, a.rank); };
+    rcclx_push_range<T, C>(send + s * W, len(s), to, 2, (T*)nullptr, h, hs);
+  };
+  auto sum = [&](uint64_t s, int h, int hs) {
+    const uint64_t n = len(s);
+    char* in = a.staging[a.rank] + half_of(s);
+    const RcclxQSlot r0 = rcclx_qslot(in, W, 2, 0), r1 = rcclx_qslot(in, W, 2, 1);
+    auto one = [&](uint64_t k, bool act) {
+      if (!act) return;
+      const RcclxQ16 q0 = rcclx_get16(r0, k), q1 = rcclx_get16(r1, k);
+      float v[16];
+      C::template decode16<false>(q0, v);
+      C::template decode16<true>(q1, v);
+      rcclx_store16<T>(recv + s * W, k * RCCLX_QBLOCK, n, v);
+    };
+    rcclx_qloop((n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK, h, hs, [&](uint64_t k, bool act, uint64_t k2, bool act2) {
+      one(k, act);
+      one(k2, act2);
+    });
+  };
+  rcclx_lp_pipeline(a, seq, nwin, deadline, &s_fail, push, sum);
+}
+
+// AllReduce of any rank count: window s = push each chunk's codes to its owner (region A) ->
+// the owner reduces its chunk in f32, its own input exact, and re-quantizes the sum once ->
+// the sum's codes travel to every peer (region B) -> everyone, the owner included, decodes
+// them, so every rank's output has the same bits.
 // Pipelined with one barrier X(s) per window: before X(s) half 0 reduces window s while half
 // 1 pushes window s + 1 and finishes window s - 1.
-//   Reuse: push(s+1) overwrites region A of window s-1, which peers reduced before X(s-1) and
-//   this rank finished just before (its own slot, 2 ranks);
+//   Reuse: push(s+1) overwrites region A of window s-1, which peers reduced before X(s-1);
 //   reduce(s) overwrites region B of window s-2, which peers finished before X(s-1); what this
-//   rank reads before X(s) is rewritten by peers only after X(s). In place, finish(s) reads
-//   each input element before it writes that output element, in the same lane.
+//   rank reads before X(s) is rewritten by peers only after X(s). In place, reduce(s) reads
+//   each input element of its chunk before it writes that output element, in the same lane.
 // count = elements per rank.
-template <typename T, typename C, bool EXCHANGE>
+template <typename T, typename C>
 RCCLX_DEV void rcclx_allreduce_q(const RcclxArgs& a) {
   RCCLX_LP_PROLOGUE
-  constexpr bool exchange = EXCHANGE;
   const uint64_t Cw = W / nr;  // slot capacity (elements)
   const uint64_t region_b = rcclx_lowp_region_b(W);
   // Chunk length in blocks, the same in every window of the call (positions stay fixed).
@@ -549,14 +581,11 @@ RCCLX_DEV void rcclx_allreduce_q(const RcclxArgs& a) {
     const uint64_t first = (uint64_t)c * Cb * RCCLX_QBLOCK, n = len(s);
     return first < n ? RCCLX_MIN(n - first, Cb * RCCLX_QBLOCK) : 0;
   };
-  // 2 ranks: the codes sent also go to this rank's own region A slot (never written by a peer),
-  // for finish() to decode instead of quantizing the input again.
   auto push = [&](uint64_t s, int h, int hs) {
     for (int i = 1; i < nr; ++i) {
       const int c = (a.rank + i) % nr;
-      auto to = [&](int d) { return rcclx_qslot(a.staging[d == 0 ? c : a.rank] + half_of(s), Cw, nr, a.rank); };
-      rcclx_push_range<T, C>(send + s * W + c * Cb * RCCLX_QBLOCK, chunk_len(s, c), to, exchange ? 2 : 1,
-                             (T*)nullptr, h, hs);
+      auto to = [&](int) { return rcclx_qslot(a.staging[c] + half_of(s), Cw, nr, a.rank); };
+      rcclx_push_range<T, C>(send + s * W + c * Cb * RCCLX_QBLOCK, chunk_len(s, c), to, 1, (T*)nullptr, h, hs);
     }
   };
   auto reduce = [&](uint64_t s, int h, int hs) {
@@ -564,19 +593,13 @@ RCCLX_DEV void rcclx_allreduce_q(const RcclxArgs& a) {
     char* in = a.staging[a.rank] + half_of(s);
     auto one = [&](uint64_t k, bool act) {
       float v[16];
-      RcclxQ16 q;
-      if constexpr (exchange) {
-        rcclx_sum2<T, C>(a, send + first, k, n, act, rcclx_qslot(in, Cw, nr, 1 - a.rank), v, &q);
-      } else {
-        rcclx_reduce16<T, C>(a, send + first, k, n, act, in, Cw, v);
-        // Positions past n are zero in every input, so their sum is 0: harmless in amax.
-        q = C::quantize16(v);
-      }
+      rcclx_reduce16<T, C>(a, send + first, k, n, act, in, Cw, v);
+      // Positions past n are zero in every input, so their sum is 0: harmless in amax.
+      const RcclxQ16 q = C::quantize16(v);
       for (int i = 1; i < nr; ++i)
         rcclx_put16(rcclx_qslot(a.staging[(a.rank + i) % nr] + half_of(s) + region_b, Cw, nr, a.rank), k, q, act);
       if (!act) return;
-      // Re-quantized: decode what the peers decode, so that every rank's output is identical.
-      if (!exchange) C::template decode16<false>(q, v);
+      C::template decode16<false>(q, v);  // what the peers decode
       rcclx_store16<T>(recv + first, k * RCCLX_QBLOCK, n, v);
     };
     rcclx_qloop((n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK, h, hs, [&](uint64_t k, bool act, uint64_t k2, bool act2) {
@@ -588,28 +611,7 @@ RCCLX_DEV void rcclx_allreduce_q(const RcclxArgs& a) {
     for (int i = 1; i < nr; ++i) {
       const int c = (a.rank + i) % nr;
       const uint64_t n = chunk_len(s, c), first = s * W + c * Cb * RCCLX_QBLOCK;
-      if (!n) continue;
-      const RcclxQSlot from = rcclx_qslot(a.staging[a.rank] + half_of(s) + region_b, Cw, nr, c);
-      if (!exchange) {
-        rcclx_pull_range<T, C>(from, n, recv + first, h, hs);
-        continue;
-      }
-      // The owner's sum: its input codes (region B) and ours (our region A slot, from push),
-      // decoded and added in rank order.
-      const RcclxQSlot ours = rcclx_qslot(a.staging[a.rank] + half_of(s), Cw, nr, a.rank);
-      auto one = [&](uint64_t k, bool act) {
-        if (!act) return;
-        const RcclxQ16 theirs = rcclx_get16(from, k), mine = rcclx_get16(ours, k);
-        const RcclxQ16 r0 = a.rank == 0 ? mine : theirs, r1 = a.rank == 0 ? theirs : mine;  // values: no stack
-        float v[16];
-        C::template decode16<false>(r0, v);
-        C::template decode16<true>(r1, v);
-        rcclx_store16<T>(recv + first, k * RCCLX_QBLOCK, n, v);
-      };
-      rcclx_qloop((n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK, h, hs, [&](uint64_t k, bool act, uint64_t k2, bool act2) {
-        one(k, act);
-        one(k2, act2);
-      });
+      if (n) rcclx_pull_range<T, C>(rcclx_qslot(a.staging[a.rank] + half_of(s) + region_b, Cw, nr, c), n, recv + first, h, hs);
     }
   };
   // Barrier values: seq*4+1 after the first push, then (seq+s)*4+2 for X(s): monotonic, and
@@ -624,8 +626,6 @@ RCCLX_DEV void rcclx_allreduce_q(const RcclxArgs& a) {
     if (my_half == 0) {
       reduce(s, 0, 1);
     } else {
-      // finish(s - 1) first: push(s + 1) rewrites this rank's own region A slot of the same
-      // staging half, which finish(s - 1) reads (2 ranks), in the same lanes.
       if (s > 0) finish(s - 1, 0, 1);
       if (s + 1 < nwin) push(s + 1, 0, 1);
     }
@@ -635,13 +635,13 @@ RCCLX_DEV void rcclx_allreduce_q(const RcclxArgs& a) {
   rcclx_seq_store(a, seq + (uint32_t)nwin);
 }
 // The kernel table's device functions: the four collectives with each codec.
-template <typename T> RCCLX_DEV void rcclx_allreduce_lowp(const RcclxArgs& a) { rcclx_allreduce_q<T, RcclxFp8, false>(a); }
-template <typename T> RCCLX_DEV void rcclx_allreduce_lowp_pair(const RcclxArgs& a) { rcclx_allreduce_q<T, RcclxFp8, true>(a); }
+template <typename T> RCCLX_DEV void rcclx_allreduce_lowp(const RcclxArgs& a) { rcclx_allreduce_q<T, RcclxFp8>(a); }
+template <typename T> RCCLX_DEV void rcclx_allreduce_lowp_pair(const RcclxArgs& a) { rcclx_allreduce_pair_q<T, RcclxFp8>(a); }
 template <typename T> RCCLX_DEV void rcclx_allgather_lowp(const RcclxArgs& a) { rcclx_allgather_q<T, RcclxFp8>(a); }
 template <typename T> RCCLX_DEV void rcclx_reducescatter_lowp(const RcclxArgs& a) { rcclx_reducescatter_q<T, RcclxFp8>(a); }
 template <typename T> RCCLX_DEV void rcclx_alltoall_lowp(const RcclxArgs& a) { rcclx_alltoall_q<T, RcclxFp8>(a); }
-template <typename T> RCCLX_DEV void rcclx_allreduce_int8(const RcclxArgs& a) { rcclx_allreduce_q<T, RcclxInt8, false>(a); }
-template <typename T> RCCLX_DEV void rcclx_allreduce_int8_pair(const RcclxArgs& a) { rcclx_allreduce_q<T, RcclxInt8, true>(a); }
+template <typename T> RCCLX_DEV void rcclx_allreduce_int8(const RcclxArgs& a) { rcclx_allreduce_q<T, RcclxInt8>(a); }
+template <typename T> RCCLX_DEV void rcclx_allreduce_int8_pair(const RcclxArgs& a) { rcclx_allreduce_pair_q<T, RcclxInt8>(a); }
 template <typename T> RCCLX_DEV void rcclx_allgather_int8(const RcclxArgs& a) { rcclx_allgather_q<T, RcclxInt8>(a); }
 template <typename T> RCCLX_DEV void rcclx_reducescatter_int8(const RcclxArgs& a) { rcclx_reducescatter_q<T, RcclxInt8>(a); }
 template <typename T> RCCLX_DEV void rcclx_alltoall_int8(const RcclxArgs& a) { rcclx_alltoall_q<T, RcclxInt8>(a); }

@@ -16,6 +16,8 @@
 #   A2AV_REPLAYS=1000  CUDA graph replays of the a2av step
 #   MOEBENCH_ARGS="..."  extra arguments of bench/moe_a2av.py (e.g. --tokens 256 --rounds 10)
 #   CHECK_COLLS="..."  collectives of the check step (default: all four)
+#   LOWP_CODECS="fp8 int8", LPBENCH_TYPES="bfloat16 float half", LPBENCH_CYCLES=3  (lowp, lpgraph,
+#                     lpbench steps; lpbench-summary.md has the median ratio per size over the cycles)
 #   RCCLX_UPSTREAM_LIB  stock libnccl.so.2 (default: the one of python3's nvidia-nccl wheel)
 #   RCCLX_ARTIFACTS   folder with librcclx.so, selftest, lowp_accuracy, timeout and bench/ (default .carry)
 # Every command runs under `timeout`; logs go to OUTDIR (default bench/results/<date>-gpu),
@@ -156,10 +158,12 @@ if step lpbench; then
   for codec in ${LOWP_CODECS:-fp8 int8}; do
     for c in all_reduce all_gather reduce_scatter alltoall; do
       for dt in ${LPBENCH_TYPES:-bfloat16 float half}; do
-        run lpbench-$codec-$c-P${N}-$dt 300 env RCCL_LOW_PRECISION_ENABLE=1 RCCLX_LOW_PRECISION_CODEC=$codec RCCLX_LP_MIN_BYTES=0 "$B/${c}_perf" --libs "$LIBS" -P "$N" -g 1 -b 1M -e 256M -f 2 -n 20 -w 5 -c 0 -d $dt -J "$OUT/lpbench-$codec-$c-P${N}-$dt.json"
+        run lpbench-$codec-$c-P${N}-$dt 300 env RCCL_LOW_PRECISION_ENABLE=1 RCCLX_LOW_PRECISION_CODEC=$codec RCCLX_LP_MIN_BYTES=0 "$B/${c}_perf" --libs "$LIBS" -P "$N" -g 1 -b 1M -e 256M -f 2 -n 20 -w 5 -N "${LPBENCH_CYCLES:-3}" -c 0 -d $dt -J "$OUT/lpbench-$codec-$c-P${N}-$dt.json"
       done
     done
   done
+  # Median ratio per size over the cycles, and the slow samples ("stalls") of each library.
+  python3 bench/ratios.py "$OUT"/lpbench-*.json > "$OUT/lpbench-summary.md" 2>&1
 fi
 
 # PyTorch with LD_PRELOAD: results, CUDA graph, and the DDA path really taken.

@@ -226,7 +226,7 @@ pub const FAMILIES: &[Family] = &[
         ops: NO_OP,
         args: COLL_ARGS,
     },
-    // AllReduce's 2-rank form ("exchange", `hip_kernels/lowp.cuh`), one kernel per codec.
+    // AllReduce's 2-rank form (a gather of codes, `rcclx_allreduce_pair_q`), one kernel per codec.
     Family {
         coll: "allreduce",
         algo: "lowp_pair",

@@ -23,26 +23,26 @@ const MIN_WINDOW: u64 = 2 << 20;
 
 /// Window (elements per rank and window, as the kernel expects) and block count. Depends only
 /// on the call and the agreed sizes, so it is identical on every rank. A staging half holds
-/// `nranks` slots of a window (one per sending rank), or for AllReduce two regions of a window
-/// each (incoming chunks, then reduced chunks).
+/// `nranks` slots of a window (one per sending rank), or for AllReduce of more than 2 ranks two
+/// regions of a window each (incoming chunks, then reduced chunks). The 2-rank AllReduce is a
+/// gather of both ranks' codes (`rcclx_allreduce_pair_q`): 2 slots.
 pub fn grid(coll: Coll, count: u64, nranks: u64, half_bytes: u64, max_blocks: u32) -> (u64, u32) {
-    let slots = match coll {
-        Coll::AllReduce => 2,
-        _ => nranks,
-    };
-    // Whole groups of 4 FP8 blocks per slot: the kernels store 4 scales at once.
-    let unit = if coll == Coll::AllReduce { 4 * BLOCK * nranks } else { 4 * BLOCK };
-    // AllReduce's region B starts 256-byte aligned (`rcclx_lowp_region_b`).
-    let usable = if coll == Coll::AllReduce { half_bytes.saturating_sub(256) } else { half_bytes };
+    let two_phase = coll == Coll::AllReduce && nranks > 2;
+    let slots = if two_phase { 2 } else { nranks };
+    // Whole groups of 4 blocks per slot: the kernels store 4 scales at once.
+    let unit = if two_phase { 4 * BLOCK * nranks } else { 4 * BLOCK };
+    // Region B starts 256-byte aligned (`rcclx_lowp_region_b`).
+    let usable = if two_phase { half_bytes.saturating_sub(256) } else { half_bytes };
     let per_slot = usable * WIRE_DEN / WIRE_NUM / slots;
     let largest = (per_slot / unit).max(1) * unit;
     let pipelined = count.div_ceil(PIPELINE_WINDOWS).max(MIN_WINDOW).next_multiple_of(unit);
     let window = largest.min(pipelined);
-    let blocks_per_phase = match coll {
-        Coll::AllReduce => count.min(window).div_ceil(BLOCK).div_ceil(nranks),
-        _ => count.min(window).div_ceil(BLOCK),
+    // Blocks a phase of a window covers: one chunk in a two-phase AllReduce, else the window.
+    let blocks_per_phase = match two_phase {
+        true => count.min(window).div_ceil(BLOCK).div_ceil(nranks),
+        false => count.min(window).div_ceil(BLOCK),
     };
-    // Eight lanes per FP8 block, THREADS lanes per GPU block.
+    // Eight lanes per block of 128 elements, THREADS lanes per GPU block.
     let groups_per_block = THREADS as u64 / 8;
     let blocks = blocks_per_phase.div_ceil(groups_per_block).clamp(1, max_blocks as u64);
     (window, blocks as u32)
@@ -55,7 +55,7 @@ fn pair_algo(codec: Algo) -> &'static str {
 
 /// The launch of `call` on the low-precision kernel of its collective, type and codec.
 pub fn plan(clique: &Clique, call: &CallDesc, codec: Algo, bufs: &Buffers) -> Result<Launch, Error> {
-    // AllReduce of 2 ranks has a kernel of its own: each input quantized once, no re-quantizing.
+    // AllReduce of 2 ranks has a kernel of its own: a gather of codes, nothing re-quantized.
     let family = match (call.coll, clique.nranks) {
         (Coll::AllReduce, 2) => crate::kernel_table::family_index("allreduce", pair_algo(codec)),
         _ => crate::intercept::family(call.coll, codec),
@@ -87,12 +87,12 @@ mod tests {
                 let (small, _) = grid(coll, 1 << 22, n, half, 64);
                 assert!(small <= w && small * PIPELINE_WINDOWS >= (1 << 22).min(w), "{coll:?} n={n}: pipelined");
                 assert!(n > 2 || small < w, "{coll:?} n={n}: 4 Mi elements are cut into more windows");
-                let slots = if coll == Coll::AllReduce { 2 } else { n };
+                let two_phase = coll == Coll::AllReduce && n > 2;
                 let region = w + w / BLOCK * 4;
-                let used = if coll == Coll::AllReduce { region.next_multiple_of(256) + region } else { slots * region };
+                let used = if two_phase { region.next_multiple_of(256) + region } else { n * region };
                 assert!(used <= half, "{coll:?} n={n} w={w}");
                 assert_eq!(w % (4 * BLOCK), 0);
-                if coll == Coll::AllReduce {
+                if two_phase {
                     assert_eq!(w % (4 * BLOCK * n), 0);
                 }
                 assert!((1..=64).contains(&b));
