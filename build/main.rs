@@ -144,8 +144,14 @@ fn instances() -> String {
         let fam = &kernel_table::FAMILIES[f];
         let name = kernel_table::kernel_name(f, t, op);
         match op {
-            Some(op) => writeln!(cu, "RCCLX_KERNEL({name}, {}, {}, {}, {})", fam.args, fam.device_fn, t.cxx, op.cxx),
-            None => writeln!(cu, "RCCLX_KERNEL({name}, {}, {}, {})", fam.args, fam.device_fn, t.cxx),
+            Some(op) => writeln!(
+                cu,
+                "RCCLX_KERNEL({name}, {}, {}, {}, {}, {})",
+                fam.args, fam.min_blocks, fam.device_fn, t.cxx, op.cxx
+            ),
+            None => {
+                writeln!(cu, "RCCLX_KERNEL({name}, {}, {}, {}, {})", fam.args, fam.min_blocks, fam.device_fn, t.cxx)
+            }
         }
         .expect("write to String");
     }

@@ -57,9 +57,10 @@ struct RcclxArgs {
 RCCLX_ASSERT_SIZE(RcclxArgs, 280);
 
 // One kernel of the table (src/kernel_table.rs; build/main.rs writes one line per kernel),
-// taking its family's argument struct by value.
-#define RCCLX_KERNEL(NAME, ARGS, FN, ...)                                                  \
-  extern "C" __global__ void __launch_bounds__(RCCLX_THREADS) NAME(ARGS a) { FN<__VA_ARGS__>(a); }
+// taking its family's argument struct by value. MIN_BLOCKS: blocks per multiprocessor the
+// registers must allow (NVIDIA; AMD's __launch_bounds__ takes only the thread count).
+#define RCCLX_KERNEL(NAME, ARGS, MIN_BLOCKS, FN, ...)                                      \
+  extern "C" __global__ void __launch_bounds__(RCCLX_THREADS, MIN_BLOCKS) NAME(ARGS a) { FN<__VA_ARGS__>(a); }
 
 // ---- element types and reduction ops -------------------------------------------------------
 

@@ -536,13 +536,13 @@ RCCLX_DEV void rcclx_allreduce_pair_q(const RcclxArgs& a) {
   const int peer = 1 - a.rank;
   auto push = [&](uint64_t s, int h, int hs) {
     // The peer's copy first: the link is the bottleneck.
-    auto to = [&](int d) { return rcclx_qslot(a.staging[d == 0 ? peer : a.rank] + half_of(s), W, 2, a.rank); };
+    auto to = [&](int d) { return rcclx_qslot(a.staging[d == 0 ? peer : a.rank] + half_of(s), W, nr, a.rank); };
     rcclx_push_range<T, C>(send + s * W, len(s), to, 2, (T*)nullptr, h, hs);
   };
   auto sum = [&](uint64_t s, int h, int hs) {
     const uint64_t n = len(s);
     char* in = a.staging[a.rank] + half_of(s);
-    const RcclxQSlot r0 = rcclx_qslot(in, W, 2, 0), r1 = rcclx_qslot(in, W, 2, 1);
+    const RcclxQSlot r0 = rcclx_qslot(in, W, nr, 0), r1 = rcclx_qslot(in, W, nr, 1);
     auto one = [&](uint64_t k, bool act) {
       if (!act) return;
       const RcclxQ16 q0 = rcclx_get16(r0, k), q1 = rcclx_get16(r1, k);

@@ -127,7 +127,7 @@ config_table! {
     dda_reduce_scatter_max_bytes: Option<u64> = None, "RCCL_DDA_REDUCE_SCATTER_MAX_BYTES", "ReduceScatter: DDA up to this many input bytes, stock library above (default by rank count)";
     dda_all_to_all_max_bytes: Option<u64> = None, "RCCL_DDA_ALL_TO_ALL_MAX_BYTES", "AllToAll: DDA up to this many bytes (all blocks), stock library above (default by rank count)";
     dda_ll_max_bytes: Option<u64> = None, "RCCLX_DDA_LL_MAX_BYTES", "LL one-shot (no barrier) up to this many bytes per rank (AllReduce: the message; others: one rank's block), at most 1M (default by rank count)";
-    dda_max_blocks: u64 = 128, "RCCL_DDA_MAX_BLOCKS", "grid cap of DDA and FP8 kernels";
+    dda_max_blocks: u64 = 128, "RCCL_DDA_MAX_BLOCKS", "grid cap of the DDA kernels (the low-precision ones fill the GPU)";
     dda_sendbuf_bytes: Option<u64> = None, "RCCL_DDA_SENDBUF_BYTES", "per-rank staging buffer of DDA and FP8 (default 16 MiB, 32 MiB when an FP8 switch is on)";
     lowp_enable: bool = false, "RCCL_LOW_PRECISION_ENABLE", "1: low precision (FP8) for AllGather, AllReduce, ReduceScatter, AllToAll";
     lowp_all_gather: bool = false, "RCCL_LOW_PRECISION_ENABLE_ALLGATHER", "1: low precision AllGather";

@@ -79,6 +79,10 @@ pub struct Family {
     pub ops: &'static [Op],
     /// The C++ struct the kernel takes by value: [`COLL_ARGS`] or [`ALLTOALLV_ARGS`].
     pub args: &'static str,
+    /// Blocks per multiprocessor the compiler must leave registers for (`__launch_bounds__`'s
+    /// second argument on NVIDIA): 2 caps a thread at 64 registers, so that two blocks run per
+    /// SM. Only where that measured faster and spills (almost) nothing.
+    pub min_blocks: u32,
 }
 
 /// `RcclxArgs` (`hip_kernels/common.cuh`; Rust: `clique::KernelArgs`): every collective kernel.
@@ -102,6 +106,7 @@ pub const FAMILIES: &[Family] = &[
         types: REDUCE_TYPES,
         ops: REDUCE_OPS,
         args: COLL_ARGS,
+        min_blocks: 1,
     },
     Family {
         coll: "allreduce",
@@ -110,6 +115,7 @@ pub const FAMILIES: &[Family] = &[
         types: REDUCE_TYPES,
         ops: REDUCE_OPS,
         args: COLL_ARGS,
+        min_blocks: 1,
     },
     Family {
         coll: "allreduce",
@@ -118,6 +124,7 @@ pub const FAMILIES: &[Family] = &[
         types: REDUCE_TYPES,
         ops: REDUCE_OPS,
         args: COLL_ARGS,
+        min_blocks: 1,
     },
     Family {
         coll: "allgather",
@@ -126,6 +133,7 @@ pub const FAMILIES: &[Family] = &[
         types: BYTES,
         ops: NO_OP,
         args: COLL_ARGS,
+        min_blocks: 1,
     },
     Family {
         coll: "allgather",
@@ -134,6 +142,7 @@ pub const FAMILIES: &[Family] = &[
         types: BYTES,
         ops: NO_OP,
         args: COLL_ARGS,
+        min_blocks: 1,
     },
     Family {
         coll: "reducescatter",
@@ -142,6 +151,7 @@ pub const FAMILIES: &[Family] = &[
         types: REDUCE_TYPES,
         ops: REDUCE_OPS,
         args: COLL_ARGS,
+        min_blocks: 1,
     },
     Family {
         coll: "reducescatter",
@@ -150,8 +160,17 @@ pub const FAMILIES: &[Family] = &[
         types: REDUCE_TYPES,
         ops: REDUCE_OPS,
         args: COLL_ARGS,
+        min_blocks: 1,
     },
-    Family { coll: "alltoall", algo: "ll", device_fn: "rcclx_alltoall_ll", types: BYTES, ops: NO_OP, args: COLL_ARGS },
+    Family {
+        coll: "alltoall",
+        algo: "ll",
+        device_fn: "rcclx_alltoall_ll",
+        types: BYTES,
+        ops: NO_OP,
+        args: COLL_ARGS,
+        min_blocks: 1,
+    },
     Family {
         coll: "alltoall",
         algo: "flat",
@@ -159,6 +178,7 @@ pub const FAMILIES: &[Family] = &[
         types: BYTES,
         ops: NO_OP,
         args: COLL_ARGS,
+        min_blocks: 1,
     },
     Family {
         coll: "allreduce",
@@ -167,6 +187,7 @@ pub const FAMILIES: &[Family] = &[
         types: LOWP_TYPES,
         ops: NO_OP,
         args: COLL_ARGS,
+        min_blocks: 1,
     },
     Family {
         coll: "allgather",
@@ -175,6 +196,7 @@ pub const FAMILIES: &[Family] = &[
         types: LOWP_TYPES,
         ops: NO_OP,
         args: COLL_ARGS,
+        min_blocks: 1,
     },
     Family {
         coll: "reducescatter",
@@ -183,6 +205,7 @@ pub const FAMILIES: &[Family] = &[
         types: LOWP_TYPES,
         ops: NO_OP,
         args: COLL_ARGS,
+        min_blocks: 1,
     },
     Family {
         coll: "alltoall",
@@ -191,6 +214,7 @@ pub const FAMILIES: &[Family] = &[
         types: LOWP_TYPES,
         ops: NO_OP,
         args: COLL_ARGS,
+        min_blocks: 1,
     },
     // GPU-resident AllToAllv (counts in device memory): rcclx's own API, not an NCCL collective.
     Family {
@@ -200,6 +224,7 @@ pub const FAMILIES: &[Family] = &[
         types: BYTES,
         ops: NO_OP,
         args: ALLTOALLV_ARGS,
+        min_blocks: 1,
     },
     // The low-precision kernels again with the INT8 codec (`RCCLX_LOW_PRECISION_CODEC=int8`).
     Family {
@@ -209,6 +234,7 @@ pub const FAMILIES: &[Family] = &[
         types: LOWP_TYPES,
         ops: NO_OP,
         args: COLL_ARGS,
+        min_blocks: 1,
     },
     Family {
         coll: "allgather",
@@ -217,6 +243,7 @@ pub const FAMILIES: &[Family] = &[
         types: LOWP_TYPES,
         ops: NO_OP,
         args: COLL_ARGS,
+        min_blocks: 1,
     },
     Family {
         coll: "reducescatter",
@@ -225,6 +252,7 @@ pub const FAMILIES: &[Family] = &[
         types: LOWP_TYPES,
         ops: NO_OP,
         args: COLL_ARGS,
+        min_blocks: 1,
     },
     // AllReduce's 2-rank form (a gather of codes, `rcclx_allreduce_pair_q`), one kernel per codec.
     Family {
@@ -234,6 +262,7 @@ pub const FAMILIES: &[Family] = &[
         types: LOWP_TYPES,
         ops: NO_OP,
         args: COLL_ARGS,
+        min_blocks: 2,
     },
     Family {
         coll: "allreduce",
@@ -242,6 +271,7 @@ pub const FAMILIES: &[Family] = &[
         types: LOWP_TYPES,
         ops: NO_OP,
         args: COLL_ARGS,
+        min_blocks: 2,
     },
     Family {
         coll: "alltoall",
@@ -250,6 +280,7 @@ pub const FAMILIES: &[Family] = &[
         types: LOWP_TYPES,
         ops: NO_OP,
         args: COLL_ARGS,
+        min_blocks: 1,
     },
 ];
 

@@ -76,7 +76,11 @@ pub struct Clique {
     pub ll_max_bytes: u64,
     /// Arguments with every per-communicator field filled; per call only buffers and counts change.
     base_args: KernelArgs,
-    kernels: Arc<Vec<Function>>,
+    /// Multiprocessors (SMs or CUs) of each rank's GPU (agreed: equal on every rank).
+    multiprocessors: u32,
+    /// Entries of the per-block flag and window-counter arrays: the largest grid of any kernel.
+    block_slots: u32,
+    kernels: Arc<Vec<Kernel>>,
     owned: Mutex<Option<Owned>>,
 }
 
@@ -118,8 +122,14 @@ impl Clique {
     }
 
     /// The kernel of family `family` for `dtype` and `op`, if the table has one.
-    pub fn kernel(&self, family: usize, dtype: i32, op: i32) -> Option<Function> {
+    pub fn kernel(&self, family: usize, dtype: i32, op: i32) -> Option<Kernel> {
         crate::kernel_table::kernel_index(family, dtype, op).and_then(|i| self.kernels.get(i).copied())
+    }
+
+    /// The most blocks of `kernel` the GPU runs at once: every multiprocessor full. The same
+    /// on every rank (same arch, same multiprocessor count: the verdict checks both).
+    pub fn resident_blocks(&self, kernel: Kernel) -> u32 {
+        self.multiprocessors.saturating_mul(kernel.blocks_per_multiprocessor).clamp(1, self.block_slots)
     }
 
     /// Launches `launch` on `stream`.
@@ -213,7 +223,7 @@ struct Local {
 }
 
 struct Resources {
-    kernels: Arc<Vec<Function>>,
+    kernels: Arc<Vec<Kernel>>,
     staging: DeviceBuffer,
     flags: DeviceBuffer,
     ll: DeviceBuffer,
@@ -448,10 +458,11 @@ fn prepare(l: &mut Local, env_cfg: &Config) {
         tracing::warn!("comm {:p} rank {}: RCCLX_FAULT_INJECT=alloc: allocation fails", l.comm, l.rank);
         return;
     }
-    match allocate(l.device, rec.staging_bytes as usize, rec.max_blocks as usize, rec.ll_max) {
-        Ok((res, arch)) => {
-            let n = arch.len().min(31);
-            rec.arch[..n].copy_from_slice(&arch.as_bytes()[..n]);
+    match allocate(l.device, rec.staging_bytes as usize, rec.max_blocks, rec.ll_max) {
+        Ok((res, info)) => {
+            let n = info.arch.len().min(31);
+            rec.arch[..n].copy_from_slice(&info.arch.as_bytes()[..n]);
+            rec.multiprocessors = info.multiprocessors as u64;
             match (res.staging.ipc_handle(), res.flags.ipc_handle(), res.ll.ipc_handle()) {
                 (Ok(s), Ok(f), Ok(ll)) => {
                     rec.staging_ipc = s.0;
@@ -474,17 +485,40 @@ fn prepare(l: &mut Local, env_cfg: &Config) {
     }
 }
 
+/// A kernel of the device's code object.
+#[derive(Clone, Copy, Debug)]
+pub struct Kernel {
+    pub func: Function,
+    /// Blocks of `THREADS` threads one multiprocessor holds at once (its registers decide).
+    pub blocks_per_multiprocessor: u32,
+}
+
+/// Blocks of `THREADS` threads a multiprocessor holds at most (2048 threads on sm_90 and on
+/// CDNA3's compute units): the flag and window-counter arrays have room for that many per
+/// multiprocessor.
+const MAX_BLOCKS_PER_MULTIPROCESSOR: u64 = 4;
+
+/// Entries of the per-block arrays: room for the DDA grid cap and for every multiprocessor full.
+fn block_slots(max_blocks: u64, multiprocessors: u64) -> u64 {
+    max_blocks.max(multiprocessors * MAX_BLOCKS_PER_MULTIPROCESSOR)
+}
+
 /// The kernels of the device's code object, resolved once per device.
-fn device_kernels(device: i32) -> Result<Arc<Vec<Function>>, gpu::Error> {
-    static CACHE: Mutex<Vec<(i32, Arc<Vec<Function>>)>> = Mutex::new(Vec::new());
+fn device_kernels(device: i32) -> Result<Arc<Vec<Kernel>>, gpu::Error> {
+    static CACHE: Mutex<Vec<(i32, Arc<Vec<Kernel>>)>> = Mutex::new(Vec::new());
     let mut cache = CACHE.lock();
     if let Some((_, k)) = cache.iter().find(|(d, _)| *d == device) {
         return Ok(k.clone());
     }
     let rt = gpu::runtime()?;
+    let _guard = rt.device_guard(device)?;
     let module = rt.load_rcclx_module(device)?;
-    let kernels =
-        Arc::new(crate::kernel_table::kernel_names().map(|n| rt.function(module, &n)).collect::<Result<Vec<_>, _>>()?);
+    let kernel = |name: String| -> Result<Kernel, gpu::Error> {
+        let func = rt.function(module, &name)?;
+        let per_mp = rt.blocks_per_multiprocessor(func, THREADS)?;
+        Ok(Kernel { func, blocks_per_multiprocessor: per_mp.min(MAX_BLOCKS_PER_MULTIPROCESSOR as u32) })
+    };
+    let kernels = Arc::new(crate::kernel_table::kernel_names().map(kernel).collect::<Result<Vec<_>, _>>()?);
     cache.push((device, kernels.clone()));
     Ok(kernels)
 }
@@ -492,22 +526,23 @@ fn device_kernels(device: i32) -> Result<Arc<Vec<Function>>, gpu::Error> {
 fn allocate(
     device: i32,
     staging_bytes: usize,
-    max_blocks: usize,
+    max_blocks: u64,
     ll_max: u64,
-) -> Result<(Resources, String), gpu::Error> {
+) -> Result<(Resources, gpu::DeviceInfo), gpu::Error> {
     let rt = gpu::runtime()?;
-    let arch = rt.device_info(device)?.arch;
+    let info = rt.device_info(device)?;
     let kernels = device_kernels(device)?;
+    let slots = block_slots(max_blocks, info.multiprocessors as u64) as usize;
     let staging = rt.alloc(device, staging_bytes, MemKind::Normal)?;
-    let flags = rt.alloc(device, max_blocks * FLAG_STRIDE * 4, MemKind::Uncached)?;
+    let flags = rt.alloc(device, slots * FLAG_STRIDE * 4, MemKind::Uncached)?;
     // LL inbox: [2 parities][MAX_RANKS sources][units] x 16 bytes.
     let ll = rt.alloc(device, (2 * MAX_RANKS as u64 * ll_units(ll_max) * 16) as usize, MemKind::Uncached)?;
-    let seq = rt.alloc(device, max_blocks * 4, MemKind::Normal)?;
+    let seq = rt.alloc(device, slots * 4, MemKind::Normal)?;
     flags.zero()?;
     ll.zero()?;
     seq.zero()?;
     let status = rt.alloc_host_mapped(device, 64)?;
-    Ok((Resources { kernels, staging, flags, ll, seq, status }, arch))
+    Ok((Resources { kernels, staging, flags, ll, seq, status }, info))
 }
 
 /// The first verdict and, if it holds, the lease and the peer mappings. `None`: kernels off.
@@ -604,7 +639,7 @@ fn finish(l: Local, m: Mapped, r0: &Record, started: Instant) -> Clique {
         seq: res.seq.ptr().0,
         status: res.status.device_ptr().0,
         ll_units: ll_units(r0.ll_max),
-        seq_slots: r0.max_blocks,
+        seq_slots: block_slots(r0.max_blocks, r0.multiprocessors),
         rank: l.rank as i32,
         nranks: l.nranks as i32,
     };
@@ -625,6 +660,8 @@ fn finish(l: Local, m: Mapped, r0: &Record, started: Instant) -> Clique {
         facts,
         thresholds,
         max_blocks: r0.max_blocks as u32,
+        multiprocessors: r0.multiprocessors as u32,
+        block_slots: block_slots(r0.max_blocks, r0.multiprocessors) as u32,
         ll_max_bytes: r0.ll_max,
         base_args,
         kernels: res.kernels,

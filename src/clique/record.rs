@@ -26,7 +26,10 @@ pub struct Record {
     pub ll_ptr: u64,
     pub ll_max: u64,
     pub staging_bytes: u64,
+    /// The DDA kernels' grid cap (RCCL_DDA_MAX_BLOCKS).
     pub max_blocks: u64,
+    /// Multiprocessors (SMs or CUs) of the rank's GPU.
+    pub multiprocessors: u64,
     // Rank 0's values below are adopted by everyone, so all ranks decide alike.
     pub flat_max: u64,
     pub tree_max: u64,
@@ -41,8 +44,8 @@ pub struct Record {
     pub lowp_bits: u32,
 }
 
-/// "rcclx_v4": bumped whenever the layout or meaning of a field changes.
-pub const MAGIC: u64 = 0x7263_636c_785f_7634;
+/// "rcclx_v5": bumped whenever the layout or meaning of a field changes.
+pub const MAGIC: u64 = 0x7263_636c_785f_7635;
 pub const BYTES: usize = std::mem::size_of::<Record>();
 const _: () = assert!(BYTES.is_multiple_of(8));
 
@@ -90,9 +93,10 @@ pub fn verdict(rank: usize, nranks: usize, recs: &[Record]) -> Result<(), String
         if r.arch != recs[0].arch
             || r.staging_bytes != recs[0].staging_bytes
             || r.max_blocks != recs[0].max_blocks
+            || r.multiprocessors != recs[0].multiprocessors
             || r.ll_max != recs[0].ll_max
         {
-            return Err(format!("rank {p} differs in GPU arch or buffer sizes"));
+            return Err(format!("rank {p} differs in GPU arch, multiprocessor count or buffer sizes"));
         }
     }
     Ok(())

@@ -99,7 +99,7 @@ pub fn plan(clique: &Clique, call: &AllToAllvCall) -> Result<Launch, Error> {
         return Err(Error::internal("staging buffer too small for AllToAllv"));
     }
     let family = family();
-    let func = clique.kernel(family, -1, 0).ok_or_else(|| Error::internal("no AllToAllv kernel"))?;
+    let func = clique.kernel(family, -1, 0).ok_or_else(|| Error::internal("no AllToAllv kernel"))?.func;
     let mut base = clique.args();
     base.window_elems = window;
     let packed =

@@ -19,9 +19,12 @@ mod reducescatter;
 pub fn plan(clique: &Clique, algo: Algo, call: &CallDesc, bufs: &Buffers) -> Result<Launch, Error> {
     let family = crate::intercept::family(call.coll, algo)
         .ok_or_else(|| Error::internal(format!("no DDA kernels for {:?} {algo:?}", call.coll)))?;
-    let func = clique.kernel(family, call.dtype.0, call.op.0).ok_or_else(|| {
-        Error::internal(format!("no kernel for {:?} {algo:?} {:?} {:?}", call.coll, call.dtype, call.op))
-    })?;
+    let func = clique
+        .kernel(family, call.dtype.0, call.op.0)
+        .ok_or_else(|| {
+            Error::internal(format!("no kernel for {:?} {algo:?} {:?} {:?}", call.coll, call.dtype, call.op))
+        })?
+        .func;
     let elem = call.dtype.size().unwrap_or(1) as u64;
     let (count, n) = (call.count as u64, clique.nranks as u64);
     let mut args = clique.args();

@@ -74,6 +74,9 @@ pub(crate) trait Backend: Send + Sync {
     /// `image` points to a complete code object (cubin, fatbin, hsaco, or NUL-terminated PTX).
     unsafe fn module_load(&self, image: *const u8) -> Result<*mut c_void, Error>;
     fn module_function(&self, module: *mut c_void, name: &CStr) -> Result<*mut c_void, Error>;
+    /// How many blocks of `block_threads` threads of `func` one multiprocessor holds at once
+    /// (registers and shared memory decide); 1 when the runtime cannot say.
+    fn blocks_per_multiprocessor(&self, func: *mut c_void, block_threads: u32) -> Result<u32, Error>;
     /// # Safety
     /// `args` points to one pointer per kernel parameter, each to a value of that parameter's
     /// type; the kernel's memory accesses are valid.

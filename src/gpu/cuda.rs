@@ -89,7 +89,10 @@ entry_points! {
         cuEventQuery = "cuEventQuery": fn(Handle) -> CUresult;
         cuEventDestroy = "cuEventDestroy_v2": fn(Handle) -> CUresult;
     }
-    optional {}
+    optional {
+        cuOccupancyMaxActiveBlocksPerMultiprocessor = "cuOccupancyMaxActiveBlocksPerMultiprocessor":
+            fn(*mut c_int, Handle, c_int, usize) -> CUresult;
+    }
 }
 
 const LIBRARY: &str = "libcuda.so.1";
@@ -371,6 +374,15 @@ impl Backend for Cuda {
         // SAFETY: out-pointer to a local; `module` is a loaded module; `name` is NUL-terminated.
         self.check("cuModuleGetFunction", unsafe { (self.api.cuModuleGetFunction)(&mut func, module, name.as_ptr()) })?;
         Ok(func)
+    }
+
+    fn blocks_per_multiprocessor(&self, func: *mut c_void, block_threads: u32) -> Result<u32, Error> {
+        let Some(occupancy) = self.api.cuOccupancyMaxActiveBlocksPerMultiprocessor else { return Ok(1) };
+        let mut blocks: c_int = 0;
+        // SAFETY: out-pointer to a local; `func` came from `module_function`.
+        let rc = unsafe { occupancy(&mut blocks, func, block_threads as c_int, 0) };
+        self.check("cuOccupancyMaxActiveBlocksPerMultiprocessor", rc)?;
+        Ok(blocks.max(1) as u32)
     }
 
     unsafe fn launch(

@@ -81,6 +81,8 @@ entry_points! {
         hipEventDestroy = "hipEventDestroy": fn(Handle) -> HipError;
     }
     optional {
+        hipModuleOccupancyMaxActiveBlocksPerMultiprocessor = "hipModuleOccupancyMaxActiveBlocksPerMultiprocessor":
+            fn(*mut c_int, Handle, c_int, usize) -> HipError;
         hipExtMallocWithFlags = "hipExtMallocWithFlags":
             fn(*mut *mut c_void, usize, c_uint) -> HipError;
         // The property struct is written through an untyped pointer: see `PropsLayout`.
@@ -421,6 +423,15 @@ impl Backend for Hip {
         let rc = unsafe { (self.api.hipModuleGetFunction)(&mut func, module, name.as_ptr()) };
         self.check("hipModuleGetFunction", rc)?;
         Ok(func)
+    }
+
+    fn blocks_per_multiprocessor(&self, func: *mut c_void, block_threads: u32) -> Result<u32, Error> {
+        let Some(occupancy) = self.api.hipModuleOccupancyMaxActiveBlocksPerMultiprocessor else { return Ok(1) };
+        let mut blocks: c_int = 0;
+        // SAFETY: out-pointer to a local; `func` came from `module_function`.
+        let rc = unsafe { occupancy(&mut blocks, func, block_threads as c_int, 0) };
+        self.check("hipModuleOccupancyMaxActiveBlocksPerMultiprocessor", rc)?;
+        Ok(blocks.max(1) as u32)
     }
 
     unsafe fn launch(

@@ -267,6 +267,12 @@ impl Runtime {
         Ok(Function(raw))
     }
 
+    /// How many blocks of `block_threads` threads of `func` one multiprocessor (SM or CU) of
+    /// its device holds at once, at least 1.
+    pub fn blocks_per_multiprocessor(&self, func: Function, block_threads: u32) -> Result<u32, Error> {
+        self.backend.blocks_per_multiprocessor(func.0, block_threads)
+    }
+
     /// Launches `func` on `stream` with `grid` blocks of `block` threads and `shared_bytes` of
     /// dynamic shared memory. `args` holds one pointer per kernel parameter, in order, each to a
     /// `#[repr(C)]` plain-data value of exactly the parameter's C type (a device pointer

@@ -61,16 +61,20 @@ pub fn plan(clique: &Clique, call: &CallDesc, codec: Algo, bufs: &Buffers) -> Re
         _ => crate::intercept::family(call.coll, codec),
     }
     .ok_or_else(|| Error::internal(format!("no low-precision kernels for {:?}", call.coll)))?;
-    let func = clique
+    let kernel = clique
         .kernel(family, call.dtype.0, call.op.0)
         .ok_or_else(|| Error::internal(format!("no low-precision kernel for {:?} {:?}", call.coll, call.dtype)))?;
     let mut args = clique.args();
-    let (window, blocks) = grid(call.coll, call.count as u64, clique.nranks as u64, args.half_bytes, clique.max_blocks);
+    // As many blocks as the GPU runs at once (2 per multiprocessor for kernels of 64 registers
+    // or fewer): more stores in flight on the link. Measured on H200: the 2-rank AllReduce
+    // takes 6-9 % less time at 16-256 MiB with 2 blocks per SM than with 1.
+    let cap = clique.resident_blocks(kernel);
+    let (window, blocks) = grid(call.coll, call.count as u64, clique.nranks as u64, args.half_bytes, cap);
     args.send = bufs.send as u64;
     args.recv = bufs.recv as u64;
     args.count = call.count as u64;
     args.window_elems = window;
-    Ok(Launch { family, func, grid: (blocks, THREADS), args: LaunchArgs::Collective(args) })
+    Ok(Launch { family, func: kernel.func, grid: (blocks, THREADS), args: LaunchArgs::Collective(args) })
 }
 
 #[cfg(test)]
