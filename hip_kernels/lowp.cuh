@@ -311,7 +311,7 @@ RCCLX_DEV void rcclx_copy2(const T* src, uint64_t n, T* dst, uint64_t k, bool a,
   const uint64_t blk[2] = {k * RCCLX_QBLOCK, k2 * RCCLX_QBLOCK};
   const bool act[2] = {a, a2};
   bool fast[2];
-  rcclx_u32x4 u[2][16 / N];
+  rcclx_u32x4 u[2][16 / N] = {};  // set on every path (see rcclx_pull_range)
 #pragma unroll
   for (int b = 0; b < 2; ++b) {  // loads of both blocks first
     fast[b] = act[b] && blk[b] + RCCLX_QBLOCK <= n && rcclx_aligned16(src + blk[b]) && rcclx_aligned16(dst + blk[b]);
@@ -363,7 +363,9 @@ RCCLX_DEV void rcclx_push_range(const T* src, uint64_t n, const D& dst, int ndst
 template <typename T, typename C>
 RCCLX_DEV void rcclx_pull_range(RcclxQSlot s, uint64_t n, T* dst, int half, int halves) {
   rcclx_qloop((n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK, half, halves, [&](uint64_t k, bool a, uint64_t k2, bool a2) {
-    RcclxQ16 q, q2;
+    // Set on every path: a register assigned on only some paths stays live around the whole
+    // loop (ptxas spilled it and reloaded it every iteration).
+    RcclxQ16 q = {}, q2 = {};
     if (a) q = rcclx_get16(s, k);
     if (a2) q2 = rcclx_get16(s, k2);
     float v[16];
