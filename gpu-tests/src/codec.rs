@@ -78,8 +78,8 @@
 //!   `Q(chunk)` (blocked from the chunk start), or exactly when `r == p`.
 //! * **ReduceScatter**: rank `r`'s output = sum over `p` of `x_p[chunk r]` if `p == r`, else
 //!   `Q(x_p[chunk r])` (blocked from the chunk start); not re-quantized.
-//! * **AllReduce, 2 ranks** ("exchange"): `Q(x_0) + Q(x_1)`, blocked from the vector start, not
-//!   re-quantized; the same on both ranks.
+//! * **AllReduce, 2 ranks** ("exchange": the kernel gathers both inputs' codes):
+//!   `Q(x_0) + Q(x_1)`, blocked from the vector start, not re-quantized; the same on both ranks.
 //! * **AllReduce, other rank counts** ("re-quantize"): element `i` has an owner `o(i)` (see
 //!   [`AllReduceForm`]: with the kernel's window `W` and `Cb = ceil(ceil(min(count, W) / 128) /
 //!   n)` blocks per chunk, `o(i) = ((i % W) / 128) / Cb`); `S_i` = sum over `p` of `x_p[i]` if

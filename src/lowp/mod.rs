@@ -88,7 +88,7 @@ mod tests {
     fn window_fits_the_staging_half() {
         for coll in [Coll::AllReduce, Coll::AllGather, Coll::ReduceScatter, Coll::AllToAll] {
             for n in 2..=8u64 {
-                let half = 8u64 << 20;
+                let half = 16u64 << 20; // the default staging (32 MiB) halved
                 let (w, b) = grid(coll, 1 << 30, n, half, 64);
                 let (small, _) = grid(coll, 1 << 24, n, half, 64);
                 assert!(small <= w && small * PIPELINE_WINDOWS >= (1 << 24).min(w), "{coll:?} n={n}: pipelined");
