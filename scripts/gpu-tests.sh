@@ -111,6 +111,11 @@ if step lowp; then
     run lowp-accuracy-1proc-$codec 600 env RCCLX_LOW_PRECISION_CODEC=$codec "$ART/lowp_accuracy" --one-process ${LOWP_ARGS:-}
   done
   run lowp-toggle 300 "$ART/lowp_accuracy" --toggle
+  # rcclx's default thresholds (per collective and rank count) decide which cases are low
+  # precision; the others must be exact.
+  for codec in ${LOWP_CODECS:-fp8 int8}; do
+    run lowp-default-min-bytes-$codec 300 env RCCLX_LOW_PRECISION_CODEC=$codec "$ART/lowp_accuracy" --procs "$N" --quick --default-min-bytes
+  done
 fi
 
 # Low precision under CUDA graph capture: per collective, one graph of mixed-size calls on the

@@ -135,7 +135,7 @@ config_table! {
     lowp_reduce_scatter: bool = false, "RCCL_LOW_PRECISION_ENABLE_REDUCESCATTER", "1: low precision ReduceScatter";
     lowp_all_to_all: bool = false, "RCCL_LOW_PRECISION_ENABLE_ALLTOALL", "1: low precision AllToAll";
     lowp_codec: LowpCodec = LowpCodec::Fp8, "RCCLX_LOW_PRECISION_CODEC", "`fp8` or `int8`: the wire format of the low-precision collectives (block-scaled, same bytes; int8 has about 4x less error)";
-    lowp_min_bytes: Option<u64> = None, "RCCLX_LP_MIN_BYTES", "low precision only for messages of at least this many bytes (default by rank count)";
+    lowp_min_bytes: Option<u64> = None, "RCCLX_LP_MIN_BYTES", "low precision only for messages of at least this many bytes (default by rank count and collective)";
     fault_inject: Option<String> = None, "RCCLX_FAULT_INJECT", "test only: `alloc`, `ipc` or `peer`, optionally `:RANK` (default every rank): that setup step fails, so the communicator must forward";
 }
 

@@ -164,7 +164,8 @@ pub struct Thresholds {
     pub all_gather_max_bytes: u64,
     pub reduce_scatter_max_bytes: u64,
     pub all_to_all_max_bytes: u64,
-    pub lowp_min_bytes: u64,
+    /// Low precision (when switched on) from this many bytes, per collective (`Coll` order).
+    pub lowp_min_bytes: [u64; 4],
 }
 
 /// Default crossovers for communicators of up to `ranks` ranks, in bytes.
@@ -177,8 +178,9 @@ pub struct Crossovers {
     pub all_gather_max: u64,
     pub reduce_scatter_max: u64,
     pub all_to_all_max: u64,
-    /// Low precision (when switched on) from this many bytes (as `CallDesc::bytes` counts them).
-    pub lowp_min: u64,
+    /// Low precision (when switched on) from this many bytes (as `CallDesc::bytes` counts
+    /// them), per collective (`Coll` order).
+    pub lowp_min: [u64; 4],
 }
 
 /// Default crossovers by rank count. 2 ranks, AllReduce: measured on 2x H200
@@ -189,10 +191,12 @@ pub struct Crossovers {
 /// stock by 1.30x or more up to 64 MiB for AllGather and ReduceScatter, but AllToAll's margin
 /// falls to 1.08-1.27x above 16 MiB (one 32 MiB sample lost), so it stops at 16 MiB. More
 /// ranks: one-shot traffic grows with the rank count, so the crossovers shrink to RCCLX's
-/// 8-rank values; not measured (no 4/8-GPU machine). Low precision at 2 ranks from 4 MiB: there
-/// FP8 beats DDA for every collective in bf16 (AllReduce 1.65-1.68x against DDA's 1.61x, at
-/// 2 MiB DDA's 2.0x wins; bench/results/2026-11-30-h200x2-v4/speed); more ranks keep RCCLX's
-/// 16 MiB.
+/// 8-rank values; not measured (no 4/8-GPU machine). Low precision at 2 ranks: from the
+/// smallest size where FP8 and INT8 take no more time than DDA for f32, bf16 and fp16, both
+/// layouts (bench/results/2026-11-30-h200x2-v6/tune/8-threshold): AllReduce from 1 MiB
+/// (FP8 9.3 us against DDA's 10.0 in bf16; at 512 KiB DDA wins), ReduceScatter from 2 MiB,
+/// AllGather and AllToAll from 4 MiB (at 2 MiB DDA wins for f32 and INT8). More ranks keep
+/// RCCLX's 16 MiB.
 pub const DEFAULT_CROSSOVERS: [Crossovers; 3] = [
     Crossovers {
         ranks: 2,
@@ -202,7 +206,7 @@ pub const DEFAULT_CROSSOVERS: [Crossovers; 3] = [
         all_gather_max: 64 << 20,
         reduce_scatter_max: 64 << 20,
         all_to_all_max: 16 << 20,
-        lowp_min: 4 << 20,
+        lowp_min: [1 << 20, 4 << 20, 2 << 20, 4 << 20],
     },
     Crossovers {
         ranks: 4,
@@ -212,7 +216,7 @@ pub const DEFAULT_CROSSOVERS: [Crossovers; 3] = [
         all_gather_max: 16 << 20,
         reduce_scatter_max: 8 << 20,
         all_to_all_max: 2 << 20,
-        lowp_min: 16 << 20,
+        lowp_min: [16 << 20; 4],
     },
     Crossovers {
         ranks: 8,
@@ -222,7 +226,7 @@ pub const DEFAULT_CROSSOVERS: [Crossovers; 3] = [
         all_gather_max: 16 << 20,
         reduce_scatter_max: 8 << 20,
         all_to_all_max: 2 << 20,
-        lowp_min: 16 << 20,
+        lowp_min: [16 << 20; 4],
     },
 ];
 
@@ -239,7 +243,7 @@ impl Thresholds {
             all_gather_max_bytes: c.dda_all_gather_max_bytes.unwrap_or(row.all_gather_max),
             reduce_scatter_max_bytes: c.dda_reduce_scatter_max_bytes.unwrap_or(row.reduce_scatter_max),
             all_to_all_max_bytes: c.dda_all_to_all_max_bytes.unwrap_or(row.all_to_all_max),
-            lowp_min_bytes: c.lowp_min_bytes.unwrap_or(row.lowp_min),
+            lowp_min_bytes: c.lowp_min_bytes.map_or(row.lowp_min, |b| [b; 4]),
         }
     }
 }
@@ -308,7 +312,11 @@ pub fn decide(call: &CallDesc, comm: &CommFacts, th: &Thresholds) -> Route {
         return Up(Reason::NotSetUp);
     }
     // Low precision first (as RCCLX): large messages of float types, op sum.
-    if comm.lowp.get(call.coll) && lowp_dtype(call.dtype) && call.op == ncclRedOp_t::Sum && bytes >= th.lowp_min_bytes {
+    if comm.lowp.get(call.coll)
+        && lowp_dtype(call.dtype)
+        && call.op == ncclRedOp_t::Sum
+        && bytes >= th.lowp_min_bytes[call.coll as usize]
+    {
         return Route::Own(if comm.lowp.int8 { Algo::Int8 } else { Algo::Lowp });
     }
     if !th.dda[call.coll as usize] {
@@ -373,7 +381,7 @@ mod tests {
     /// Sizes around every threshold, primes and extremes.
     fn counts(th: &Thresholds) -> Vec<usize> {
         let mut v = vec![0, 1, 2, 3, 7, 31, 127, 255, 1023, 4099, 65_537, 1 << 20, (1 << 20) + 5, usize::MAX / 16];
-        for t in [th.ll_max_bytes, th.flat_max_bytes, th.tree_max_bytes, th.lowp_min_bytes] {
+        for t in [th.ll_max_bytes, th.flat_max_bytes, th.tree_max_bytes].into_iter().chain(th.lowp_min_bytes) {
             for d in [-9i64, -1, 0, 1, 9] {
                 v.push((t as i64 + d).max(0) as usize);
                 v.push(((t as i64 + d).max(0) / 2) as usize);
@@ -419,7 +427,7 @@ mod tests {
                         }
                         Route::Own(Algo::Lowp | Algo::Int8) => {
                             assert!(lowp && lowp_dtype(call.dtype) && call.op == ncclRedOp_t::Sum, "{call:?}");
-                            assert!(call.bytes(nranks).unwrap() >= th.lowp_min_bytes);
+                            assert!(call.bytes(nranks).unwrap() >= th.lowp_min_bytes[call.coll as usize]);
                         }
                         Route::Upstream(_) => {}
                     }
@@ -484,8 +492,9 @@ mod tests {
         assert_eq!(ar(th.tree_max_bytes), Route::Own(Algo::Tree));
         assert_eq!(ar(th.tree_max_bytes + 4), Route::Upstream(Reason::Size));
         let lp = |bytes| route(ncclDataType_t::Float32, bytes);
-        assert_eq!(lp(th.lowp_min_bytes), Route::Own(Algo::Lowp));
-        assert_ne!(lp(th.lowp_min_bytes - 4), Route::Own(Algo::Lowp));
+        let lp_min = th.lowp_min_bytes[Coll::AllReduce as usize];
+        assert_eq!(lp(lp_min), Route::Own(Algo::Lowp));
+        assert_ne!(lp(lp_min - 4), Route::Own(Algo::Lowp));
     }
 
     #[test]

@@ -16,7 +16,7 @@
 #   rcclx          decode and prefill with LD_PRELOAD=$RCCLX_LIB RCCLX_UPSTREAM_LIB=$STOCK_NCCL,
 #                  exact collectives; output compared with the reference (expected 0)
 #   rcclx-fp8      prefill only, rcclx with RCCL_LOW_PRECISION_ENABLE=1 (block-scaled FP8 E4M3
-#                  all-reduce: the 32 MiB prefill all-reduces are over RCCLX_LP_MIN_BYTES, 4 MiB at 2 ranks);
+#                  all-reduce: the 32 MiB prefill all-reduces are over RCCLX_LP_MIN_BYTES, 1 MiB for AllReduce at 2 ranks);
 #                  output compared with the reference. Alias: rcclx-lowp (its old name)
 #   rcclx-int8     the same with RCCLX_LOW_PRECISION_CODEC=int8 (block-scaled INT8)
 #   check-stock    tp_model.py --check with stock NCCL (not run by default)

@@ -212,13 +212,13 @@ def accuracy_table(runs, times):
         if "0" in bad:
             print(f"Note: {name}: the ranks' hidden states differ (ranks_same=0 in its log): the all-reduce "
                   "results were not identical on every rank.\n")
-    # Low precision only applies to messages of at least RCCLX_LP_MIN_BYTES (4 MiB by default at
-    # 2 ranks, 16 MiB with more).
+    # Low precision only applies to messages of at least RCCLX_LP_MIN_BYTES (for AllReduce 1 MiB
+    # by default at 2 ranks, 16 MiB with more).
     for name in ("rcclx-fp8", "rcclx-int8"):
         kv = next((r["prefill"] for r in runs.get(name, []) if r["prefill"]), {})
-        if kv.get("allreduce_bytes", "").isdigit() and int(kv["allreduce_bytes"]) < 4 << 20:
+        if kv.get("allreduce_bytes", "").isdigit() and int(kv["allreduce_bytes"]) < 1 << 20:
             print(f"Note: {name}: the prefill all-reduces are {int(kv['allreduce_bytes'])} bytes, under the "
-                  "default RCCLX_LP_MIN_BYTES (4 MiB at 2 ranks): exact unless that was lowered.\n")
+                  "default RCCLX_LP_MIN_BYTES (1 MiB for AllReduce at 2 ranks): exact unless that was lowered.\n")
     routes = [(n, i) for n in ("rcclx", "rcclx-fp8", "rcclx-int8") for r in runs.get(n, [])[:1]
               for i in r["info"] if i.startswith("INFO rcclx routes")]
     if routes:

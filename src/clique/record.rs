@@ -33,7 +33,8 @@ pub struct Record {
     // Rank 0's values below are adopted by everyone, so all ranks decide alike.
     pub flat_max: u64,
     pub tree_max: u64,
-    pub lowp_min: u64,
+    /// Low-precision minimum per collective (`Coll` order).
+    pub lowp_min: [u64; 4],
     pub all_gather_max: u64,
     pub reduce_scatter_max: u64,
     pub all_to_all_max: u64,
@@ -44,8 +45,8 @@ pub struct Record {
     pub lowp_bits: u32,
 }
 
-/// "rcclx_v5": bumped whenever the layout or meaning of a field changes.
-pub const MAGIC: u64 = 0x7263_636c_785f_7635;
+/// "rcclx_v6": bumped whenever the layout or meaning of a field changes.
+pub const MAGIC: u64 = 0x7263_636c_785f_7636;
 pub const BYTES: usize = std::mem::size_of::<Record>();
 const _: () = assert!(BYTES.is_multiple_of(8));
 

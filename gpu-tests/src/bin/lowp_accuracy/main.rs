@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! lowp_accuracy [--procs N | --one-process | --toggle] [--codec fp8|int8] [--quick]
-//!               [--filter TEXT] [--no-lp] [--seed N] [--list]
+//!               [--filter TEXT] [--no-lp] [--default-min-bytes] [--seed N] [--list]
 //!   --procs N       (default, N = 2) N child processes, one GPU each (rank r on device r),
 //!                   communicator by ncclCommInitRank (unique id through a temp file)
 //!   --one-process   one thread, ncclCommInitAll on devices 0..N-1 (N from --procs, default 2),
@@ -15,6 +15,8 @@
 //!                   sets RCCLX_LOW_PRECISION_CODEC for rcclx (and the --procs children)
 //!   --quick         counts 1, 127, 129, 128*N+1, 1Mi+3 only; gaussian and big-and-small only
 //!   --filter TEXT   only cases whose name ("allreduce bf16 127 in-place gaussian") contains TEXT
+//!   --default-min-bytes  leave RCCLX_LP_MIN_BYTES unset: rcclx's default thresholds decide
+//!                   which cases take the low-precision path (the rest are checked as exact)
 //!   --no-lp         control run: RCCL_LOW_PRECISION_ENABLE=0; expects the non-LP path and
 //!                   compares with the exact result rounded to the output type
 //!   --seed N        base seed of the input data (default 1)
@@ -27,10 +29,10 @@
 //!
 //! Environment: `RCCLX_UPSTREAM_LIB` (the stock libnccl.so.2) as for any rcclx program. Unless
 //! already set, the program sets `RCCL_LOW_PRECISION_ENABLE=1` (`0` with `--no-lp`),
-//! `RCCLX_LP_MIN_BYTES=0` and `NCCL_NVLS_ENABLE=0` before the first rcclx call, and always
-//! `RCCLX_LOW_PRECISION_CODEC` (the codec chosen above); the path each case should take is
-//! rcclx's own decision (`rcclx::intercept::decide`) for those variables, and the model is
-//! that codec's (FP8 in device 0's E4M3 format).
+//! `RCCLX_LP_MIN_BYTES=0` (not with `--default-min-bytes`) and `NCCL_NVLS_ENABLE=0` before
+//! the first rcclx call, and always `RCCLX_LOW_PRECISION_CODEC` (the codec chosen above); the
+//! path each case should take is rcclx's own decision (`rcclx::intercept::decide`) for those
+//! variables, and the model is that codec's (FP8 in device 0's E4M3 format).
 //!
 //! Each case: collective x type x count x placement x distribution (`cases.rs`). The host
 //! computes the exact result (f64), the codec model (`rcclx_gpu_tests::codec::*_ref`, what the
@@ -91,6 +93,8 @@ struct Opts {
     quick: bool,
     filter: Option<String>,
     no_lp: bool,
+    /// `--default-min-bytes`: RCCLX_LP_MIN_BYTES is not set to 0.
+    default_min_bytes: bool,
     seed: u64,
     list: bool,
     host_check: bool,
@@ -115,6 +119,7 @@ fn parse_args(args: Vec<String>) -> Result<Opts, String> {
         quick: false,
         filter: None,
         no_lp: false,
+        default_min_bytes: false,
         seed: 1,
         list: false,
         host_check: false,
@@ -135,6 +140,7 @@ fn parse_args(args: Vec<String>) -> Result<Opts, String> {
             "--toggle" => o.mode = Mode::Toggle,
             "--quick" => o.quick = true,
             "--no-lp" => o.no_lp = true,
+            "--default-min-bytes" => o.default_min_bytes = true,
             "--list" => o.list = true,
             "--host-check" => o.host_check = true,
             "--seed" => o.seed = num(it.next(), "--seed")?,
@@ -168,7 +174,7 @@ fn parse_args(args: Vec<String>) -> Result<Opts, String> {
     Ok(o)
 }
 
-const USAGE: &str = "usage: lowp_accuracy [--procs N | --one-process | --toggle] [--codec fp8|int8] [--quick] [--filter TEXT] [--no-lp] [--seed N] [--list] [--host-check]";
+const USAGE: &str = "usage: lowp_accuracy [--procs N | --one-process | --toggle] [--codec fp8|int8] [--quick] [--filter TEXT] [--no-lp] [--default-min-bytes] [--seed N] [--list] [--host-check]";
 
 /// rcclx's codec variable.
 const CODEC_VAR: &str = "RCCLX_LOW_PRECISION_CODEC";
@@ -185,7 +191,7 @@ fn parse_codec(s: &str) -> Option<LowpCodec> {
 
 /// Sets the LP switches, the codec and the rest of the test's environment: the codec always,
 /// the LP switch always with `--no-lp`, the others unless already set.
-fn set_default_env(no_lp: bool, codec: LowpCodec) {
+fn set_default_env(no_lp: bool, default_min_bytes: bool, codec: LowpCodec) {
     let lp = if no_lp { "0" } else { "1" };
     for (k, v) in [
         ("RCCL_LOW_PRECISION_ENABLE", lp),
@@ -194,6 +200,9 @@ fn set_default_env(no_lp: bool, codec: LowpCodec) {
         ("NCCL_NVLS_ENABLE", "0"),
     ] {
         let forced = (no_lp && k == "RCCL_LOW_PRECISION_ENABLE") || k == CODEC_VAR;
+        if default_min_bytes && k == "RCCLX_LP_MIN_BYTES" {
+            continue;
+        }
         if forced || std::env::var_os(k).is_none() {
             // SAFETY: called at the start of main, before any other thread exists.
             unsafe { std::env::set_var(k, v) };
@@ -221,7 +230,7 @@ fn main() -> ExitCode {
     // Before any rcclx call (rcclx reads its configuration once) and before any thread exists.
     // A child inherits its parent's environment.
     if !matches!(opts.mode, Mode::Child(_)) {
-        set_default_env(opts.no_lp, opts.codec);
+        set_default_env(opts.no_lp, opts.default_min_bytes, opts.codec);
     }
     if opts.host_check {
         return run_host_check(&opts);
