@@ -608,6 +608,7 @@ fn map_peers(l: &Local, recs: &[Record]) -> Result<PeerPtrs, Error> {
 /// The clique of a rank whose every peer mapped everything.
 fn finish(l: Local, m: Mapped, r0: &Record, started: Instant) -> Clique {
     let res = l.res.expect("a rank that mapped its peers was capable");
+    let slots = block_slots(r0.max_blocks, r0.multiprocessors);
     let thresholds = Thresholds {
         dda: std::array::from_fn(|i| r0.dda_bits & (1 << i) != 0),
         ll_max_bytes: r0.ll_max,
@@ -639,7 +640,7 @@ fn finish(l: Local, m: Mapped, r0: &Record, started: Instant) -> Clique {
         seq: res.seq.ptr().0,
         status: res.status.device_ptr().0,
         ll_units: ll_units(r0.ll_max),
-        seq_slots: block_slots(r0.max_blocks, r0.multiprocessors),
+        seq_slots: slots,
         rank: l.rank as i32,
         nranks: l.nranks as i32,
     };
@@ -661,7 +662,7 @@ fn finish(l: Local, m: Mapped, r0: &Record, started: Instant) -> Clique {
         thresholds,
         max_blocks: r0.max_blocks as u32,
         multiprocessors: r0.multiprocessors as u32,
-        block_slots: block_slots(r0.max_blocks, r0.multiprocessors) as u32,
+        block_slots: slots as u32,
         ll_max_bytes: r0.ll_max,
         base_args,
         kernels: res.kernels,
