@@ -78,13 +78,16 @@ template <> struct RcclxF32<float> {
   RCCLX_DEV static float load(float v) { return v; }
   RCCLX_DEV static float store(float v) { return v; }
 };
+// store2: two values packed in one word (lo first), one instruction where the GPU has it.
 template <> struct RcclxF32<rcclx_half> {
   RCCLX_DEV static float load(rcclx_half v) { return rcclx_f16_to_f32(v.bits); }
   RCCLX_DEV static rcclx_half store(float v) { rcclx_half h; h.bits = rcclx_f32_to_f16_rne(v); return h; }
+  RCCLX_DEV static uint32_t store2(float lo, float hi) { return rcclx_f32x2_to_f16x2_rne(lo, hi); }
 };
 template <> struct RcclxF32<rcclx_bf16> {
   RCCLX_DEV static float load(rcclx_bf16 v) { return rcclx_bf16_to_f32(v.bits); }
   RCCLX_DEV static rcclx_bf16 store(float v) { rcclx_bf16 h; h.bits = rcclx_f32_to_bf16_rne(v); return h; }
+  RCCLX_DEV static uint32_t store2(float lo, float hi) { return rcclx_f32x2_to_bf16x2_rne(lo, hi); }
 };
 
 enum { RCCLX_SUM = 0, RCCLX_PROD = 1, RCCLX_MAX = 2, RCCLX_MIN = 3, RCCLX_AVG = 4 };

@@ -60,11 +60,13 @@ static_assert(RCCLX_THREADS == 2 * RCCLX_QHALF, "low-precision kernels run as tw
 // (j * gridDim + blockIdx) * 32 + [0, 32); a call takes steps j and j + `halves` (two blocks
 // per lane group, so that twice the loads are in flight). The trip count is uniform per warp
 // (all lanes run the shuffles); `active` says whether this lane's block exists.
+// `skip` steps are left out (done ahead by the caller: rcclx_allreduce_pair_q).
 template <typename F>
-RCCLX_DEV void rcclx_qloop(uint64_t nqb, int half, int halves, F&& body) {
+RCCLX_DEV void rcclx_qloop(uint64_t nqb, int half, int halves, F&& body, uint64_t skip = 0) {
   const uint64_t g = (threadIdx.x % RCCLX_QHALF) / RCCLX_QLANES;
   const uint64_t next = (uint64_t)halves * gridDim.x * RCCLX_QGROUPS;
-  for (uint64_t j = (uint64_t)half * gridDim.x * RCCLX_QGROUPS + (uint64_t)blockIdx.x * RCCLX_QGROUPS; j < nqb; j += 2 * next)
+  for (uint64_t j = (uint64_t)half * gridDim.x * RCCLX_QGROUPS + (uint64_t)blockIdx.x * RCCLX_QGROUPS + skip * 2 * next;
+       j < nqb; j += 2 * next)
     body(j + g, j + g < nqb, j + next + g, j + next + g < nqb);
 }
 // Element (relative to its block) of this lane's value c.
@@ -103,8 +105,18 @@ RCCLX_DEV void rcclx_store16(T* dst, uint64_t blk, uint64_t n, const float v[16]
   T* p = dst + blk;
   if (blk + RCCLX_QBLOCK <= n && rcclx_aligned16(p)) {
     typename RcclxVec<T>::U u[16 / N];
+    if constexpr (sizeof(T) == 2) {  // 16-bit types: converted in pairs
 #pragma unroll
-    for (int c = 0; c < 16; ++c) u[c / N].e[c % N] = E::store(v[c]);
+      for (int j = 0; j < 16 / N; ++j) {
+        u[j].v.x = E::store2(v[j * N + 0], v[j * N + 1]);
+        u[j].v.y = E::store2(v[j * N + 2], v[j * N + 3]);
+        u[j].v.z = E::store2(v[j * N + 4], v[j * N + 5]);
+        u[j].v.w = E::store2(v[j * N + 6], v[j * N + 7]);
+      }
+    } else {
+#pragma unroll
+      for (int c = 0; c < 16; ++c) u[c / N].e[c % N] = E::store(v[c]);
+    }
 #pragma unroll
     for (int j = 0; j < 16 / N; ++j) rcclx_st16((rcclx_u32x4*)(p + j * 8 * N + rcclx_qlane() * N), u[j].v);
   } else {
@@ -354,10 +366,35 @@ RCCLX_DEV void rcclx_push2(const T* src, uint64_t n, const D& dst, int ndst, T* 
   if (own) rcclx_copy2<T>(src, n, own, k, a, k2, a2);  // reloads: from cache
 }
 template <typename T, typename C, typename D>
-RCCLX_DEV void rcclx_push_range(const T* src, uint64_t n, const D& dst, int ndst, T* own, int half, int halves) {
+RCCLX_DEV void rcclx_push_range(const T* src, uint64_t n, const D& dst, int ndst, T* own, int half, int halves,
+                                uint64_t skip = 0) {
   rcclx_qloop((n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK, half, halves, [&](uint64_t k, bool a, uint64_t k2, bool a2) {
     rcclx_push2<T, C>(src, n, dst, ndst, own, k, a, k2, a2);
-  });
+  }, skip);
+}
+// The first step of this thread's rcclx_push_range(src, n, .., half 0, 1 half) encoded ahead of
+// the barrier that must pass before it is stored: the loads and the arithmetic overlap the wait.
+struct RcclxQAhead {
+  uint64_t k, k2;
+  bool a, a2;
+  RcclxQ16 q, q2;
+};
+template <typename T, typename C>
+RCCLX_DEV RcclxQAhead rcclx_encode_ahead(const T* src, uint64_t n) {
+  RcclxQAhead r;
+  const uint64_t nqb = (n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK;
+  r.k = (uint64_t)blockIdx.x * RCCLX_QGROUPS + (threadIdx.x % RCCLX_QHALF) / RCCLX_QLANES;
+  r.k2 = r.k + (uint64_t)gridDim.x * RCCLX_QGROUPS;
+  r.a = r.k < nqb;
+  r.a2 = r.k2 < nqb;
+  float v[16], u[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) v[i] = u[i] = 0.f;
+  if (r.a) rcclx_load16<T>(src, r.k * RCCLX_QBLOCK, n, v);
+  if (r.a2) rcclx_load16<T>(src, r.k2 * RCCLX_QBLOCK, n, u);
+  r.q = C::quantize16(v);
+  r.q2 = C::quantize16(u);
+  return r;
 }
 
 // Decodes elements [0, n) of (local) slot s into dst.
@@ -530,36 +567,65 @@ RCCLX_DEV void rcclx_reducescatter_q(const RcclxArgs& a) {
 // re-quantized (the error of one quantization), both ranks compute the same bits, and the
 // bytes are two-shot's (at 2 ranks one-shot moves the same). Each rank also keeps its own codes
 // in its own slot (which no peer writes), so it decodes what its peer decodes without encoding
-// twice. Window s: push -> barrier -> sum (rcclx_lp_pipeline); a window's two directions do
-// not wait on each other. In place, sum(s) writes window s, which push(s) read before the
-// barrier.
+// twice. Window s: push -> barrier -> sum, pipelined as rcclx_lp_pipeline; a window's two
+// directions do not wait on each other. In place, sum(s) writes window s, which push(s) read
+// before the barrier. Measured on H200 (design note 20): barriers stay (the link waits for
+// them, but system-scope releases while stores stream cost more), so the wait is filled
+// instead: the next window's first step is encoded before the barrier.
 template <typename T, typename C>
 RCCLX_DEV void rcclx_allreduce_pair_q(const RcclxArgs& a) {
   RCCLX_LP_PROLOGUE
   const int peer = 1 - a.rank;
-  auto push = [&](uint64_t s, int h, int hs) {
-    // The peer's copy first: the link is the bottleneck.
-    auto to = [&](int d) { return rcclx_qslot(a.staging[d == 0 ? peer : a.rank] + half_of(s), W, nr, a.rank); };
-    rcclx_push_range<T, C>(send + s * W, len(s), to, 2, (T*)nullptr, h, hs);
+  // The peer's copy first: the link is the bottleneck.
+  auto to = [&](uint64_t s, int d) { return rcclx_qslot(a.staging[d == 0 ? peer : a.rank] + half_of(s), W, nr, a.rank); };
+  auto push = [&](uint64_t s, int h, int hs, uint64_t skip) {
+    rcclx_push_range<T, C>(send + s * W, len(s), [&](int d) { return to(s, d); }, 2, (T*)nullptr, h, hs, skip);
   };
   auto sum = [&](uint64_t s, int h, int hs) {
     const uint64_t n = len(s);
     char* in = a.staging[a.rank] + half_of(s);
     const RcclxQSlot r0 = rcclx_qslot(in, W, nr, 0), r1 = rcclx_qslot(in, W, nr, 1);
-    auto one = [&](uint64_t k, bool act) {
-      if (!act) return;
-      const RcclxQ16 q0 = rcclx_get16(r0, k), q1 = rcclx_get16(r1, k);
-      float v[16];
-      C::template decode16<false>(q0, v);
-      C::template decode16<true>(q1, v);
-      rcclx_store16<T>(recv + s * W, k * RCCLX_QBLOCK, n, v);
-    };
     rcclx_qloop((n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK, h, hs, [&](uint64_t k, bool act, uint64_t k2, bool act2) {
-      one(k, act);
-      one(k2, act2);
+      // All four loads in flight first: the sum is latency-bound (a window is only a few
+      // steps per thread), and it is the critical half at 16-64 MiB. Set on every path (see
+      // rcclx_pull_range).
+      RcclxQ16 q0 = {}, q1 = {}, p0 = {}, p1 = {};
+      if (act) q0 = rcclx_get16(r0, k), q1 = rcclx_get16(r1, k);
+      if (act2) p0 = rcclx_get16(r0, k2), p1 = rcclx_get16(r1, k2);
+      float v[16];
+      if (act) {
+        C::template decode16<false>(q0, v);
+        C::template decode16<true>(q1, v);
+        rcclx_store16<T>(recv + s * W, k * RCCLX_QBLOCK, n, v);
+      }
+      if (act2) {
+        C::template decode16<false>(p0, v);
+        C::template decode16<true>(p1, v);
+        rcclx_store16<T>(recv + s * W, k2 * RCCLX_QBLOCK, n, v);
+      }
     });
   };
-  rcclx_lp_pipeline(a, seq, nwin, deadline, &s_fail, push, sum);
+  // rcclx_lp_pipeline, but half 0 encodes the first step of window s + 1 before the barrier of
+  // window s (it reads only the input): the barrier's wait hides those loads and arithmetic
+  // (measured faster on H200: design note 20).
+  const int my_half = threadIdx.x / RCCLX_QHALF;
+  if (nwin) push(0, my_half, 2, 0);
+  for (uint64_t s = 0; s < nwin; ++s) {
+    const bool ahead = my_half == 0 && s + 1 < nwin;
+    RcclxQAhead e = {};
+    if (ahead) e = rcclx_encode_ahead<T, C>(send + (s + 1) * W, len(s + 1));
+    if (!rcclx_barrier(a, (uint32_t)(seq + s) * 4 + 1, deadline, &s_fail)) break;
+    if (s + 1 == nwin) {
+      sum(s, my_half, 2);
+    } else if (ahead) {
+      for (int d = 0; d < 2; ++d) rcclx_put16(to(s + 1, d), e.k, e.q, e.a);
+      for (int d = 0; d < 2; ++d) rcclx_put16(to(s + 1, d), e.k2, e.q2, e.a2);
+      push(s + 1, 0, 1, 1);
+    } else {
+      sum(s, 0, 1);
+    }
+  }
+  rcclx_seq_store(a, seq + (uint32_t)nwin);
 }
 
 // AllReduce of any rank count: window s = push each chunk's codes to its owner (region A) ->

@@ -489,6 +489,28 @@ RCCLX_DEV uint16_t rcclx_f32_to_bf16_rne(float f) {
   u += 0x7fffu + ((u >> 16) & 1u);
   return (uint16_t)(u >> 16);
 }
+// order: n/a (pure). Two f32 -> two bf16 / fp16 (lo in the low half), round to nearest even,
+// overflow -> inf; finite results as rcclx_f32_to_bf16_rne / rcclx_f32_to_f16_rne, a NaN stays
+// a NaN (its payload may not). One instruction on NVIDIA (cvt.rn.{bf16,f16}x2.f32, sm_80+).
+#if defined(__HIP__)
+RCCLX_DEV uint32_t rcclx_f32x2_to_bf16x2_rne(float lo, float hi) {
+  return (uint32_t)rcclx_f32_to_bf16_rne(lo) | ((uint32_t)rcclx_f32_to_bf16_rne(hi) << 16);
+}
+RCCLX_DEV uint32_t rcclx_f32x2_to_f16x2_rne(float lo, float hi) {
+  return (uint32_t)rcclx_f32_to_f16_rne(lo) | ((uint32_t)rcclx_f32_to_f16_rne(hi) << 16);
+}
+#else
+RCCLX_DEV uint32_t rcclx_f32x2_to_bf16x2_rne(float lo, float hi) {
+  uint32_t d;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+RCCLX_DEV uint32_t rcclx_f32x2_to_f16x2_rne(float lo, float hi) {
+  uint32_t d;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+#endif
 
 // order: n/a (pure). Four f32 -> four e4m3 bytes (x in the lowest byte), saturating RNE.
 RCCLX_DEV uint32_t rcclx_f32x4_to_e4m3x4(rcclx_f32x4 v) {
