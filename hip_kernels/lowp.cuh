@@ -56,6 +56,11 @@ RCCLX_DEV int rcclx_qlane() { return threadIdx.x & (RCCLX_QLANES - 1); }
 #define RCCLX_QHALF 256
 #define RCCLX_QGROUPS (RCCLX_QHALF / RCCLX_QLANES)
 static_assert(RCCLX_THREADS == 2 * RCCLX_QHALF, "low-precision kernels run as two half-blocks");
+// This thread's lane group within its half, and the first block of this block's first step.
+RCCLX_DEV uint64_t rcclx_qgroup() { return (threadIdx.x % RCCLX_QHALF) / RCCLX_QLANES; }
+RCCLX_DEV uint64_t rcclx_qstart(int half) {
+  return (uint64_t)half * gridDim.x * RCCLX_QGROUPS + (uint64_t)blockIdx.x * RCCLX_QGROUPS;
+}
 // Calls body(k, active, k2, active2) for this half's blocks of [0, nqb): step j covers blocks
 // (j * gridDim + blockIdx) * 32 + [0, 32); a call takes steps j and j + `halves` (two blocks
 // per lane group, so that twice the loads are in flight). The trip count is uniform per warp
@@ -63,10 +68,9 @@ static_assert(RCCLX_THREADS == 2 * RCCLX_QHALF, "low-precision kernels run as tw
 // `skip` steps are left out (done ahead by the caller: rcclx_allreduce_pair_q).
 template <typename F>
 RCCLX_DEV void rcclx_qloop(uint64_t nqb, int half, int halves, F&& body, uint64_t skip = 0) {
-  const uint64_t g = (threadIdx.x % RCCLX_QHALF) / RCCLX_QLANES;
+  const uint64_t g = rcclx_qgroup();
   const uint64_t next = (uint64_t)halves * gridDim.x * RCCLX_QGROUPS;
-  for (uint64_t j = (uint64_t)half * gridDim.x * RCCLX_QGROUPS + (uint64_t)blockIdx.x * RCCLX_QGROUPS + skip * 2 * next;
-       j < nqb; j += 2 * next)
+  for (uint64_t j = rcclx_qstart(half) + skip * 2 * next; j < nqb; j += 2 * next)
     body(j + g, j + g < nqb, j + next + g, j + next + g < nqb);
 }
 // Element (relative to its block) of this lane's value c.
@@ -345,6 +349,16 @@ RCCLX_DEV void rcclx_copy2(const T* src, uint64_t n, T* dst, uint64_t k, bool a,
   }
 }
 
+// Loads this lane's 16 values of blocks k and k2 of src[0, n) (zeros where inactive), both
+// loads in flight at once.
+template <typename T>
+RCCLX_DEV void rcclx_load2(const T* src, uint64_t n, uint64_t k, bool a, uint64_t k2, bool a2, float v[16], float u[16]) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) v[i] = u[i] = 0.f;
+  if (a) rcclx_load16<T>(src, k * RCCLX_QBLOCK, n, v);
+  if (a2) rcclx_load16<T>(src, k2 * RCCLX_QBLOCK, n, u);
+}
+
 // Encodes blocks k and k2 of src[0, n) and writes them to slot dst(d) for d < ndst (peer
 // staging: remote stores). If `own` is set, src's blocks are also copied to own[0, n) (a
 // rank's own AllGather chunk: it never crosses a link, so it is never quantized).
@@ -352,10 +366,7 @@ template <typename T, typename C, typename D>
 RCCLX_DEV void rcclx_push2(const T* src, uint64_t n, const D& dst, int ndst, T* own, uint64_t k, bool a,
                            uint64_t k2, bool a2) {
   float v[16], u[16];
-#pragma unroll
-  for (int i = 0; i < 16; ++i) v[i] = u[i] = 0.f;
-  if (a) rcclx_load16<T>(src, k * RCCLX_QBLOCK, n, v);
-  if (a2) rcclx_load16<T>(src, k2 * RCCLX_QBLOCK, n, u);
+  rcclx_load2<T>(src, n, k, a, k2, a2, v, u);
   // Both loads are in flight first; then each block is encoded and stored before the next
   // is encoded: fewer live registers (the INT8 pair kernels spill 8-16 bytes per thread at 64
   // registers instead of 16-28). Measured on H200: AllReduce 0-11 % faster (design note 19).
@@ -383,18 +394,21 @@ template <typename T, typename C>
 RCCLX_DEV RcclxQAhead rcclx_encode_ahead(const T* src, uint64_t n) {
   RcclxQAhead r;
   const uint64_t nqb = (n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK;
-  r.k = (uint64_t)blockIdx.x * RCCLX_QGROUPS + (threadIdx.x % RCCLX_QHALF) / RCCLX_QLANES;
+  r.k = rcclx_qstart(0) + rcclx_qgroup();
   r.k2 = r.k + (uint64_t)gridDim.x * RCCLX_QGROUPS;
   r.a = r.k < nqb;
   r.a2 = r.k2 < nqb;
   float v[16], u[16];
-#pragma unroll
-  for (int i = 0; i < 16; ++i) v[i] = u[i] = 0.f;
-  if (r.a) rcclx_load16<T>(src, r.k * RCCLX_QBLOCK, n, v);
-  if (r.a2) rcclx_load16<T>(src, r.k2 * RCCLX_QBLOCK, n, u);
+  rcclx_load2<T>(src, n, r.k, r.a, r.k2, r.a2, v, u);
   r.q = C::quantize16(v);
   r.q2 = C::quantize16(u);
   return r;
+}
+// Stores what rcclx_encode_ahead encoded, in rcclx_push2's order.
+template <typename D>
+RCCLX_DEV void rcclx_put_ahead(const RcclxQAhead& e, const D& dst, int ndst) {
+  for (int d = 0; d < ndst; ++d) rcclx_put16(dst(d), e.k, e.q, e.a);
+  for (int d = 0; d < ndst; ++d) rcclx_put16(dst(d), e.k2, e.q2, e.a2);
 }
 
 // Decodes elements [0, n) of (local) slot s into dst.
@@ -613,8 +627,7 @@ RCCLX_DEV void rcclx_allreduce_pair_q(const RcclxArgs& a) {
     if (s + 1 == nwin) {
       sum(s, my_half, 2);
     } else if (ahead) {
-      for (int d = 0; d < 2; ++d) rcclx_put16(to(s + 1, d), e.k, e.q, e.a);
-      for (int d = 0; d < 2; ++d) rcclx_put16(to(s + 1, d), e.k2, e.q2, e.a2);
+      rcclx_put_ahead(e, [&](int d) { return to(s + 1, d); }, 2);
       push(s + 1, 0, 1, 1);
     } else {
       sum(s, 0, 1);
