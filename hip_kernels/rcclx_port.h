@@ -97,6 +97,14 @@ struct __attribute__((aligned(8), may_alias)) rcclx_f32x2 { float x, y; };
 
 RCCLX_DEV uint32_t rcclx_f32_as_u32(float f) { return __builtin_bit_cast(uint32_t, f); }
 RCCLX_DEV float rcclx_u32_as_f32(uint32_t u) { return __builtin_bit_cast(float, u); }
+// order: plain (weak) 16-byte store, one instruction. why: a struct copy (`*p = v`) may be
+// split into four 4-byte stores when its fields come from different computations (seen in the
+// NVIDIA PTX for the low-precision scale words, which go to a peer), so the store is written as
+// one 4-word vector. p 16-byte aligned, global memory.
+RCCLX_DEV void rcclx_st16(rcclx_u32x4* p, rcclx_u32x4 v) {
+  typedef uint32_t rcclx_v4u_ __attribute__((ext_vector_type(4), may_alias));
+  *(rcclx_v4u_*)p = rcclx_v4u_{v.x, v.y, v.z, v.w};
+}
 
 // ---- memory ordering, system scope -------------------------------------------------
 // order: acquire, sys: later loads/stores of this thread happen after it (pairs with release).
@@ -276,6 +284,16 @@ typedef uint4 rcclx_u32x4;
 typedef float4 rcclx_f32x4;
 typedef float2 rcclx_f32x2;
 
+// order: plain (weak) 16-byte store, one instruction. why: nvcc split `*p = v` into four
+// 4-byte stores where the fields came from different computations (the low-precision scale
+// words, a 16-byte store to a peer, and the first output vector of a decode: measured in the
+// PTX), and a small store to a peer costs nearly as much link time as a large one.
+// p 16-byte aligned, global memory.
+RCCLX_DEV void rcclx_st16(rcclx_u32x4* p, rcclx_u32x4 v) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
 RCCLX_DEV uint32_t rcclx_f32_as_u32(float f) { return __float_as_uint(f); }
 RCCLX_DEV float rcclx_u32_as_f32(uint32_t u) { return __uint_as_float(u); }
 
@@ -450,10 +468,9 @@ RCCLX_DEV uint64_t rcclx_global_thread_id() {
 }
 RCCLX_DEV uint64_t rcclx_grid_threads() { return (uint64_t)gridDim.x * blockDim.x; }
 
-// order: plain (weak) 16-byte load/store; use only on data published by a release/acquire
-// pair or a barrier. p must be 16-byte aligned.
+// order: plain (weak) 16-byte loads and stores (rcclx_st16: per vendor, above); use only on
+// data published by a release/acquire pair or a barrier. p must be 16-byte aligned.
 RCCLX_DEV rcclx_u32x4 rcclx_ld16(const rcclx_u32x4* p) { return *p; }
-RCCLX_DEV void rcclx_st16(rcclx_u32x4* p, rcclx_u32x4 v) { *p = v; }
 RCCLX_DEV rcclx_f32x4 rcclx_ld16_f32(const rcclx_f32x4* p) { return *p; }
 RCCLX_DEV void rcclx_st16_f32(rcclx_f32x4* p, rcclx_f32x4 v) { *p = v; }
 

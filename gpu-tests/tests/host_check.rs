@@ -33,19 +33,19 @@ fn host_check(args: &[&str], passed_want: usize) {
 
 #[test]
 fn lowp_accuracy_host_check_passes() {
-    // 5 collectives x 3 types x 5 counts x 2 distributions x 2 placements.
-    host_check(&["--codec", "fp8"], 300);
+    // 5 collectives x 3 types x 5 counts x 3 distributions x 2 placements.
+    host_check(&["--codec", "fp8"], 450);
 }
 
 #[test]
 fn lowp_accuracy_host_check_passes_int8() {
-    host_check(&["--codec", "int8"], 300);
+    host_check(&["--codec", "int8"], 450);
 }
 
 #[test]
 fn lowp_accuracy_host_check_passes_3_ranks() {
-    // AllReduce x 3 types x 5 counts x 2 distributions x 2 placements: the re-quantizing form.
+    // AllReduce x 3 types x 5 counts x 3 distributions x 2 placements: the re-quantizing form.
     for codec in ["fp8", "int8"] {
-        host_check(&["--codec", codec, "--procs", "3", "--filter", "allreduce"], 60);
+        host_check(&["--codec", codec, "--procs", "3", "--filter", "allreduce"], 90);
     }
 }

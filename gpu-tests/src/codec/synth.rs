@@ -68,6 +68,10 @@ pub enum Dist {
     /// Per element, magnitude 10^u with u uniform in [-6, 4] and a random sign: values up to
     /// 1e4 and down to 1e-6 side by side in one block.
     BigAndSmall,
+    /// Normal with about 1 element in 64 replaced by NaN, +inf or -inf (in turn): the codecs'
+    /// non-finite path, in blocks that also hold finite values. Not in [`Dist::ALL`] (those are
+    /// the error statistics' inputs).
+    Specials,
 }
 
 impl Dist {
@@ -79,6 +83,7 @@ impl Dist {
             Dist::StudentT3 => "student-t3",
             Dist::MixedScale => "mixed-scale",
             Dist::BigAndSmall => "big-and-small",
+            Dist::Specials => "specials",
         }
     }
 
@@ -103,6 +108,18 @@ impl Dist {
                 let m = 10f64.powf(-6.0 + 10.0 * rng.uniform());
                 (if rng.next_u64() & 1 == 0 { m } else { -m }) as f32
             })),
+            Dist::Specials => {
+                let mut turn = 0;
+                out.extend((0..n).map(|_| {
+                    let x = rng.normal() as f32;
+                    if rng.next_u64().is_multiple_of(64) {
+                        turn += 1;
+                        [f32::NAN, f32::INFINITY, f32::NEG_INFINITY][turn % 3]
+                    } else {
+                        x
+                    }
+                }))
+            }
         }
         out
     }

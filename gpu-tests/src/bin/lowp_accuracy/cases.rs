@@ -176,8 +176,8 @@ fn groups(n: usize, quick: bool) -> Vec<Group> {
                 }
             }
             for (count, gaussian_only) in counts {
-                for dist in Dist::ALL {
-                    if (quick && !matches!(dist, Dist::Gaussian | Dist::BigAndSmall))
+                for dist in Dist::ALL.into_iter().chain([Dist::Specials]) {
+                    if (quick && !matches!(dist, Dist::Gaussian | Dist::BigAndSmall | Dist::Specials))
                         || (gaussian_only && dist != Dist::Gaussian)
                     {
                         continue;

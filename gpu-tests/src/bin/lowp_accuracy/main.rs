@@ -13,7 +13,7 @@
 //!                   RCCL_LOW_PRECISION_ENABLE_ALLGATHER=1; checks which calls took the LP path
 //!   --codec C       the LP codec, fp8 or int8 (default: RCCLX_LOW_PRECISION_CODEC, else fp8);
 //!                   sets RCCLX_LOW_PRECISION_CODEC for rcclx (and the --procs children)
-//!   --quick         counts 1, 127, 129, 128*N+1, 1Mi+3 only; gaussian and big-and-small only
+//!   --quick         counts 1, 127, 129, 128*N+1, 1Mi+3 only; gaussian, big-and-small and specials only
 //!   --filter TEXT   only cases whose name ("allreduce bf16 127 in-place gaussian") contains TEXT
 //!   --default-min-bytes  leave RCCLX_LP_MIN_BYTES unset: rcclx's default thresholds decide
 //!                   which cases take the low-precision path (the rest are checked as exact)
@@ -311,8 +311,14 @@ fn run_host_check(opts: &Opts) -> ExitCode {
         let (mut ok, mut line) = judge(case, lowp, &rs);
         // The checks must catch a wrong element: 4 ulps off, and a NaN.
         let m = p.model(0);
-        let k = (0..m.len()).max_by(|&a, &b| m[a].abs().total_cmp(&m[b].abs())).unwrap_or(0);
-        for (what, bad) in [("4 ulp", m[k] + 4.0 * g.io.ulp(m[k])), ("NaN", f32::NAN)] {
+        let finite = |i: &usize| m[*i].is_finite();
+        let k = (0..m.len()).filter(finite).max_by(|&a, &b| m[a].abs().total_cmp(&m[b].abs())).unwrap_or(0);
+        let mut planted = vec![(k, "4 ulp", m[k] + 4.0 * g.io.ulp(m[k])), (k, "NaN", f32::NAN)];
+        // Where the model is NaN/inf (a NaN/inf input), a finite value must be caught too.
+        if let Some(j) = (0..m.len()).find(|i| !finite(i)) {
+            planted.push((j, "finite-for-non-finite", 0.0));
+        }
+        for (k, what, bad) in planted {
             let mut v = m.to_vec();
             v[k] = bad;
             let x = evaluate(p, 0, g.io, &to_bytes(g.io, &v), &mut |_| {});
