@@ -288,8 +288,7 @@ struct RcclxInt8 {
       for (int e = 0; e < 4; ++e) {
         // 2^23 + biased code, exactly, minus 2^23 + 128: the code as a float, with no
         // int-to-float conversion (a quarter-rate instruction).
-        const uint32_t b = (u[i] >> (8 * e)) & 0xffu;
-        const float d = (rcclx_u32_as_f32(0x4B000000u | b) - 8388736.f) * scale;
+        const float d = (rcclx_byte_plus_2p23(u[i], e) - 8388736.f) * scale;
         v[i * 4 + e] = ACC ? v[i * 4 + e] + d : d;
       }
     }
