@@ -258,12 +258,12 @@ RCCLX_DEV uint16_t rcclx_f32x2_to_e4m3x2(float a, float b) {
 }
 // order: n/a (pure). Exact (every fp8 value is an f32); NaN encodings -> NaN.
 RCCLX_DEV float rcclx_e4m3_to_f32(uint8_t v) { return __builtin_amdgcn_cvt_f32_fp8((int)v, 0); }
-// order: n/a (pure). Low byte -> .x, high byte -> .y.
 // order: n/a (pure). The float 2^23 + (byte e of u), i.e. bits 0x4B0000bb: a code byte as a
 // float without an int-to-float conversion. e in 0..3.
 RCCLX_DEV float rcclx_byte_plus_2p23(uint32_t u, int e) {
   return __builtin_bit_cast(float, 0x4B000000u | ((u >> (8 * e)) & 0xffu));
 }
+// order: n/a (pure). Low byte -> .x, high byte -> .y.
 RCCLX_DEV rcclx_f32x2 rcclx_e4m3x2_to_f32x2(uint16_t v) {
   typedef float rcclx_v2f_ __attribute__((ext_vector_type(2)));
   rcclx_v2f_ r = __builtin_amdgcn_cvt_pk_f32_fp8((int)v, false);
@@ -442,13 +442,13 @@ RCCLX_DEV uint16_t rcclx_f32x2_to_e4m3x2(float a, float b) {
 RCCLX_DEV float rcclx_e4m3_to_f32(uint8_t v) {
   return __half2float(__half(__nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)v, __NV_E4M3)));
 }
-// order: n/a (pure). Low byte -> .x, high byte -> .y.
 // order: n/a (pure). The float 2^23 + (byte e of u), i.e. bits 0x4B0000bb: a code byte as a
 // float without an int-to-float conversion, in one byte permute (nvcc made the shift, mask and
 // or three instructions). e in 0..3.
 RCCLX_DEV float rcclx_byte_plus_2p23(uint32_t u, int e) {
   return __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7440u | (uint32_t)e));
 }
+// order: n/a (pure). Low byte -> .x, high byte -> .y.
 RCCLX_DEV rcclx_f32x2 rcclx_e4m3x2_to_f32x2(uint16_t v) {
   return __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)v, __NV_E4M3)));
 }
