@@ -202,8 +202,7 @@ struct RcclxFp8 {
     uint32_t w[4];
 #pragma unroll
     for (int q = 0; q < 4; ++q)
-      w[q] = (uint32_t)rcclx_f32x2_to_e4m3x2(v[q * 4] * inv, v[q * 4 + 1] * inv) |
-             (uint32_t)rcclx_f32x2_to_e4m3x2(v[q * 4 + 2] * inv, v[q * 4 + 3] * inv) << 16;
+      w[q] = rcclx_f32x4_to_e4m3x4(rcclx_f32x4{v[q * 4] * inv, v[q * 4 + 1] * inv, v[q * 4 + 2] * inv, v[q * 4 + 3] * inv});
     if (!am.finite) rcclx_nan_codes(v, w, RCCLX_FP8_NAN);  // rare
     RcclxQ16 r;
     r.codes.x = w[0];

@@ -256,8 +256,6 @@ RCCLX_DEV uint16_t rcclx_f32x2_to_e4m3x2(float a, float b) {
   return (uint16_t)__builtin_amdgcn_cvt_pk_fp8_f32(rcclx_fp8_clamp(a), rcclx_fp8_clamp(b), 0,
                                                    false);
 }
-// order: n/a (pure). Exact (every fp8 value is an f32); NaN encodings -> NaN.
-RCCLX_DEV float rcclx_e4m3_to_f32(uint8_t v) { return __builtin_amdgcn_cvt_f32_fp8((int)v, 0); }
 // order: n/a (pure). The float 2^23 + (byte e of u), i.e. bits 0x4B0000bb: a code byte as a
 // float without an int-to-float conversion. e in 0..3.
 RCCLX_DEV float rcclx_byte_plus_2p23(uint32_t u, int e) {
@@ -438,10 +436,6 @@ RCCLX_DEV float rcclx_fp8_clamp(float x) {
 RCCLX_DEV uint16_t rcclx_f32x2_to_e4m3x2(float a, float b) {
   return (uint16_t)__nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
 }
-// order: n/a (pure). Exact; NaN encodings -> NaN.
-RCCLX_DEV float rcclx_e4m3_to_f32(uint8_t v) {
-  return __half2float(__half(__nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)v, __NV_E4M3)));
-}
 // order: n/a (pure). The float 2^23 + (byte e of u), i.e. bits 0x4B0000bb: a code byte as a
 // float without an int-to-float conversion, in one byte permute (nvcc made the shift, mask and
 // or three instructions). e in 0..3.
@@ -479,11 +473,9 @@ RCCLX_DEV uint64_t rcclx_global_thread_id() {
 }
 RCCLX_DEV uint64_t rcclx_grid_threads() { return (uint64_t)gridDim.x * blockDim.x; }
 
-// order: plain (weak) 16-byte loads and stores (rcclx_st16: per vendor, above); use only on
+// order: plain (weak) 16-byte load (the store, rcclx_st16, is per vendor, above); use only on
 // data published by a release/acquire pair or a barrier. p must be 16-byte aligned.
 RCCLX_DEV rcclx_u32x4 rcclx_ld16(const rcclx_u32x4* p) { return *p; }
-RCCLX_DEV rcclx_f32x4 rcclx_ld16_f32(const rcclx_f32x4* p) { return *p; }
-RCCLX_DEV void rcclx_st16_f32(rcclx_f32x4* p, rcclx_f32x4 v) { *p = v; }
 
 // order: n/a (pure). Wrap-around-safe epoch compare: true when a is at or after b, i.e.
 // (int32_t)(a - b) >= 0 (RFC 1982 serial numbers; valid while |a - b| < 2^31).
