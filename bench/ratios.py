@@ -7,9 +7,10 @@ and library other than `stock`, it reports the ratio of the median times over th
 the lowest single-cycle ratio, and per file how many single measurements of each library took
 more than STALL x that library's median ("stalls": a 20-iteration sample that includes one
 slow iteration). A stall hitting every library alike points at the machine, one hitting only
-rcclx at rcclx.
+rcclx at rcclx. With --versus NAME it also reports, for every other library, its median time
+over NAME's (< 1: faster than NAME), e.g. the INT8 codec against FP8 in one run.
 
-usage: bench/ratios.py FILE.json... [--min-bytes B] [--stall 1.3]
+usage: bench/ratios.py FILE.json... [--min-bytes B] [--stall 1.3] [--versus NAME]
 """
 import argparse
 import json
@@ -27,7 +28,7 @@ def human(n):
         n /= 1024
 
 
-def summarize(path, min_bytes, stall):
+def summarize(path, min_bytes, stall, versus):
     with open(path) as f:
         d = json.load(f)
     results = [r for r in d["results"] if r["size"] >= min_bytes]
@@ -38,10 +39,16 @@ def summarize(path, min_bytes, stall):
         for lib in libs:
             for lay in LAYOUTS:
                 times[r["size"]][(lib, lay)].append(r["per_library"][lib][lay]["time"])
-    rows, stalls, samples = [], {lib: 0 for lib in libs}, 0
+    rivals = [lib for lib in others if versus in libs and lib != versus]
+    rows, vrows, stalls, samples = [], [], {lib: 0 for lib in libs}, 0
     for size in sorted(times):
         t = times[size]
         row = [human(size)]
+        vrow = [human(size)]
+        for lib in rivals:
+            for lay in LAYOUTS:
+                vrow.append(f"{statistics.median(t[(lib, lay)]) / statistics.median(t[(versus, lay)]):.3f}")
+        vrows.append(vrow)
         for lib in others:
             for lay in LAYOUTS:
                 s, x = t[("stock", lay)], t[(lib, lay)]
@@ -55,7 +62,7 @@ def summarize(path, min_bytes, stall):
                 stalls[lib] += sum(1 for y in v if y > stall * m)
         samples += 2 * len(t[("stock", LAYOUTS[0])])
         rows.append(row)
-    return others, rows, stalls, samples
+    return others, rows, stalls, samples, rivals, vrows
 
 
 def main():
@@ -63,10 +70,11 @@ def main():
     ap.add_argument("files", nargs="+")
     ap.add_argument("--min-bytes", type=int, default=0)
     ap.add_argument("--stall", type=float, default=1.3)
+    ap.add_argument("--versus", help="also report every other library's median time over this one's")
     a = ap.parse_args()
     total, n = defaultdict(int), 0
     for path in a.files:
-        others, rows, stalls, samples = summarize(path, a.min_bytes, a.stall)
+        others, rows, stalls, samples, rivals, vrows = summarize(path, a.min_bytes, a.stall, a.versus)
         n += samples
         for k, v in stalls.items():
             total[k] += v
@@ -76,6 +84,12 @@ def main():
         print("|---" * (len(head) + 1) + "|")
         for r in rows:
             print("| " + " | ".join(r) + " |")
+        if rivals:
+            head = [f"{lib} / {a.versus} {lay}: median time" for lib in rivals for lay in ("out of place", "in place")]
+            print("\n| size | " + " | ".join(head) + " |")
+            print("|---" * (len(head) + 1) + "|")
+            for r in vrows:
+                print("| " + " | ".join(r) + " |")
         counts = ", ".join(f"{lib} {v}" for lib, v in stalls.items())
         print(f"\nstalls (> {a.stall}x the library's median): {counts} of {samples} samples each")
     counts = ", ".join(f"{lib} {v}" for lib, v in total.items())

@@ -17,7 +17,9 @@
 #   MOEBENCH_ARGS="..."  extra arguments of bench/moe_a2av.py (e.g. --tokens 256 --rounds 10)
 #   CHECK_COLLS="..."  collectives of the check step (default: all four)
 #   LOWP_CODECS="fp8 int8", LPBENCH_TYPES="bfloat16 float half", LPBENCH_CYCLES=3  (lowp, lpgraph,
-#                     lpbench steps; lpbench-summary.md has the median ratio per size over the cycles)
+#                     lpbench steps; lpbench runs the codecs side by side in one process, and
+#                     lpbench-summary.md has the median ratio per size over the cycles and each
+#                     codec's time over the first's)
 #   RCCLX_UPSTREAM_LIB  stock libnccl.so.2 (default: the one of python3's nvidia-nccl wheel)
 #   RCCLX_ARTIFACTS   folder with librcclx.so, selftest, lowp_accuracy, timeout and bench/ (default .carry)
 # Every command runs under `timeout`; logs go to OUTDIR (default bench/results/<date>-gpu),
@@ -159,16 +161,26 @@ if step benchsym; then
 fi
 # Low precision vs stock, both codecs, from 1 MiB (RCCLX_LP_MIN_BYTES=0: the low-precision path
 # at every size, to see where it starts to pay; the default threshold is set from these runs).
+# The codecs run side by side in one process: librcclx.so as the first codec, a copy of it as
+# the second, each loaded with its own RCCLX_LOW_PRECISION_CODEC (rccl-tests-compat sets a
+# library's variables while it loads and creates its communicators; one file loads once).
 if step lpbench; then
+  LPTMP=$(mktemp -d)
+  LPLIBS="stock=$STOCK"
   for codec in ${LOWP_CODECS:-fp8 int8}; do
-    for c in all_reduce all_gather reduce_scatter alltoall; do
-      for dt in ${LPBENCH_TYPES:-bfloat16 float half}; do
-        run lpbench-$codec-$c-P${N}-$dt 300 env RCCL_LOW_PRECISION_ENABLE=1 RCCLX_LOW_PRECISION_CODEC=$codec RCCLX_LP_MIN_BYTES=0 "$B/${c}_perf" --libs "$LIBS" -P "$N" -g 1 -b 1M -e 256M -f 2 -n 20 -w 5 -N "${LPBENCH_CYCLES:-3}" -c 0 -d $dt -J "$OUT/lpbench-$codec-$c-P${N}-$dt.json"
-      done
+    f=$LIB
+    if [ "$LPLIBS" != "stock=$STOCK" ]; then f=$LPTMP/librcclx-$codec.so; cp "$LIB" "$f"; fi
+    LPLIBS="$LPLIBS,$codec[RCCLX_LOW_PRECISION_CODEC=$codec]=$f"
+  done
+  for c in all_reduce all_gather reduce_scatter alltoall; do
+    for dt in ${LPBENCH_TYPES:-bfloat16 float half}; do
+      run lpbench-$c-P${N}-$dt 300 env RCCL_LOW_PRECISION_ENABLE=1 RCCLX_LP_MIN_BYTES=0 "$B/${c}_perf" --libs "$LPLIBS" -P "$N" -g 1 -b 1M -e 256M -f 2 -n 20 -w 5 -N "${LPBENCH_CYCLES:-3}" -c 0 -d $dt -J "$OUT/lpbench-$c-P${N}-$dt.json"
     done
   done
-  # Median ratio per size over the cycles, and the slow samples ("stalls") of each library.
-  python3 bench/ratios.py "$OUT"/lpbench-*.json > "$OUT/lpbench-summary.md" 2>&1
+  rm -rf "$LPTMP"
+  # Median ratio per size over the cycles, the slow samples ("stalls") of each library, and
+  # each codec's time against the first's.
+  python3 bench/ratios.py --versus "$(set -- ${LOWP_CODECS:-fp8 int8}; echo $1)" "$OUT"/lpbench-*.json > "$OUT/lpbench-summary.md" 2>&1
 fi
 
 # PyTorch with LD_PRELOAD: results, CUDA graph, and the DDA path really taken.

@@ -50,7 +50,29 @@ void ncclDie(const Lib& L, ncclResult_t r, const char* file, int line, const cha
 // ------------------------------------------------------------------------------------------
 // Libraries
 // ------------------------------------------------------------------------------------------
+// Lib::env set for the life of the scope, then the old values back. Only where no other
+// thread of the harness runs: setenv may move the environment under a concurrent getenv.
+struct ScopedLibEnv {
+  std::vector<std::pair<std::string, char*>> saved;
+  explicit ScopedLibEnv(const Lib& L, bool active = true) {
+    if (!active) return;
+    for (const auto& kv : L.env) {
+      const char* old = getenv(kv.first.c_str());
+      saved.push_back({kv.first, old ? strdup(old) : nullptr});
+      setenv(kv.first.c_str(), kv.second.c_str(), 1);
+    }
+  }
+  ~ScopedLibEnv() {
+    for (auto& kv : saved) {
+      if (kv.second) setenv(kv.first.c_str(), kv.second, 1); else unsetenv(kv.first.c_str());
+      free(kv.second);
+    }
+  }
+};
+
 void Lib::load() {
+  // Single-threaded: procSetup loads the libraries before any thread starts.
+  ScopedLibEnv scope(*this);
   handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   CHECK(handle, "cannot load library %s=%s: %s", name.c_str(), path.c_str(), dlerror());
   auto opt = [&](const char* s) { return dlsym(handle, s); };
@@ -104,9 +126,29 @@ std::vector<Lib> parseLibs(const std::string& spec0) {
     } else {
       L.name = item.substr(0, eq);
       L.path = item.substr(eq + 1);
+      const size_t open = L.name.find('[');
+      if (open != std::string::npos) {  // NAME[VAR=VALUE;...]=PATH
+        const size_t close = item.find(']', open);
+        CHECK(close != std::string::npos && close + 1 < item.size() && item[close + 1] == '=',
+              "bad --libs entry '%s' (want NAME[VAR=VALUE;...]=PATH)", item.c_str());
+        for (const std::string& kv : split(item.substr(open + 1, close - open - 1), ';')) {
+          const size_t e = kv.find('=');
+          CHECK(e != std::string::npos && e > 0, "bad variable '%s' in --libs entry '%s' (want VAR=VALUE)",
+                kv.c_str(), item.c_str());
+          L.env.push_back({kv.substr(0, e), kv.substr(e + 1)});
+        }
+        L.name = item.substr(0, open);
+        L.path = item.substr(close + 2);
+      }
     }
     CHECK(!L.name.empty() && !L.path.empty(), "bad --libs entry '%s' (want NAME=PATH)", item.c_str());
-    for (const Lib& o : libs) CHECK(o.name != L.name, "library name '%s' given twice", L.name.c_str());
+    for (const Lib& o : libs) {
+      CHECK(o.name != L.name, "library name '%s' given twice", L.name.c_str());
+      CHECK(o.path != L.path || o.env == L.env,
+            "libraries '%s' and '%s' are one file (%s) with different variables: dlopen gives one "
+            "instance, which reads its environment once; give each a copy of the file",
+            o.name.c_str(), L.name.c_str(), L.path.c_str());
+    }
     libs.push_back(L);
   }
   CHECK(!libs.empty() && libs.size() <= kMaxLibs, "--libs: need 1..%d libraries", (int)kMaxLibs);
@@ -573,6 +615,10 @@ void Thr::syncStreams(int lib) {
 
 void initComms(Thr& t, bool parallel) {
   Proc& P = *t.p;
+  for (const Lib& L : P.libs)
+    CHECK(!parallel || L.env.empty(), "library %s: per-library variables need one thread creating the "
+          "communicators (they are set around its ncclCommInitRank calls); drop the parallel init",
+          L.name.c_str());
   if (t.gtid == 0)
     for (size_t l = 0; l < P.libs.size(); l++) NCCLCHECK(P.libs[l], P.libs[l].getUniqueId(&P.sh->ids[l]));
   t.barrier();  // unique ids are visible to everybody after this
@@ -583,6 +629,9 @@ void initComms(Thr& t, bool parallel) {
     for (Thr& o : P.thr)
       if (parallel ? &o == &t : t.thread == 0)
         for (int i = 0; i < P.topo.ngpus; i++) mine.push_back({&o, i});
+    // rcclx reads its low-precision switches again for each communicator it creates. Only the
+    // thread creating them sets them; the others wait in the barrier below (not parallel).
+    ScopedLibEnv scope(L, !mine.empty());
     if (mine.size() > 1) NCCLCHECK(L, L.groupStart());
     for (auto& m : mine) {
       CUDACHECK(cudaSetDevice(m.first->gpu[m.second]));

@@ -49,6 +49,11 @@ enum { kMaxLibs = 8, kMaxThreads = 64, kMaxRanks = 256, kMaxGpusPerThread = 16 }
 
 struct Lib {
   std::string name, path;
+  // Variables set while the library loads and answers its first call, and while its
+  // communicators are created, then restored (rcclx reads its configuration at its first call
+  // and its low-precision switches again per communicator), so that two copies of one library
+  // can run side by side with different settings. Not while collectives run.
+  std::vector<std::pair<std::string, std::string>> env;
   void* handle = nullptr;
   int version = 0;
   const char* alltoallSym = nullptr;  // "ncclAlltoAll" or "ncclAllToAll" (whichever exists)
@@ -86,6 +91,9 @@ struct Lib {
 
 // "a=/p/libnccl.so.2,b=/q/librcclx.so" (or a bare path, named after its file). Empty spec:
 // $RCCLX_BENCH_LIBS, else "nccl=libnccl.so.2" (found through LD_LIBRARY_PATH like nccl-tests).
+// A name may carry variables for Lib::env: "int8[RCCLX_LOW_PRECISION_CODEC=int8;X=1]=/c/lib.so".
+// Libraries with different variables must be different files (dlopen of one file gives one
+// instance, which reads its environment once).
 std::vector<Lib> parseLibs(const std::string& spec);
 
 // ------------------------------------------------------------------------------------------

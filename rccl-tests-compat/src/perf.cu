@@ -545,6 +545,12 @@ static std::string jsonDocument(const Proc& P, bool complete) {
     j.beginObject();
     j.key("name"); j.str(L.name);
     j.key("path"); j.str(L.path);
+    if (!L.env.empty()) {
+      j.key("env");
+      j.beginObject();
+      for (const auto& kv : L.env) { j.key(kv.first.c_str()); j.str(kv.second); }
+      j.endObject();
+    }
     j.key("version"); j.integer(L.version);
     if (O.coll->id == COLL_A2A) { j.key("alltoall_symbol"); if (L.alltoallSym) j.str(L.alltoallSym); else j.null(); }
     j.key("out_of_bounds");
@@ -918,7 +924,11 @@ static int perfProc(int proc) {
       printf("# Buffer registration: -R 2, ncclMemAlloc buffers (library %s) registered as symmetric windows "
              "(ncclCommWindowRegister) with every library\n", P.libs[0].name.c_str());
     if (nl > 1)
-      for (const Lib& L : P.libs) printf("# library %s: %s ncclGetVersion=%d\n", L.name.c_str(), L.path.c_str(), L.version);
+      for (const Lib& L : P.libs) {
+        printf("# library %s: %s ncclGetVersion=%d", L.name.c_str(), L.path.c_str(), L.version);
+        for (const auto& kv : L.env) printf(" %s=%s", kv.first.c_str(), kv.second.c_str());
+        printf("\n");
+      }
     printf("#\n");
     fflush(stdout);
   }
@@ -970,7 +980,10 @@ static void usage(const char* prog) {
          "  -T,--timeout S         kill everything after S seconds (600; 0 = never)\n"
          "  -J,--output_file F     also write the results as JSON to F (must end in .json; an existing\n"
          "                         file is kept and F.0, F.1, ... used instead), like nccl-tests 2.19\n"
-         "  --libs NAME=PATH[,NAME=PATH...]  libraries to compare ($RCCLX_BENCH_LIBS, else nccl=libnccl.so.2)\n"
+         "  --libs NAME=PATH[,NAME=PATH...]  libraries to compare ($RCCLX_BENCH_LIBS, else nccl=libnccl.so.2);\n"
+         "                         NAME[VAR=VALUE;...]=PATH sets variables while that library loads and\n"
+         "                         creates its communicators (when rcclx reads its switches; a copy of the\n"
+         "                         file runs beside the original with other settings)\n"
          "  --coll C               all_reduce|all_gather|reduce_scatter|alltoall (default: from the program name)\n"
          "  --capture-mode M       global|thread|relaxed stream capture for -G (global; thread with -t > 1)\n",
          prog);
