@@ -65,6 +65,13 @@ def summarize(path, min_bytes, stall, versus):
     return others, rows, stalls, samples, rivals, vrows
 
 
+def print_table(head, rows):
+    print("| size | " + " | ".join(head) + " |")
+    print("|---" * (len(head) + 1) + "|")
+    for r in rows:
+        print("| " + " | ".join(r) + " |")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("files", nargs="+")
@@ -80,16 +87,10 @@ def main():
             total[k] += v
         print(f"\n### {os.path.basename(path)}\n")
         head = [f"{lib} {lay}: median (lowest)" for lib in others for lay in ("out of place", "in place")]
-        print("| size | " + " | ".join(head) + " |")
-        print("|---" * (len(head) + 1) + "|")
-        for r in rows:
-            print("| " + " | ".join(r) + " |")
+        print_table(head, rows)
         if rivals:
-            head = [f"{lib} / {a.versus} {lay}: median time" for lib in rivals for lay in ("out of place", "in place")]
-            print("\n| size | " + " | ".join(head) + " |")
-            print("|---" * (len(head) + 1) + "|")
-            for r in vrows:
-                print("| " + " | ".join(r) + " |")
+            print()
+            print_table([f"{lib} / {a.versus} {lay}: median time" for lib in rivals for lay in ("out of place", "in place")], vrows)
         counts = ", ".join(f"{lib} {v}" for lib, v in stalls.items())
         print(f"\nstalls (> {a.stall}x the library's median): {counts} of {samples} samples each")
     counts = ", ".join(f"{lib} {v}" for lib, v in total.items())
