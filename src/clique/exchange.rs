@@ -1,7 +1,8 @@
-//! The record exchange: an `ncclAllGather` of a few bytes per rank through the stock
-//! communicator, for a batch of communicators in one stock group, and polled, never waited for:
-//! [`Exchange::poll`] returns at once, so no thread blocks on work that it must itself do later
-//! (one thread may own several ranks of a clique).
+//! The setup's exchanges: [`Transport`], the all-gather a setup runs its two exchanges through,
+//! and the library's, [`StockTransport`]: an `ncclAllGather` of a few bytes per rank through the
+//! stock communicator, for a batch of communicators in one stock group, and polled, never waited
+//! for: [`Exchange::poll`] returns at once, so no thread blocks on work that it must itself do
+//! later (one thread may own several ranks of a clique).
 //!
 //! Device buffers and streams come from a per-device pool that is never freed: freeing device
 //! memory waits for the whole device, which could wait for another communicator's collective,
@@ -13,6 +14,63 @@ use crate::error::Error;
 use crate::gpu::{self, DeviceBuffer, MemKind};
 use crate::types::{ncclComm_t, ncclDataType_t, ncclResult_t};
 use crate::upstream;
+
+use super::Member;
+
+/// The all-gather through which a setup exchanges its records, then every rank's "my mappings
+/// worked", for all members of a batch at once. Polled, never waited for: one thread may own
+/// several ranks of a clique, so it must be able to move all of them forward.
+///
+/// The library's is [`StockTransport`] (the stock communicator). A test harness that puts
+/// several ranks on one GPU, which the stock library refuses, brings its own (pipes, files,
+/// shared memory): the setup itself is the same.
+pub trait Transport: Send {
+    /// Starts one all-gather: `parts[i]` is what member `i` of the batch contributes (every part
+    /// the same length, at most a few hundred bytes).
+    fn start(&mut self, parts: Vec<Vec<u8>>) -> Result<(), Error>;
+    /// Per member, what every rank of its clique contributed (in rank order, concatenated), once
+    /// all of it has arrived; `None` before. Never blocks.
+    fn poll(&mut self) -> Result<Option<Vec<Vec<u8>>>, Error>;
+}
+
+/// The stock communicators' `ncclAllGather`, one stock group per exchange.
+pub struct StockTransport {
+    members: Vec<Member>,
+    inflight: Option<Exchange>,
+}
+
+// SAFETY: the communicator handles are used only through the stock library, whose calls may come
+// from any thread; the caller (one setup) uses the transport from one thread at a time.
+unsafe impl Send for StockTransport {}
+
+impl StockTransport {
+    pub fn new(members: &[Member]) -> StockTransport {
+        StockTransport { members: members.to_vec(), inflight: None }
+    }
+}
+
+impl Transport for StockTransport {
+    fn start(&mut self, parts: Vec<Vec<u8>>) -> Result<(), Error> {
+        let len = parts.first().map_or(0, Vec::len);
+        let parts = self
+            .members
+            .iter()
+            .zip(parts)
+            .map(|(m, bytes)| Part { comm: m.comm, device: m.device, nranks: m.nranks, bytes })
+            .collect();
+        // The previous exchange has completed (its streams are idle): its slots go back first.
+        self.inflight = None;
+        self.inflight = Some(Exchange::start(parts, len)?);
+        Ok(())
+    }
+
+    fn poll(&mut self) -> Result<Option<Vec<Vec<u8>>>, Error> {
+        match &mut self.inflight {
+            Some(ex) => ex.poll(),
+            None => Err(Error::internal("exchange polled before it started")),
+        }
+    }
+}
 
 /// Largest `len * nranks` an exchange moves (records are a few hundred bytes, 8 ranks at most).
 const SLOT_BYTES: usize = 16 << 10;
@@ -43,15 +101,15 @@ fn take_slot(device: i32) -> Result<Slot, Error> {
 }
 
 /// One communicator's part of an exchange.
-pub struct Part {
-    pub comm: ncclComm_t,
-    pub device: i32,
-    pub nranks: usize,
-    pub bytes: Vec<u8>,
+struct Part {
+    comm: ncclComm_t,
+    device: i32,
+    nranks: usize,
+    bytes: Vec<u8>,
 }
 
 /// An all-gather in flight.
-pub struct Exchange {
+struct Exchange {
     parts: Vec<(ncclComm_t, usize, Option<Slot>)>,
     /// Per part: the stock library has enqueued the operation (a non-blocking communicator
     /// reports `ncclInProgress` until then).
@@ -62,7 +120,7 @@ pub struct Exchange {
 impl Exchange {
     /// Issues one all-gather of `len` bytes per rank on each part's communicator, all in one
     /// stock group. The parts' byte strings must all be `len` long.
-    pub fn start(parts: Vec<Part>, len: usize) -> Result<Exchange, Error> {
+    fn start(parts: Vec<Part>, len: usize) -> Result<Exchange, Error> {
         let u = upstream::get().map_err(|code| Error::new(code, "no stock library"))?;
         let (Some(all_gather), Some(group_start), Some(group_end)) =
             (u.fns.ncclAllGather, u.fns.ncclGroupStart, u.fns.ncclGroupEnd)
@@ -100,7 +158,7 @@ impl Exchange {
 
     /// The gathered bytes of every part (`nranks * len` each) once all have arrived; `None`
     /// while any is still in flight. Never blocks.
-    pub fn poll(&mut self) -> Result<Option<Vec<Vec<u8>>>, Error> {
+    fn poll(&mut self) -> Result<Option<Vec<Vec<u8>>>, Error> {
         let u = upstream::get().map_err(|code| Error::new(code, "no stock library"))?;
         let get_async = u.fns.ncclCommGetAsyncError.ok_or_else(|| Error::internal("no ncclCommGetAsyncError"))?;
         let rt = gpu::runtime()?;

@@ -14,6 +14,12 @@ pub fn host_id() -> u64 {
     fnv1a(text.as_bytes())
 }
 
+/// An identifier of a GPU, the same in every process of the host whatever its device numbering
+/// (`CUDA_VISIBLE_DEVICES`): a hash of its PCI bus id.
+pub fn gpu_id(pci_bus_id: &str) -> u64 {
+    fnv1a(pci_bus_id.trim().to_ascii_lowercase().as_bytes())
+}
+
 /// 64-bit FNV-1a: stable across builds and processes (unlike `std`'s `DefaultHasher`).
 fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3))
@@ -28,5 +34,7 @@ mod tests {
         assert_eq!(host_id(), host_id());
         assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(gpu_id("0000:1B:00.0"), gpu_id("0000:1b:00.0"));
+        assert_ne!(gpu_id("0000:1b:00.0"), gpu_id("0000:1c:00.0"));
     }
 }

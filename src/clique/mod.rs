@@ -6,16 +6,22 @@
 //! It never looks into `comm`: [`Setup`] hands the finished [`Clique`]s back to the caller.
 //!
 //! Setup ([`Setup::start`], then [`Setup::poll`] until done; [`establish`] does both and waits):
-//! 1. Each rank allocates its resources and fills a [`record::Record`] (host, pid, device, arch,
-//!    IPC handles, raw pointers, its thresholds). A rank that cannot (no kernels for its arch, no
-//!    memory) still takes part, with `capable = 0`.
-//! 2. `ncclAllGather` of the records through the stock communicator, for all communicators of
-//!    the batch in one stock group (one thread may own several ranks of a clique).
+//! 1. Each rank allocates its resources and fills a [`record::Record`] (host, pid, device and
+//!    its GPU's identity, arch, IPC handles, raw pointers, its thresholds). A rank that cannot
+//!    (no kernels for its arch, no memory) still takes part, with `capable = 0`.
+//! 2. An all-gather of the records through a [`Transport`]: the library's is `ncclAllGather` on
+//!    the stock communicator, for all communicators of the batch in one stock group (one thread
+//!    may own several ranks of a clique).
 //! 3. From the records every rank computes the same first verdict (one host, all capable, same
-//!    arch and sizes, 2..=8 ranks), joins the clique's lease (`lease.rs`), then maps its peers:
-//!    raw pointers plus peer access for peers in its own process (IPC cannot open a handle in
-//!    the process that made it), IPC for the others.
+//!    arch and sizes, 2..=8 ranks, each on a GPU of its own unless the setup's [`Sharing`] allows
+//!    otherwise), joins the clique's lease (`lease.rs`), then maps its peers: raw pointers plus
+//!    peer access for peers in its own process (IPC cannot open a handle in the process that
+//!    made it), IPC for the others.
 //! 4. A second exchange of "my mappings worked": the kernels are on iff they worked everywhere.
+//!
+//! [`Setup::with`] takes the members, the transport and the sharing explicitly: that is how a
+//! test harness runs several ranks on one GPU (which the stock library refuses) through this
+//! same setup and these same kernels (`gpu-tests/src/world.rs`).
 //!
 //! Anything failing leaves the communicator without a clique: every call forwards.
 //! The exchanges are the communicator's first operations on every rank (the caller makes sure
@@ -45,7 +51,7 @@ use crate::gpu::{self, DeviceBuffer, Function, HostMapped, IpcMapping, MemKind};
 use crate::intercept::{CommFacts, LowpSwitches, Thresholds};
 use crate::types::{ncclComm_t, ncclResult_t};
 use crate::upstream;
-use exchange::{Exchange, Part};
+pub use exchange::{StockTransport, Transport};
 use lease::Lease;
 use record::Record;
 
@@ -80,6 +86,8 @@ pub struct Clique {
     multiprocessors: u32,
     /// Entries of the per-block flag and window-counter arrays: the largest grid of any kernel.
     block_slots: u32,
+    /// Most blocks of any kernel (0: none beyond the GPU's; see [`Sharing::grid_cap`]).
+    grid_cap: u32,
     kernels: Arc<Vec<Kernel>>,
     owned: Mutex<Option<Owned>>,
 }
@@ -116,6 +124,11 @@ pub fn sweep() {
 }
 
 impl Clique {
+    /// Most blocks of any kernel of this clique (0: no cap beyond the GPU's; [`Sharing`]).
+    pub fn grid_cap(&self) -> u32 {
+        self.grid_cap
+    }
+
     /// The kernel arguments of this communicator, to be completed per call.
     pub fn args(&self) -> KernelArgs {
         self.base_args
@@ -129,7 +142,8 @@ impl Clique {
     /// The most blocks of `kernel` the GPU runs at once: every multiprocessor full. The same
     /// on every rank (same arch, same multiprocessor count: the verdict checks both).
     pub fn resident_blocks(&self, kernel: Kernel) -> u32 {
-        self.multiprocessors.saturating_mul(kernel.blocks_per_multiprocessor).clamp(1, self.block_slots)
+        let all = self.multiprocessors.saturating_mul(kernel.blocks_per_multiprocessor).clamp(1, self.block_slots);
+        if self.grid_cap > 0 { all.min(self.grid_cap) } else { all }
     }
 
     /// Launches `launch` on `stream`.
@@ -211,12 +225,38 @@ impl Drop for Clique {
 
 // ---- setup ------------------------------------------------------------------------------------
 
+/// One rank of a batch being set up: its communicator (the side table's key; a handle the
+/// stock library made, or a harness's own), rank, rank count and device.
+#[derive(Clone, Copy, Debug)]
+pub struct Member {
+    pub comm: ncclComm_t,
+    pub rank: usize,
+    pub nranks: usize,
+    pub device: i32,
+}
+
+/// Whether the ranks of a clique may share a GPU. Every rank of a clique passes the same value
+/// (the verdict turns the kernels off otherwise).
+///
+/// The library's communicators use the default: each rank on a GPU of its own, and a clique
+/// with two ranks on one GPU gets no kernels (it forwards): the stock library refuses such
+/// communicators itself, and rcclx's kernels spin on their peers, so ranks whose grids do not
+/// all fit on the GPU at once could wait on each other forever. A harness that runs 3-8 ranks
+/// on 1-2 GPUs sets `shared_gpus` and, when several ranks' kernels run at once on one GPU
+/// (streams of one process), a `grid_cap` that makes their grids fit together.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sharing {
+    /// Ranks may sit on one GPU.
+    pub shared_gpus: bool,
+    /// Most blocks any kernel of the clique runs (0: no cap beyond the GPU's). With k ranks'
+    /// grids on one GPU at once, `multiprocessors / k` guarantees they are all resident: no
+    /// block is bigger than a multiprocessor, so that many blocks always find room.
+    pub grid_cap: u32,
+}
+
 /// This rank's part of a setup.
 struct Local {
-    comm: ncclComm_t,
-    rank: usize,
-    nranks: usize,
-    device: i32,
+    member: Member,
     res: Option<Resources>,
     record: Record,
     fault: Fault,
@@ -272,15 +312,17 @@ impl Fault {
 /// A batch of communicators being set up together (all owned by the calling thread).
 pub struct Setup {
     locals: Vec<Local>,
+    transport: Box<dyn Transport>,
     stage: Stage,
     started: Instant,
 }
 
 enum Stage {
     /// Waiting for the records.
-    Records(Exchange),
-    /// Waiting for every rank's "mapped" bit; the mappings that worked so far.
-    Verdicts(Exchange, Vec<Record>, Vec<Option<Mapped>>),
+    Records,
+    /// Waiting for every rank's "mapped" bit; rank 0's record and the mappings that worked so
+    /// far, per member.
+    Verdicts(Vec<Record>, Vec<Option<Mapped>>),
     Done,
 }
 
@@ -288,61 +330,64 @@ enum Stage {
 pub type Outcome = Vec<(ncclComm_t, Option<Clique>)>;
 
 impl Setup {
-    /// Starts setting up `comms`, whose stock initialisation is complete: allocates, then
-    /// issues the record exchange. Never blocks on a peer.
+    /// Starts setting up `comms`, whose stock initialisation is complete, through the stock
+    /// communicators: allocates, then issues the record exchange. Never blocks on a peer.
     pub fn start(comms: &[ncclComm_t]) -> Result<Setup, Error> {
+        let members = comms.iter().map(|&c| query(c)).collect::<Result<Vec<_>, _>>()?;
+        let transport = StockTransport::new(&members);
+        Setup::with(members, Box::new(transport), Sharing::default())
+    }
+
+    /// Starts setting up `members` (ranks of one or more cliques, all driven by the calling
+    /// thread), exchanging through `transport`, with `sharing`. Never blocks on a peer.
+    pub fn with(members: Vec<Member>, mut transport: Box<dyn Transport>, sharing: Sharing) -> Result<Setup, Error> {
         sweep();
         let cfg = Config::from_lookup(crate::config::env).0;
         let mut locals = Vec::new();
-        for &c in comms {
-            let mut l = query(c)?;
-            crate::log::set_device(l.device);
-            l.fault = Fault::parse(cfg.fault_inject.as_deref(), l.rank);
-            prepare(&mut l, &cfg);
+        for member in members {
+            crate::log::set_device(member.device);
+            let mut l = Local {
+                member,
+                res: None,
+                record: Record::zeroed(),
+                fault: Fault::parse(cfg.fault_inject.as_deref(), member.rank),
+            };
+            prepare(&mut l, &cfg, sharing);
             locals.push(l);
         }
-        let parts = locals
-            .iter()
-            .map(|l| Part { comm: l.comm, device: l.device, nranks: l.nranks, bytes: l.record.as_bytes().to_vec() })
-            .collect();
-        let ex = Exchange::start(parts, record::BYTES)?;
-        Ok(Setup { locals, stage: Stage::Records(ex), started: Instant::now() })
+        transport.start(locals.iter().map(|l| l.record.as_bytes().to_vec()).collect())?;
+        Ok(Setup { locals, transport, stage: Stage::Records, started: Instant::now() })
     }
 
     /// Advances the setup without blocking; the outcome once every exchange has arrived.
     pub fn poll(&mut self) -> Result<Option<Outcome>, Error> {
         loop {
             match &mut self.stage {
-                Stage::Records(ex) => {
-                    let Some(gathered) = ex.poll()? else { return Ok(None) };
+                Stage::Records => {
+                    let Some(gathered) = self.transport.poll()? else { return Ok(None) };
+                    if gathered.len() != self.locals.len()
+                        || gathered.iter().zip(&self.locals).any(|(g, l)| g.len() != record::BYTES * l.member.nranks)
+                    {
+                        return Err(Error::internal("the record exchange returned the wrong number of bytes"));
+                    }
                     let recs: Vec<Vec<Record>> = gathered.iter().map(|g| Record::all(g)).collect();
                     let mapped: Vec<Option<Mapped>> =
                         self.locals.iter().zip(&recs).map(|(l, r)| first_verdict(l, r)).collect();
-                    let parts = self
-                        .locals
-                        .iter()
-                        .zip(&mapped)
-                        .map(|(l, m)| Part {
-                            comm: l.comm,
-                            device: l.device,
-                            nranks: l.nranks,
-                            bytes: (m.is_some() as u64).to_ne_bytes().to_vec(),
-                        })
-                        .collect();
-                    let ex = Exchange::start(parts, 8)?;
+                    let bits = mapped.iter().map(|m| (m.is_some() as u64).to_ne_bytes().to_vec()).collect();
+                    self.transport.start(bits)?;
                     let rank0 = recs.iter().map(|r| r[0]).collect();
-                    self.stage = Stage::Verdicts(ex, rank0, mapped);
+                    self.stage = Stage::Verdicts(rank0, mapped);
                 }
-                Stage::Verdicts(ex, rank0, mapped) => {
-                    let Some(oks) = ex.poll()? else { return Ok(None) };
+                Stage::Verdicts(rank0, mapped) => {
+                    let Some(oks) = self.transport.poll()? else { return Ok(None) };
                     let rank0 = std::mem::take(rank0);
                     let mapped = std::mem::take(mapped);
                     self.stage = Stage::Done;
                     let locals = std::mem::take(&mut self.locals);
                     let mut out = Vec::new();
                     for (((l, m), ok), r0) in locals.into_iter().zip(mapped).zip(oks).zip(rank0) {
-                        let all_ok = ok.chunks(8).all(|c| c.iter().any(|&b| b != 0));
-                        let comm = l.comm;
+                        let all_ok = ok.len() == 8 * l.member.nranks && ok.chunks(8).all(|c| c.iter().any(|&b| b != 0));
+                        let comm = l.member.comm;
                         let clique = match (all_ok, m) {
                             (true, Some(m)) => Some(finish(l, m, &r0, self.started)),
                             _ => {
@@ -361,12 +406,12 @@ impl Setup {
 
     /// The communicators of this batch.
     pub fn comms(&self) -> Vec<ncclComm_t> {
-        self.locals.iter().map(|l| l.comm).collect()
+        self.locals.iter().map(|l| l.member.comm).collect()
     }
 }
 
-/// Sets up `comms` and waits for the outcome, polling; gives up (every communicator forwards)
-/// when `stop` says so (the communicator was aborted).
+/// Sets up `comms` through the stock communicators and waits for the outcome, polling; gives
+/// up (every communicator forwards) when `stop` says so (the communicator was aborted).
 pub fn establish(comms: &[ncclComm_t], stop: impl Fn() -> bool) -> Outcome {
     let none = || comms.iter().map(|&c| (c, None)).collect();
     let mut setup = match Setup::start(comms) {
@@ -394,7 +439,7 @@ pub fn establish(comms: &[ncclComm_t], stop: impl Fn() -> bool) -> Outcome {
 }
 
 /// Rank, size and device of `comm`, from the stock library.
-fn query(comm: ncclComm_t) -> Result<Local, Error> {
+fn query(comm: ncclComm_t) -> Result<Member, Error> {
     let u = upstream::get().map_err(|code| Error::new(code, "no stock library"))?;
     let (Some(count), Some(user_rank), Some(cu_device)) =
         (u.fns.ncclCommCount, u.fns.ncclCommUserRank, u.fns.ncclCommCuDevice)
@@ -408,29 +453,24 @@ fn query(comm: ncclComm_t) -> Result<Local, Error> {
     Error::check("ncclCommUserRank", upstream::guarded(|| unsafe { user_rank(comm, &mut r) }))?;
     // SAFETY: as above.
     Error::check("ncclCommCuDevice", upstream::guarded(|| unsafe { cu_device(comm, &mut d) }))?;
-    Ok(Local {
-        comm,
-        rank: r as usize,
-        nranks: n as usize,
-        device: d,
-        res: None,
-        record: Record::zeroed(),
-        fault: Fault::default(),
-    })
+    Ok(Member { comm, rank: r as usize, nranks: n as usize, device: d })
 }
 
 /// Allocates this rank's resources and fills its record (capable = 0 on any failure).
-fn prepare(l: &mut Local, env_cfg: &Config) {
+fn prepare(l: &mut Local, env_cfg: &Config, sharing: Sharing) {
     let cfg = crate::config::get();
+    let m = l.member;
     let rec = &mut l.record;
     rec.magic = record::MAGIC;
     rec.host = host::host_id();
     rec.nonce = lease::nonce();
     rec.pid = std::process::id();
-    rec.device = l.device;
-    rec.rank = l.rank as u32;
+    rec.device = m.device;
+    rec.rank = m.rank as u32;
     rec.max_blocks = cfg.dda_max_blocks.clamp(1, 1024);
-    let th = Thresholds::for_ranks(cfg, l.nranks);
+    rec.shared_gpus = sharing.shared_gpus as u32;
+    rec.grid_cap = sharing.grid_cap;
+    let th = Thresholds::for_ranks(cfg, m.nranks);
     rec.ll_max = th.ll_max_bytes.min(MAX_LL_BYTES).next_multiple_of(8);
     rec.flat_max = th.flat_max_bytes;
     rec.tree_max = th.tree_max_bytes;
@@ -451,18 +491,19 @@ fn prepare(l: &mut Local, env_cfg: &Config) {
         | (lp.int8 as u32) << 4;
     let staging = cfg.dda_sendbuf_bytes.unwrap_or(if lp.any() { DEFAULT_STAGING_LOWP } else { DEFAULT_STAGING });
     rec.staging_bytes = staging.max(64 * 1024) & !4095;
-    if !(2..=MAX_RANKS).contains(&l.nranks) {
+    if !(2..=MAX_RANKS).contains(&m.nranks) {
         return; // no buffers for communicators the kernels cannot serve
     }
     if l.fault.alloc {
-        tracing::warn!("comm {:p} rank {}: RCCLX_FAULT_INJECT=alloc: allocation fails", l.comm, l.rank);
+        tracing::warn!("comm {:p} rank {}: RCCLX_FAULT_INJECT=alloc: allocation fails", m.comm, m.rank);
         return;
     }
-    match allocate(l.device, rec.staging_bytes as usize, rec.max_blocks, rec.ll_max) {
+    match allocate(m.device, rec.staging_bytes as usize, rec.max_blocks, rec.ll_max) {
         Ok((res, info)) => {
             let n = info.arch.len().min(31);
             rec.arch[..n].copy_from_slice(&info.arch.as_bytes()[..n]);
             rec.multiprocessors = info.multiprocessors as u64;
+            rec.gpu = host::gpu_id(&info.pci_bus_id);
             match (res.staging.ipc_handle(), res.flags.ipc_handle(), res.ll.ipc_handle()) {
                 (Ok(s), Ok(f), Ok(ll)) => {
                     rec.staging_ipc = s.0;
@@ -470,7 +511,7 @@ fn prepare(l: &mut Local, env_cfg: &Config) {
                     rec.ll_ipc = ll.0;
                 }
                 (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
-                    tracing::info!("rank {}: no IPC handle ({e}); peers in other processes cannot map it", l.rank);
+                    tracing::info!("rank {}: no IPC handle ({e}); peers in other processes cannot map it", m.rank);
                 }
             }
             rec.staging_ptr = res.staging.ptr().0;
@@ -480,7 +521,7 @@ fn prepare(l: &mut Local, env_cfg: &Config) {
             l.res = Some(res);
         }
         Err(e) => {
-            tracing::warn!("comm {:p} rank {}: rcclx kernels unavailable, forwarding every call: {e}", l.comm, l.rank)
+            tracing::warn!("comm {:p} rank {}: rcclx kernels unavailable, forwarding every call: {e}", m.comm, m.rank)
         }
     }
 }
@@ -547,22 +588,23 @@ fn allocate(
 
 /// The first verdict and, if it holds, the lease and the peer mappings. `None`: kernels off.
 fn first_verdict(l: &Local, recs: &[Record]) -> Option<Mapped> {
-    if let Err(why) = record::verdict(l.rank, l.nranks, recs) {
-        tracing::info!("comm {:p} rank {}: rcclx kernels off: {why}", l.comm, l.rank);
+    let m = l.member;
+    if let Err(why) = record::verdict(m.rank, m.nranks, recs) {
+        tracing::info!("comm {:p} rank {}: rcclx kernels off: {why}", m.comm, m.rank);
         return None;
     }
     let pids = recs.iter().map(|r| r.pid).collect();
-    let lease = match Lease::join(recs[0].pid, recs[0].nonce, l.rank, pids) {
+    let lease = match Lease::join(recs[0].pid, recs[0].nonce, m.rank, pids) {
         Ok(lease) => lease,
         Err(e) => {
-            tracing::info!("comm {:p} rank {}: rcclx kernels off: no lease ({e})", l.comm, l.rank);
+            tracing::info!("comm {:p} rank {}: rcclx kernels off: no lease ({e})", m.comm, m.rank);
             return None;
         }
     };
     match map_peers(l, recs) {
         Ok((peers, staging, flags, ll)) => Some(Mapped { peers, lease, staging, flags, ll }),
         Err(e) => {
-            tracing::info!("comm {:p} rank {}: rcclx kernels off: {e}", l.comm, l.rank);
+            tracing::info!("comm {:p} rank {}: rcclx kernels off: {e}", m.comm, m.rank);
             lease.close();
             None
         }
@@ -574,17 +616,18 @@ type PeerPtrs = (Vec<IpcMapping>, [u64; MAX_RANKS], [u64; MAX_RANKS], [u64; MAX_
 /// Maps every peer's staging buffer, flags and LL inbox into this process.
 fn map_peers(l: &Local, recs: &[Record]) -> Result<PeerPtrs, Error> {
     let rt = gpu::runtime()?;
-    let me = &recs[l.rank];
+    let (rank, device) = (l.member.rank, l.member.device);
+    let me = &recs[rank];
     let mut maps = Vec::new();
     let (mut staging, mut flags, mut ll) = ([0u64; MAX_RANKS], [0u64; MAX_RANKS], [0u64; MAX_RANKS]);
     for (p, r) in recs.iter().enumerate() {
-        if p == l.rank || r.pid == me.pid {
+        if p == rank || r.pid == me.pid {
             // Same process (ncclCommInitAll, threads, nccl-tests -g N): raw pointers.
-            if r.device != l.device {
+            if r.device != device {
                 if l.fault.peer {
                     return Err(Error::internal("RCCLX_FAULT_INJECT=peer: peer access fails"));
                 }
-                rt.enable_peer_access(l.device, r.device)?;
+                rt.enable_peer_access(device, r.device)?;
             }
             staging[p] = r.staging_ptr;
             flags[p] = r.flags_ptr;
@@ -593,9 +636,9 @@ fn map_peers(l: &Local, recs: &[Record]) -> Result<PeerPtrs, Error> {
             if l.fault.ipc {
                 return Err(Error::internal("RCCLX_FAULT_INJECT=ipc: opening an IPC handle fails"));
             }
-            let s = rt.open_ipc(l.device, &gpu::IpcHandle(r.staging_ipc))?;
-            let f = rt.open_ipc(l.device, &gpu::IpcHandle(r.flags_ipc))?;
-            let i = rt.open_ipc(l.device, &gpu::IpcHandle(r.ll_ipc))?;
+            let s = rt.open_ipc(device, &gpu::IpcHandle(r.staging_ipc))?;
+            let f = rt.open_ipc(device, &gpu::IpcHandle(r.flags_ipc))?;
+            let i = rt.open_ipc(device, &gpu::IpcHandle(r.ll_ipc))?;
             staging[p] = s.ptr().0;
             flags[p] = f.ptr().0;
             ll[p] = i.ptr().0;
@@ -608,7 +651,11 @@ fn map_peers(l: &Local, recs: &[Record]) -> Result<PeerPtrs, Error> {
 /// The clique of a rank whose every peer mapped everything.
 fn finish(l: Local, m: Mapped, r0: &Record, started: Instant) -> Clique {
     let res = l.res.expect("a rank that mapped its peers was capable");
+    let Member { comm, rank, nranks, device } = l.member;
     let slots = block_slots(r0.max_blocks, r0.multiprocessors);
+    // Every rank's grid of a call must be the same: the cap is agreed (the verdict checked it).
+    let grid_cap = r0.grid_cap;
+    let max_blocks = if grid_cap > 0 { r0.max_blocks.min(u64::from(grid_cap)) } else { r0.max_blocks };
     let thresholds = Thresholds {
         dda: std::array::from_fn(|i| r0.dda_bits & (1 << i) != 0),
         ll_max_bytes: r0.ll_max,
@@ -626,7 +673,7 @@ fn finish(l: Local, m: Mapped, r0: &Record, started: Instant) -> Clique {
         all_to_all: r0.lowp_bits & 8 != 0,
         int8: r0.lowp_bits & 16 != 0,
     };
-    let facts = CommFacts { nranks: l.nranks, dda: true, lowp, staging_bytes: r0.staging_bytes };
+    let facts = CommFacts { nranks, dda: true, lowp, staging_bytes: r0.staging_bytes };
     let base_args = KernelArgs {
         send: 0,
         recv: 0,
@@ -641,28 +688,25 @@ fn finish(l: Local, m: Mapped, r0: &Record, started: Instant) -> Clique {
         status: res.status.device_ptr().0,
         ll_units: ll_units(r0.ll_max),
         seq_slots: slots,
-        rank: l.rank as i32,
-        nranks: l.nranks as i32,
+        rank: rank as i32,
+        nranks: nranks as i32,
     };
     tracing::info!(
-        "comm {:p} rank {}/{} device {}: rcclx kernels on (staging {} B, {} blocks max) in {:?}",
-        l.comm,
-        l.rank,
-        l.nranks,
-        l.device,
+        "comm {comm:p} rank {rank}/{nranks} device {device}: rcclx kernels on (staging {} B, {max_blocks} blocks max{}) in {:?}",
         r0.staging_bytes,
-        r0.max_blocks,
+        if grid_cap > 0 { format!(", every grid at most {grid_cap} blocks") } else { String::new() },
         started.elapsed()
     );
     Clique {
-        rank: l.rank,
-        nranks: l.nranks,
-        device: l.device,
+        rank,
+        nranks,
+        device,
         facts,
         thresholds,
-        max_blocks: r0.max_blocks as u32,
+        max_blocks: max_blocks as u32,
         multiprocessors: r0.multiprocessors as u32,
         block_slots: slots as u32,
+        grid_cap,
         ll_max_bytes: r0.ll_max,
         base_args,
         kernels: res.kernels,

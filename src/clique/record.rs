@@ -43,10 +43,15 @@ pub struct Record {
     pub dda_bits: u32,
     /// Low-precision switches, one bit per collective (`Coll` order), then bit 4: INT8 codec.
     pub lowp_bits: u32,
+    /// The rank's GPU, the same in every process (a hash of its PCI bus id; `host::gpu_id`).
+    pub gpu: u64,
+    /// The setup's `Sharing`: 1 if ranks may share a GPU; the grid cap (0: none).
+    pub shared_gpus: u32,
+    pub grid_cap: u32,
 }
 
-/// "rcclx_v6": bumped whenever the layout or meaning of a field changes.
-pub const MAGIC: u64 = 0x7263_636c_785f_7636;
+/// "rcclx_v7": bumped whenever the layout or meaning of a field changes.
+pub const MAGIC: u64 = 0x7263_636c_785f_7637;
 pub const BYTES: usize = std::mem::size_of::<Record>();
 const _: () = assert!(BYTES.is_multiple_of(8));
 
@@ -73,7 +78,8 @@ impl Record {
     }
 }
 
-/// The first verdict: all on one host, all capable, same arch and sizes, 2..=8 ranks.
+/// The first verdict: all on one host, all capable, same arch and sizes, 2..=8 ranks, each rank
+/// on a GPU of its own unless every rank's setup allows sharing (`super::Sharing`).
 pub fn verdict(rank: usize, nranks: usize, recs: &[Record]) -> Result<(), String> {
     if recs.len() != nranks || !(2..=MAX_RANKS).contains(&nranks) {
         return Err(format!("{nranks} ranks (rcclx kernels serve 2..={MAX_RANKS})"));
@@ -99,6 +105,14 @@ pub fn verdict(rank: usize, nranks: usize, recs: &[Record]) -> Result<(), String
         {
             return Err(format!("rank {p} differs in GPU arch, multiprocessor count or buffer sizes"));
         }
+        if r.shared_gpus != recs[0].shared_gpus || r.grid_cap != recs[0].grid_cap {
+            return Err(format!("rank {p} differs in GPU sharing or grid cap"));
+        }
+        if recs[0].shared_gpus == 0
+            && let Some(q) = recs[..p].iter().position(|o| o.gpu == r.gpu)
+        {
+            return Err(format!("ranks {q} and {p} are on one GPU"));
+        }
     }
     Ok(())
 }
@@ -116,6 +130,7 @@ mod tests {
                 x.capable = 1;
                 x.rank = r as u32;
                 x.staging_bytes = 1 << 20;
+                x.gpu = 100 + r as u64;
                 x
             })
             .collect()
@@ -135,17 +150,34 @@ mod tests {
         assert!(verdict(0, 2, &recs(2)).is_ok());
         assert!(verdict(0, 1, &recs(1)).is_err());
         assert!(verdict(0, 9, &recs(9)).is_err());
-        for change in 0..4 {
+        for change in 0..7 {
             let mut v = recs(3);
             match change {
                 0 => v[2].capable = 0,
                 1 => v[1].host = 8,
                 2 => v[2].staging_bytes = 2 << 20,
+                3 => v[2].gpu = v[0].gpu,
+                4 => v[1].shared_gpus = 1,
+                5 => v[2].grid_cap = 16,
                 _ => v[1].magic = 1,
             }
             for rank in 0..3 {
                 assert!(verdict(rank, 3, &v).is_err(), "change {change} rank {rank}");
             }
+        }
+    }
+
+    #[test]
+    fn ranks_share_a_gpu_only_when_every_setup_allows_it() {
+        let mut v = recs(4);
+        v[3].gpu = v[1].gpu;
+        assert_eq!(verdict(0, 4, &v), Err("ranks 1 and 3 are on one GPU".to_string()));
+        for r in &mut v {
+            r.shared_gpus = 1;
+            r.grid_cap = 33;
+        }
+        for rank in 0..4 {
+            assert!(verdict(rank, 4, &v).is_ok());
         }
     }
 }

@@ -110,6 +110,14 @@ pub fn created(comms: &[ncclComm_t], result: ncclResult_t) {
     }
 }
 
+/// Registers `comm`, a handle the stock library never made, with the clique its caller set up
+/// (`clique::Setup::with`): how a test harness runs 3-8 ranks on one or two GPUs, which the
+/// stock library refuses, through rcclx's own path (`super::collective`, statistics, `ended`
+/// with a `forward` of its own). Nothing the stock library does is involved.
+pub fn adopt(comm: ncclComm_t, clique: Option<clique::Clique>) {
+    super::insert(comm).finish_setup(clique);
+}
+
 /// Blocking setup of `states`, all owned by this thread, in one batch.
 fn set_up_now(states: &[Arc<State>]) {
     if states.is_empty() {

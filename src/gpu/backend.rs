@@ -112,6 +112,18 @@ pub(crate) trait Backend: Send + Sync {
     /// # Safety
     /// `event` came from `event_create` and is not used afterwards.
     unsafe fn event_destroy(&self, event: *mut c_void) -> Result<(), Error>;
+
+    /// Starts capturing `stream` into a graph (relaxed mode: other threads' calls are not
+    /// checked).
+    fn capture_begin(&self, stream: *mut c_void) -> Result<(), Error>;
+    /// Ends the capture of `stream` and instantiates the graph.
+    fn capture_end(&self, stream: *mut c_void) -> Result<*mut c_void, Error>;
+    /// # Safety
+    /// `exec` came from `capture_end` and is not destroyed.
+    unsafe fn graph_launch(&self, exec: *mut c_void, stream: *mut c_void) -> Result<(), Error>;
+    /// # Safety
+    /// `exec` came from `capture_end` and is not used afterwards.
+    unsafe fn graph_destroy(&self, exec: *mut c_void) -> Result<(), Error>;
 }
 
 /// Resolves one symbol of `lib` as a value of type `T`.

@@ -33,6 +33,7 @@ const CU_STREAM_NON_BLOCKING: c_uint = 0x1;
 const CU_EVENT_DISABLE_TIMING: c_uint = 0x2;
 const CU_STREAM_CAPTURE_STATUS_NONE: c_int = 0;
 const CU_STREAM_CAPTURE_STATUS_ACTIVE: c_int = 1;
+const CU_STREAM_CAPTURE_MODE_RELAXED: c_int = 2;
 
 entry_points! {
     /// The CUDA driver entry points rcclx uses (signatures from `cuda.h`).
@@ -92,6 +93,14 @@ entry_points! {
     optional {
         cuOccupancyMaxActiveBlocksPerMultiprocessor = "cuOccupancyMaxActiveBlocksPerMultiprocessor":
             fn(*mut c_int, Handle, c_int, usize) -> CUresult;
+        // Graph capture: not used by the library, only by its GPU tests (replays).
+        cuStreamBeginCapture = "cuStreamBeginCapture_v2": fn(Handle, c_int) -> CUresult;
+        cuStreamEndCapture = "cuStreamEndCapture": fn(Handle, *mut Handle) -> CUresult;
+        cuGraphInstantiateWithFlags = "cuGraphInstantiateWithFlags":
+            fn(*mut Handle, Handle, u64) -> CUresult;
+        cuGraphLaunch = "cuGraphLaunch": fn(Handle, Handle) -> CUresult;
+        cuGraphDestroy = "cuGraphDestroy": fn(Handle) -> CUresult;
+        cuGraphExecDestroy = "cuGraphExecDestroy": fn(Handle) -> CUresult;
     }
 }
 
@@ -489,5 +498,42 @@ impl Backend for Cuda {
     unsafe fn event_destroy(&self, event: *mut c_void) -> Result<(), Error> {
         // SAFETY: the caller passes an event it created and no longer uses.
         self.check("cuEventDestroy_v2", unsafe { (self.api.cuEventDestroy)(event) })
+    }
+    fn capture_begin(&self, stream: *mut c_void) -> Result<(), Error> {
+        let f = self
+            .api
+            .cuStreamBeginCapture
+            .ok_or(Error::Unsupported { call: "cuStreamBeginCapture", runtime: "cuda" })?;
+        // SAFETY: `stream` is a valid stream; the mode is a valid capture mode.
+        self.check("cuStreamBeginCapture", unsafe { f(stream, CU_STREAM_CAPTURE_MODE_RELAXED) })
+    }
+
+    fn capture_end(&self, stream: *mut c_void) -> Result<*mut c_void, Error> {
+        let unsupported = |call| Error::Unsupported { call, runtime: "cuda" };
+        let end = self.api.cuStreamEndCapture.ok_or(unsupported("cuStreamEndCapture"))?;
+        let inst = self.api.cuGraphInstantiateWithFlags.ok_or(unsupported("cuGraphInstantiateWithFlags"))?;
+        let destroy = self.api.cuGraphDestroy.ok_or(unsupported("cuGraphDestroy"))?;
+        let mut graph: Handle = std::ptr::null_mut();
+        // SAFETY: `stream` is capturing (else the call fails); out-pointer to a local.
+        self.check("cuStreamEndCapture", unsafe { end(stream, &mut graph) })?;
+        let mut exec: Handle = std::ptr::null_mut();
+        // SAFETY: `graph` was just captured; out-pointer to a local; flags 0.
+        let made = self.check("cuGraphInstantiateWithFlags", unsafe { inst(&mut exec, graph, 0) });
+        // SAFETY: the instantiated graph does not need its template any more.
+        let _ = unsafe { destroy(graph) };
+        made.map(|_| exec)
+    }
+
+    unsafe fn graph_launch(&self, exec: *mut c_void, stream: *mut c_void) -> Result<(), Error> {
+        let f = self.api.cuGraphLaunch.ok_or(Error::Unsupported { call: "cuGraphLaunch", runtime: "cuda" })?;
+        // SAFETY: the caller passes a live instantiated graph; `stream` is valid.
+        self.check("cuGraphLaunch", unsafe { f(exec, stream) })
+    }
+
+    unsafe fn graph_destroy(&self, exec: *mut c_void) -> Result<(), Error> {
+        let f =
+            self.api.cuGraphExecDestroy.ok_or(Error::Unsupported { call: "cuGraphExecDestroy", runtime: "cuda" })?;
+        // SAFETY: the caller passes an instantiated graph it no longer uses.
+        self.check("cuGraphExecDestroy", unsafe { f(exec) })
     }
 }

@@ -167,6 +167,11 @@ handle_type!(
     /// A kernel in a [`Module`] (`CUfunction` / `hipFunction_t`).
     Function
 );
+handle_type!(
+    /// A captured graph, instantiated (`CUgraphExec` / `hipGraphExec_t`); its `CUgraph` /
+    /// `hipGraph_t` is destroyed right after instantiation.
+    GraphExec
+);
 
 impl Stream {
     /// The legacy default stream (`0`).

@@ -31,6 +31,7 @@ const HIP_MEMCPY_DEVICE_TO_HOST: c_int = 2;
 const HIP_MEMCPY_DEFAULT: c_int = 4;
 const HIP_STREAM_CAPTURE_STATUS_NONE: c_int = 0;
 const HIP_STREAM_CAPTURE_STATUS_ACTIVE: c_int = 1;
+const HIP_STREAM_CAPTURE_MODE_RELAXED: c_int = 2;
 
 entry_points! {
     /// The HIP entry points rcclx uses (signatures from `hip/hip_runtime_api.h`).
@@ -91,6 +92,14 @@ entry_points! {
         hipGetDevicePropertiesR0000 = "hipGetDevicePropertiesR0000":
             fn(*mut c_void, c_int) -> HipError;
         hipGetDeviceProperties = "hipGetDeviceProperties": fn(*mut c_void, c_int) -> HipError;
+        // Graph capture: not used by the library, only by its GPU tests (replays).
+        hipStreamBeginCapture = "hipStreamBeginCapture": fn(Handle, c_int) -> HipError;
+        hipStreamEndCapture = "hipStreamEndCapture": fn(Handle, *mut Handle) -> HipError;
+        hipGraphInstantiateWithFlags = "hipGraphInstantiateWithFlags":
+            fn(*mut Handle, Handle, u64) -> HipError;
+        hipGraphLaunch = "hipGraphLaunch": fn(Handle, Handle) -> HipError;
+        hipGraphDestroy = "hipGraphDestroy": fn(Handle) -> HipError;
+        hipGraphExecDestroy = "hipGraphExecDestroy": fn(Handle) -> HipError;
     }
 }
 
@@ -541,6 +550,43 @@ impl Backend for Hip {
     unsafe fn event_destroy(&self, event: *mut c_void) -> Result<(), Error> {
         // SAFETY: the caller passes an event it created and no longer uses.
         self.check("hipEventDestroy", unsafe { (self.api.hipEventDestroy)(event) })
+    }
+    fn capture_begin(&self, stream: *mut c_void) -> Result<(), Error> {
+        let f = self
+            .api
+            .hipStreamBeginCapture
+            .ok_or(Error::Unsupported { call: "hipStreamBeginCapture", runtime: "hip" })?;
+        // SAFETY: `stream` is a valid stream; the mode is a valid capture mode.
+        self.check("hipStreamBeginCapture", unsafe { f(stream, HIP_STREAM_CAPTURE_MODE_RELAXED) })
+    }
+
+    fn capture_end(&self, stream: *mut c_void) -> Result<*mut c_void, Error> {
+        let unsupported = |call| Error::Unsupported { call, runtime: "hip" };
+        let end = self.api.hipStreamEndCapture.ok_or(unsupported("hipStreamEndCapture"))?;
+        let inst = self.api.hipGraphInstantiateWithFlags.ok_or(unsupported("hipGraphInstantiateWithFlags"))?;
+        let destroy = self.api.hipGraphDestroy.ok_or(unsupported("hipGraphDestroy"))?;
+        let mut graph: Handle = std::ptr::null_mut();
+        // SAFETY: `stream` is capturing (else the call fails); out-pointer to a local.
+        self.check("hipStreamEndCapture", unsafe { end(stream, &mut graph) })?;
+        let mut exec: Handle = std::ptr::null_mut();
+        // SAFETY: `graph` was just captured; out-pointer to a local; flags 0.
+        let made = self.check("hipGraphInstantiateWithFlags", unsafe { inst(&mut exec, graph, 0) });
+        // SAFETY: the instantiated graph does not need its template any more.
+        let _ = unsafe { destroy(graph) };
+        made.map(|_| exec)
+    }
+
+    unsafe fn graph_launch(&self, exec: *mut c_void, stream: *mut c_void) -> Result<(), Error> {
+        let f = self.api.hipGraphLaunch.ok_or(Error::Unsupported { call: "hipGraphLaunch", runtime: "hip" })?;
+        // SAFETY: the caller passes a live instantiated graph; `stream` is valid.
+        self.check("hipGraphLaunch", unsafe { f(exec, stream) })
+    }
+
+    unsafe fn graph_destroy(&self, exec: *mut c_void) -> Result<(), Error> {
+        let f =
+            self.api.hipGraphExecDestroy.ok_or(Error::Unsupported { call: "hipGraphExecDestroy", runtime: "hip" })?;
+        // SAFETY: the caller passes an instantiated graph it no longer uses.
+        self.check("hipGraphExecDestroy", unsafe { f(exec) })
     }
 }
 

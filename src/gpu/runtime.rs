@@ -390,6 +390,35 @@ impl Runtime {
         // SAFETY: forwarded from the caller.
         unsafe { self.backend.event_destroy(event.0) }
     }
+
+    // --- graphs (rcclx's GPU tests replay captured collectives) ---------------------------------
+
+    /// Starts capturing `stream` into a graph (relaxed mode).
+    pub fn begin_capture(&self, stream: Stream) -> Result<(), Error> {
+        self.backend.capture_begin(stream.0)
+    }
+
+    /// Ends the capture of `stream` and instantiates what it recorded. Destroy the result with
+    /// [`Runtime::destroy_graph`].
+    pub fn end_capture(&self, stream: Stream) -> Result<GraphExec, Error> {
+        Ok(GraphExec(self.backend.capture_end(stream.0)?))
+    }
+
+    /// Enqueues one replay of `graph` on `stream`.
+    pub fn launch_graph(&self, graph: GraphExec, stream: Stream) -> Result<(), Error> {
+        // SAFETY: a GraphExec comes only from `end_capture` (or `from_raw`, whose caller
+        // vouches for it); destroying it is unsafe, so it is live here.
+        unsafe { self.backend.graph_launch(graph.0, stream.0) }
+    }
+
+    /// Destroys a graph made by [`Runtime::end_capture`].
+    ///
+    /// # Safety
+    /// The graph is not used afterwards (replays already enqueued still run).
+    pub unsafe fn destroy_graph(&self, graph: GraphExec) -> Result<(), Error> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.backend.graph_destroy(graph.0) }
+    }
 }
 
 impl fmt::Debug for Runtime {
