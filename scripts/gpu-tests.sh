@@ -7,7 +7,8 @@
 # Environment:
 #   NRANKS=2          ranks (GPUs) to use; 4 and 8 need that many GPUs
 #   STEPS="..."       subset of: info selftest check stress graph timeout fidelity lowp lpgraph bench benchsym
-#                     lpbench torch vllm a2av moebench e2e plots (default: all)
+#                     lpbench torch vllm a2av moebench e2e plots ranks (default: all)
+#                     ranks: 3-8 ranks on the GPUs present, several per GPU (needs 1 GPU; see below)
 #                     benchsym: AllGather/ReduceScatter/AllToAll up to 1 MiB against stock NCCL's
 #                     symmetric kernels (-R 2)
 #                     a2av: GPU-resident all-to-all-v (rcclx.all_to_all_v_dynamic and the C forms) against
@@ -20,8 +21,10 @@
 #                     lpbench steps; lpbench runs the codecs side by side in one process, and
 #                     lpbench-summary.md has the median ratio per size over the cycles and each
 #                     codec's time over the first's)
+#   RANKS_N="3 4 5 6 7 8", RANKS_GPUS (default: the GPUs present, at most 2),
+#   RANKS_SUITES="dda windows stress a2av graph procs lowp"  (ranks step: rank counts, GPUs, parts)
 #   RCCLX_UPSTREAM_LIB  stock libnccl.so.2 (default: the one of python3's nvidia-nccl wheel)
-#   RCCLX_ARTIFACTS   folder with librcclx.so, selftest, lowp_accuracy, timeout and bench/ (default .carry)
+#   RCCLX_ARTIFACTS   folder with librcclx.so, selftest, lowp_accuracy, timeout, ranks and bench/ (default .carry)
 # Every command runs under `timeout`; logs go to OUTDIR (default bench/results/<date>-gpu),
 # with summary.txt listing each step and its exit code.
 set -uo pipefail
@@ -30,7 +33,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 N=${NRANKS:-2}
 OUT=${1:-bench/results/$(date +%F)-gpu}
 ART=${RCCLX_ARTIFACTS:-.carry}
-STEPS=${STEPS:-info selftest check stress graph timeout fidelity lowp lpgraph bench benchsym lpbench torch vllm a2av moebench e2e plots}
+STEPS=${STEPS:-info selftest check stress graph timeout fidelity lowp lpgraph bench benchsym lpbench torch vllm a2av moebench e2e plots ranks}
 mkdir -p "$OUT"
 LIB=$(readlink -f "$ART/librcclx.so")
 B=$ART/bench
@@ -210,6 +213,56 @@ fi
 # End to end: tensor-parallel decode and prefill, stock vs rcclx (OUT/e2e/summary.md).
 if step e2e; then
   run e2e 1500 env RCCLX_LIB="$LIB" STOCK_NCCL="$STOCK" NPROC="$N" bash bench/e2e/run.sh "$OUT/e2e"
+fi
+
+# 3-8 ranks on the GPUs present, by putting several ranks on one GPU (the stock library refuses
+# that, so the harness makes the communicators: gpu-tests/src/world.rs). Every kernel family at
+# every rank count, with that rank count's crossovers and buffer sizes:
+#   dda      ranks: every collective x DDA algorithm x type x op, odd counts, both placements,
+#            bit-exact against the CPU model of rcclx's reduction order; ranks identical
+#   windows  the same (quick) and the AllToAllv with 256 KiB of staging: many windows per call
+#   stress   10,000 random calls per rank count, back to back, every one checked
+#   a2av     the GPU-resident AllToAllv, three C forms, every split pattern
+#   graph    one call per kernel family (low precision included) replayed 1,000 times in a graph
+#   procs    one process per rank (the IPC path; time-sliced on a shared GPU: quick cases)
+#   lowp     lowp_accuracy --world: FP8 and INT8, all four collectives, against the codec model
+#            and its bounds (1 MiB of staging: several windows), streams and processes
+# Ranks as streams of one process run at once (grids capped to fit together on the GPU); as
+# processes they are time-sliced (milliseconds per barrier), hence the quick case lists there.
+if step ranks; then
+  G=${RANKS_GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')}
+  [ "${G:-0}" -ge 1 ] || G=1
+  [ "$G" -gt 2 ] && G=2
+  RS=" ${RANKS_SUITES:-dda windows stress a2av graph procs lowp} "
+  has() { [[ $RS == *" $1 "* ]]; }
+  for n in ${RANKS_N:-3 4 5 6 7 8}; do
+    g=$G
+    [ "$g" -gt "$n" ] && g=$n
+    R="$ART/ranks --nranks $n --gpus $g"
+    tag=n$n-g$g
+    if has dda; then run ranks-dda-$tag 300 $R --suite dda; fi
+    if has windows; then
+      run ranks-dda-windows-$tag 300 env RCCL_DDA_SENDBUF_BYTES=256K $R --suite dda --quick
+      run ranks-a2av-windows-$tag 300 env RCCL_DDA_SENDBUF_BYTES=256K $R --suite a2av
+    fi
+    if has stress; then run ranks-stress-$tag 300 $R --suite stress; fi
+    if has a2av; then run ranks-a2av-$tag 300 $R --suite a2av; fi
+    if has graph; then
+      for c in ${LOWP_CODECS:-fp8 int8}; do run ranks-graph-$c-$tag 300 $R --suite graph --codec $c; done
+    fi
+    if has procs; then
+      run ranks-procs-dda-$tag 300 $R --layout procs --suite dda --quick
+      run ranks-procs-a2av-$tag 300 $R --layout procs --suite a2av --quick
+    fi
+    if has lowp; then
+      for c in ${LOWP_CODECS:-fp8 int8}; do
+        run ranks-lowp-$c-$tag 300 env RCCL_DDA_SENDBUF_BYTES=1M RCCLX_LOW_PRECISION_CODEC=$c \
+          "$ART/lowp_accuracy" --world $g --one-process --procs $n --quick ${RANKS_LOWP_ARGS:-}
+        run ranks-lowp-procs-$c-$tag 300 env RCCLX_LOW_PRECISION_CODEC=$c \
+          "$ART/lowp_accuracy" --world $g --procs $n --quick --filter " 129 "
+      done
+    fi
+  done
 fi
 
 # Plots of the benchmark's JSON files (needs matplotlib).

@@ -18,7 +18,9 @@ pub mod codec;
 pub mod gpu;
 pub mod hex;
 pub mod nccl;
+pub mod reduce;
 pub mod results;
 pub mod watchdog;
+pub mod world;
 
-pub use results::{EXIT_FAILED, EXIT_NO_GPU, EXIT_STALL, Fail, Outcome, Tally};
+pub use results::{EXIT_FAILED, EXIT_NO_GPU, EXIT_STALL, Fail, Outcome, Tally, options_or_exit};

@@ -13,6 +13,22 @@ pub const EXIT_NO_GPU: u8 = 2;
 /// Exit status: the [`crate::watchdog`] saw no progress for its stall limit.
 pub const EXIT_STALL: u8 = 3;
 
+/// The program's options parsed from its arguments, or (bad arguments, `-h`) the error and the
+/// usage on stderr and the exit status [`EXIT_NO_GPU`]. `parse` returns an empty error for `-h`.
+pub fn options_or_exit<T>(
+    program: &str,
+    usage: &str,
+    parse: impl FnOnce(Vec<String>) -> Result<T, String>,
+) -> Result<T, ExitCode> {
+    parse(std::env::args().skip(1).collect()).map_err(|e| {
+        if !e.is_empty() {
+            eprintln!("{program}: {e}");
+        }
+        eprintln!("{usage}");
+        ExitCode::from(EXIT_NO_GPU)
+    })
+}
+
 /// Why a check (or a child's role) failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fail(pub String);

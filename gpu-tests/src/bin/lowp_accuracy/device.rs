@@ -13,6 +13,7 @@ use rcclx::config::LowpCodec;
 use rcclx::gpu::{DeviceBuffer, DevicePtr, MemKind, Runtime, Stream};
 use rcclx::types::{ncclComm_t, ncclRedOp_t, ncclResult_t};
 use rcclx_gpu_tests::codec::{Codec, Fp8Format, Io};
+use rcclx_gpu_tests::world::{FORWARDED, Placement, World};
 use rcclx_gpu_tests::{self as harness, nccl, watchdog};
 
 use crate::cases::{Case, Op, dtype_of, env_codec, lowp_algo};
@@ -215,22 +216,59 @@ fn forward_reason(before: &rcclxCommStats, after: &rcclxCommStats) -> String {
     names.join(",")
 }
 
-/// A set of communicators driven from this thread (one per rank in `ranks`).
+/// Issues the case's collective on one of the harness's communicators (`--world`), through
+/// rcclx's own per-call path: there is no stock communicator behind it to forward to.
+fn issue_world(
+    op: Op,
+    io: Io,
+    count: usize,
+    send: DevicePtr,
+    recv: DevicePtr,
+    comm: ncclComm_t,
+    stream: Stream,
+) -> ncclResult_t {
+    let call = rcclx::intercept::CallDesc { coll: op.coll(), count, dtype: dtype_of(io), op: ncclRedOp_t::Sum };
+    let bufs = rcclx::clique::Buffers { send: send.as_raw() as *const c_void, recv: recv.as_raw(), stream };
+    rcclx::comm::collective(comm, call, bufs, || FORWARDED)
+}
+
+/// A set of communicators driven from this thread (one per rank in `ranks`): the stock
+/// library's, or the harness's (`world`: ranks that may share GPUs, no stock library).
 pub struct Comms {
     pub ranks: Vec<usize>,
     pub comms: Vec<ncclComm_t>,
     pub streams: Vec<Stream>,
     pub nranks: usize,
+    pub world: Option<World>,
 }
 
 impl Comms {
+    /// This process's `ranks` of `placement`, through the harness (`--world`); the other
+    /// processes' ranks exchange through files in `dir`.
+    pub fn world(
+        rt: &'static Runtime,
+        placement: Placement,
+        ranks: &[usize],
+        dir: &std::path::Path,
+    ) -> Result<Comms, String> {
+        watchdog::progress("world setup");
+        let w = World::join(rt, placement, ranks, dir, Duration::from_secs(120)).map_err(|f| f.0)?;
+        Ok(Comms {
+            ranks: w.ranks.clone(),
+            comms: w.comms.clone(),
+            streams: w.streams.clone(),
+            nranks: placement.nranks,
+            world: Some(w),
+        })
+    }
+
     /// Every rank of `n` on devices 0..n by `ncclCommInitAll`, one stream each.
     pub fn init_all(rt: &'static Runtime, n: usize) -> Result<Comms, String> {
         watchdog::progress("ncclCommInitAll");
         let comms = nccl::init_all(n)?;
         let streams =
             (0..n).map(|d| rt.create_stream(d as i32)).collect::<Result<Vec<_>, _>>().map_err(|e| e.to_string())?;
-        Ok(Comms { ranks: (0..n).collect(), comms, streams, nranks: n })
+        Ok(Comms { ranks: (0..n).collect(), comms, streams, nranks: n, world: None })
     }
 
     /// Runs one case on every local rank (inside a group when there are several) and evaluates
@@ -245,8 +283,9 @@ impl Comms {
         let n = self.nranks;
         let (op, io, count) = (case.g.op, case.g.io, case.g.count);
         let mut bufs = Vec::new();
-        for &r in &self.ranks {
-            match setup_buffers(rt, r as i32, case, n, r, &p.inputs[r]) {
+        for (k, &r) in self.ranks.iter().enumerate() {
+            let dev = self.world.as_ref().map_or(r as i32, |w| w.devices[k]);
+            match setup_buffers(rt, dev, case, n, r, &p.inputs[r]) {
                 Ok(b) => bufs.push(b),
                 Err(e) => {
                     return self
@@ -264,13 +303,17 @@ impl Comms {
         let other = if codec == LowpCodec::Int8 { LowpCodec::Fp8 } else { LowpCodec::Int8 };
         let (coll, lp_algo, other_algo) = (op.coll().name(), lowp_algo(codec).name(), lowp_algo(other).name());
         watchdog::progress(&format!("{} (issue)", case.name()));
-        let grouped = self.comms.len() > 1;
+        // The harness's communicators need no group (there is no stock library to enqueue in).
+        let grouped = self.comms.len() > 1 && self.world.is_none();
         let mut rets = Vec::new();
         // SAFETY: group calls take no arguments.
         let gs = if grouped { unsafe { api::ncclGroupStart() } } else { ncclResult_t::Success };
         for (k, b) in bufs.iter().enumerate() {
-            // SAFETY: buffers sized for this call on rank k's device; stream of that device.
-            rets.push(unsafe { issue(op, io, count, b.send, b.recv, self.comms[k], self.streams[k]) });
+            rets.push(match self.world {
+                Some(_) => issue_world(op, io, count, b.send, b.recv, self.comms[k], self.streams[k]),
+                // SAFETY: buffers sized for this call on rank k's device; stream of that device.
+                None => unsafe { issue(op, io, count, b.send, b.recv, self.comms[k], self.streams[k]) },
+            });
         }
         // SAFETY: as above.
         let ge = if grouped { unsafe { api::ncclGroupEnd() } } else { ncclResult_t::Success };
@@ -293,8 +336,12 @@ impl Comms {
                     }
                 },
             };
-            // SAFETY: our communicators live until `destroy`.
-            let ae = unsafe { nccl::async_error(self.comms[k]) };
+            let ae = match self.world {
+                // rcclx's own late error (a kernel timeout); nothing is asked of a stock library.
+                Some(_) => rcclx::comm::lookup(self.comms[k]).map_or(ncclResult_t::Success, |s| s.own_error()),
+                // SAFETY: our communicators live until `destroy`.
+                None => unsafe { nccl::async_error(self.comms[k]) },
+            };
             if !ae.is_ok() && res.call_ok {
                 res.call_ok = false;
                 res.err = format!("ncclCommGetAsyncError: {}", nccl::error_string(ae));
@@ -310,6 +357,10 @@ impl Comms {
     }
 
     pub fn destroy(self, rt: &Runtime) {
+        if let Some(w) = self.world {
+            w.end(rt);
+            return;
+        }
         for (&c, &s) in self.comms.iter().zip(&self.streams) {
             // SAFETY: our own communicator, destroyed once, after its work finished.
             unsafe { api::ncclCommDestroy(c) };

@@ -8,6 +8,11 @@
 //!                   communicator by ncclCommInitRank (unique id through a temp file)
 //!   --one-process   one thread, ncclCommInitAll on devices 0..N-1 (N from --procs, default 2),
 //!                   every case issued for all communicators inside ncclGroupStart/End
+//!   --world G       communicators made by the test harness instead of the stock library
+//!                   (rcclx_gpu_tests::world), so that ranks can share GPUs: the N ranks on G
+//!                   GPUs (rank r on GPU r*G/N); with --one-process every rank is a stream of
+//!                   this process (the grids of ranks sharing a GPU capped to fit together),
+//!                   else one process per rank (IPC; time-sliced on a shared GPU: use --quick)
 //!   --toggle        LP switch read at communicator creation: comm A with
 //!                   RCCL_LOW_PRECISION_ENABLE=1, comm B with it unset, comm C with only
 //!                   RCCL_LOW_PRECISION_ENABLE_ALLGATHER=1; checks which calls took the LP path
@@ -62,7 +67,8 @@ use rcclx::config::LowpCodec;
 use rcclx::gpu::Runtime;
 use rcclx_gpu_tests::codec::synth::Dist;
 use rcclx_gpu_tests::codec::{Codec, Fp8Format, Io};
-use rcclx_gpu_tests::{self as harness, EXIT_FAILED, EXIT_NO_GPU, Tally, watchdog};
+use rcclx_gpu_tests::world::{self, Layout, Placement};
+use rcclx_gpu_tests::{self as harness, EXIT_FAILED, Tally, watchdog};
 
 use cases::{Case, Group, Op, codec_name, expect_lowp};
 use device::Comms;
@@ -100,6 +106,8 @@ struct Opts {
     host_check: bool,
     /// The low-precision codec (`--codec`, else `RCCLX_LOW_PRECISION_CODEC`, else FP8).
     codec: LowpCodec,
+    /// `--world G`: the harness's communicators, the ranks on G GPUs.
+    world: Option<usize>,
     idfile: Option<String>,
     /// The arguments as given (passed on to children).
     raw: Vec<String>,
@@ -124,6 +132,7 @@ fn parse_args(args: Vec<String>) -> Result<Opts, String> {
         list: false,
         host_check: false,
         codec: LowpCodec::Fp8,
+        world: None,
         idfile: None,
         raw: args.clone(),
     };
@@ -137,6 +146,7 @@ fn parse_args(args: Vec<String>) -> Result<Opts, String> {
         match a.as_str() {
             "--procs" => o.nranks = num(it.next(), "--procs")? as usize,
             "--one-process" => o.mode = Mode::OneProcess,
+            "--world" => o.world = Some(num(it.next(), "--world")? as usize),
             "--toggle" => o.mode = Mode::Toggle,
             "--quick" => o.quick = true,
             "--no-lp" => o.no_lp = true,
@@ -165,6 +175,12 @@ fn parse_args(args: Vec<String>) -> Result<Opts, String> {
     if !(2..=MAX_RANKS).contains(&o.nranks) {
         return Err(format!("--procs must be 2..={MAX_RANKS}"));
     }
+    if o.world.is_some_and(|g| !(1..=o.nranks).contains(&g)) {
+        return Err("--world G needs 1 <= G <= the rank count".into());
+    }
+    if o.world.is_some() && o.mode == Mode::Toggle {
+        return Err("--world and --toggle do not combine".into());
+    }
     if let Some(r) = child {
         if r >= o.nranks {
             return Err(format!("--child rank {r} >= {}", o.nranks));
@@ -174,7 +190,7 @@ fn parse_args(args: Vec<String>) -> Result<Opts, String> {
     Ok(o)
 }
 
-const USAGE: &str = "usage: lowp_accuracy [--procs N | --one-process | --toggle] [--codec fp8|int8] [--quick] [--filter TEXT] [--no-lp] [--default-min-bytes] [--seed N] [--list] [--host-check]";
+const USAGE: &str = "usage: lowp_accuracy [--procs N | --one-process | --toggle] [--world G] [--codec fp8|int8] [--quick] [--filter TEXT] [--no-lp] [--default-min-bytes] [--seed N] [--list] [--host-check]";
 
 /// rcclx's codec variable.
 const CODEC_VAR: &str = "RCCLX_LOW_PRECISION_CODEC";
@@ -211,15 +227,9 @@ fn set_default_env(no_lp: bool, default_min_bytes: bool, codec: LowpCodec) {
 }
 
 fn main() -> ExitCode {
-    let opts = match parse_args(std::env::args().skip(1).collect()) {
+    let opts = match harness::options_or_exit("lowp_accuracy", USAGE, parse_args) {
         Ok(o) => o,
-        Err(e) => {
-            if !e.is_empty() {
-                eprintln!("lowp_accuracy: {e}");
-            }
-            eprintln!("{USAGE}");
-            return ExitCode::from(EXIT_NO_GPU);
-        }
+        Err(code) => return code,
     };
     if opts.list {
         for (i, c) in opts.cases().iter().enumerate() {
@@ -236,7 +246,7 @@ fn main() -> ExitCode {
         return run_host_check(&opts);
     }
     watchdog::start(STALL_LIMIT);
-    let rt = match harness::gpu::runtime_or_exit("lowp_accuracy", opts.nranks) {
+    let rt = match harness::gpu::runtime_or_exit("lowp_accuracy", opts.world.unwrap_or(opts.nranks)) {
         Ok(rt) => rt,
         Err(code) => return code,
     };
@@ -264,7 +274,16 @@ fn main() -> ExitCode {
 /// `--one-process`: one thread drives every rank.
 fn run_one_process(opts: &Opts, rt: &'static Runtime) -> ExitCode {
     let n = opts.nranks;
-    let comms = match Comms::init_all(rt, n) {
+    let made = match opts.world {
+        Some(gpus) => {
+            let placement = Placement { nranks: n, gpus, layout: Layout::Streams };
+            println!("INFO {}", placement.describe());
+            let ranks: Vec<usize> = (0..n).collect();
+            world::fresh_dir("lowp").map_err(|f| f.0).and_then(|dir| Comms::world(rt, placement, &ranks, &dir))
+        }
+        None => Comms::init_all(rt, n),
+    };
+    let comms = match made {
         Ok(c) => c,
         Err(e) => {
             println!("FATAL {e}");
@@ -312,8 +331,11 @@ fn run_host_check(opts: &Opts) -> ExitCode {
         // The checks must catch a wrong element: 4 ulps off, and a NaN.
         let m = p.model(0);
         let finite = |i: &usize| m[*i].is_finite();
-        let k = (0..m.len()).filter(finite).max_by(|&a, &b| m[a].abs().total_cmp(&m[b].abs())).unwrap_or(0);
-        let mut planted = vec![(k, "4 ulp", m[k] + 4.0 * g.io.ulp(m[k])), (k, "NaN", f32::NAN)];
+        // (An output of one NaN element, from a `specials` input at count 1, has no finite one.)
+        let mut planted = Vec::new();
+        if let Some(k) = (0..m.len()).filter(finite).max_by(|&a, &b| m[a].abs().total_cmp(&m[b].abs())) {
+            planted.extend([(k, "4 ulp", m[k] + 4.0 * g.io.ulp(m[k])), (k, "NaN", f32::NAN)]);
+        }
         // Where the model is NaN/inf (a NaN/inf input), a finite value must be caught too.
         if let Some(j) = (0..m.len()).find(|i| !finite(i)) {
             planted.push((j, "finite-for-non-finite", 0.0));

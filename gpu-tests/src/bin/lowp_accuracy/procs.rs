@@ -12,6 +12,7 @@ use rcclx::abi::table as api;
 use rcclx::gpu::Runtime;
 use rcclx::types::{NCCL_UNIQUE_ID_BYTES, ncclComm_t, ncclUniqueId};
 use rcclx_gpu_tests::children::{Children, Line};
+use rcclx_gpu_tests::world::{self, Layout, Placement};
 use rcclx_gpu_tests::{EXIT_FAILED, Tally, hex, nccl, watchdog};
 
 use crate::Opts;
@@ -30,7 +31,17 @@ const EXIT_WAIT: Duration = Duration::from_secs(10);
 /// The parent: spawns the ranks and merges their results.
 pub fn run_procs(opts: &Opts) -> ExitCode {
     let n = opts.nranks;
-    let idfile = std::env::temp_dir().join(format!("lowp_accuracy.{}.id", std::process::id()));
+    // The NCCL unique id's file, or (--world) the directory of the harness's exchange.
+    let idfile = match opts.world {
+        Some(_) => match world::fresh_dir("lowp") {
+            Ok(d) => d,
+            Err(e) => {
+                println!("FATAL {}", e.0);
+                return ExitCode::from(EXIT_FAILED);
+            }
+        },
+        None => std::env::temp_dir().join(format!("lowp_accuracy.{}.id", std::process::id())),
+    };
     let _ = std::fs::remove_file(&idfile);
     let rank_args = (0..n).map(|r| {
         let mut args: Vec<String> = opts.raw.clone();
@@ -120,6 +131,7 @@ pub fn run_procs(opts: &Opts) -> ExitCode {
         }
     }
     let _ = std::fs::remove_file(&idfile);
+    let _ = std::fs::remove_dir_all(&idfile);
     let missing = reported.iter().filter(|&&x| !x).count();
     if missing > 0 {
         println!("FAIL {missing} case(s) did not complete");
@@ -131,17 +143,44 @@ pub fn run_procs(opts: &Opts) -> ExitCode {
     tally.finish()
 }
 
-/// One rank (`--child RANK IDFILE`): results go to stdout as `RESULT <case index> key=value...`.
+/// One rank (`--child RANK IDFILE`; with `--world`, IDFILE is the exchange directory): results
+/// go to stdout as `RESULT <case index> key=value...`.
 pub fn run_child(opts: &Opts, rank: usize, rt: &'static Runtime) -> ExitCode {
     let n = opts.nranks;
     let fatal = |what: String| {
         println!("FATAL {what}");
         ExitCode::from(EXIT_FAILED)
     };
-    if let Err(e) = rt.set_device(rank as i32) {
-        return fatal(format!("set_device({rank}): {e}"));
-    }
     let idfile = opts.idfile.clone().expect("child has an id file");
+    let comms = match opts.world {
+        Some(gpus) => {
+            let placement = Placement { nranks: n, gpus, layout: Layout::Procs };
+            match Comms::world(rt, placement, &[rank], std::path::Path::new(&idfile)) {
+                Ok(c) => c,
+                Err(e) => return fatal(e),
+            }
+        }
+        None => match nccl_rank(opts, rank, rt, &idfile) {
+            Ok(c) => c,
+            Err(e) => return fatal(e),
+        },
+    };
+    let (codec, _) = device::model_codec(rt, opts.codec);
+    for_each_prepared(&opts.cases(), n, codec, opts.seed, |i, case, p, _, _| {
+        let rs = comms.run_case(rt, case, p, &mut |s| println!("NOTE {s}"));
+        println!("RESULT {i} {}", rs[0].to_line());
+    });
+    comms.destroy(rt);
+    println!("DONE");
+    ExitCode::SUCCESS
+}
+
+/// Rank `rank`'s stock communicator: rank 0 writes the NCCL unique id to `idfile`, the others
+/// read it.
+fn nccl_rank(opts: &Opts, rank: usize, rt: &'static Runtime, idfile: &str) -> Result<Comms, String> {
+    let n = opts.nranks;
+    let fatal = Err::<Comms, String>;
+    rt.set_device(rank as i32).map_err(|e| format!("set_device({rank}): {e}"))?;
     let id = if rank == 0 {
         let mut id = ncclUniqueId { internal: [0; NCCL_UNIQUE_ID_BYTES] };
         // SAFETY: `id` is a writable ncclUniqueId.
@@ -151,8 +190,8 @@ pub fn run_child(opts: &Opts, rank: usize, rt: &'static Runtime) -> ExitCode {
         }
         let tmp = format!("{idfile}.tmp");
         // Written whole, then renamed: a reader never sees part of it.
-        if let Err(e) = std::fs::write(&tmp, hex::encode(&id.internal.map(|b| b as u8)))
-            .and_then(|_| std::fs::rename(&tmp, &idfile))
+        if let Err(e) =
+            std::fs::write(&tmp, hex::encode(&id.internal.map(|b| b as u8))).and_then(|_| std::fs::rename(&tmp, idfile))
         {
             return fatal(format!("writing {idfile}: {e}"));
         }
@@ -161,7 +200,7 @@ pub fn run_child(opts: &Opts, rank: usize, rt: &'static Runtime) -> ExitCode {
         let deadline = Instant::now() + ID_WAIT;
         loop {
             watchdog::progress("waiting for the unique id");
-            let text = std::fs::read_to_string(&idfile).unwrap_or_default();
+            let text = std::fs::read_to_string(idfile).unwrap_or_default();
             if let Ok(bytes) = hex::decode(&text, NCCL_UNIQUE_ID_BYTES) {
                 break ncclUniqueId { internal: std::array::from_fn(|i| bytes[i] as _) };
             }
@@ -182,13 +221,5 @@ pub fn run_child(opts: &Opts, rank: usize, rt: &'static Runtime) -> ExitCode {
         Ok(s) => s,
         Err(e) => return fatal(format!("create_stream: {e}")),
     };
-    let comms = Comms { ranks: vec![rank], comms: vec![comm], streams: vec![stream], nranks: n };
-    let (codec, _) = device::model_codec(rt, opts.codec);
-    for_each_prepared(&opts.cases(), n, codec, opts.seed, |i, case, p, _, _| {
-        let rs = comms.run_case(rt, case, p, &mut |s| println!("NOTE {s}"));
-        println!("RESULT {i} {}", rs[0].to_line());
-    });
-    comms.destroy(rt);
-    println!("DONE");
-    ExitCode::SUCCESS
+    Ok(Comms { ranks: vec![rank], comms: vec![comm], streams: vec![stream], nranks: n, world: None })
 }

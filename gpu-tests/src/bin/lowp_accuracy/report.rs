@@ -182,7 +182,14 @@ pub fn evaluate(p: &Prepared, r: usize, io: Io, out_bytes: &[u8], note: &mut dyn
             ));
         }
     }
-    res.rel_l2 = (num / den).sqrt();
+    // No finite exact value (every element a NaN/inf input's, left out above): nothing to measure.
+    res.rel_l2 = if den > 0.0 {
+        (num / den).sqrt()
+    } else if num == 0.0 {
+        0.0
+    } else {
+        f64::INFINITY
+    };
     res.max_rel = maxabs / maxe;
     let mut h = Fnv::new();
     h.write(out_bytes);

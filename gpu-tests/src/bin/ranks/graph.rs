@@ -1,0 +1,264 @@
+//! The `graph` suite: one call of every kernel family (DDA LL, flat and two-shot, low precision
+//! with the codec of `--codec`, the GPU-resident AllToAllv), captured on every rank's stream
+//! into a CUDA/HIP graph together with a reset of its outputs, and replayed 1,000 times; then
+//! every output must be bit-identical to the same calls run eagerly, and the eager DDA outputs
+//! exact against the model. Replays advance the kernels' window counters and LL parities in
+//! device memory, so a replay that reused stale state would hang or differ.
+
+use rcclx::intercept::Coll;
+use rcclx_gpu_tests::reduce::{self, Op, Ty};
+use rcclx_gpu_tests::{Fail, watchdog};
+
+use crate::Opts;
+use crate::a2av;
+use crate::cases::{Case, Image, SPECIAL_EVERY, expected};
+use crate::device::{self, Ranks, kernel_for, report, route_calls};
+
+/// Replays of the graph.
+const REPLAYS: usize = 1000;
+
+/// A call of the graph.
+enum Call {
+    Coll(Case),
+    A2av(a2av::Case, a2av::Prepared),
+}
+
+/// One call per kernel family the clique can run: for each target route, the first candidate
+/// (type, op, size) that rcclx routes there.
+fn calls(dev: &Ranks, seed: u64) -> Vec<(String, Call)> {
+    let c = &dev.world.cliques[0];
+    let n = dev.nranks();
+    let th = c.thresholds;
+    let lp = if c.facts.lowp.int8 { "int8" } else { "lowp" };
+    let mut out = Vec::new();
+    for coll in Coll::ALL {
+        let mut targets = vec!["ll", "flat"];
+        if coll == Coll::AllReduce && th.flat_max_bytes < th.tree_max_bytes {
+            targets.push("tree");
+        }
+        if c.facts.lowp.any() {
+            targets.push(lp);
+        }
+        for algo in targets {
+            let want = match (coll, n, algo) {
+                (Coll::AllReduce, 2, "lowp" | "int8") => format!("allreduce.{algo}_pair"),
+                _ => format!("{}.{algo}", coll.name()),
+            };
+            let mut found = None;
+            'search: for (ty, op) in [(Ty::I32, Op::Sum), (Ty::F32, Op::Max), (Ty::F32, Op::Sum), (Ty::Bf16, Op::Sum)] {
+                let s = ty.size() as u64;
+                let per = if coll == Coll::AllReduce { s } else { s * n as u64 };
+                let lowp_min = th.lowp_min_bytes[coll as usize];
+                let counts = [
+                    4099 / s,
+                    th.ll_max_bytes / s + 5,
+                    th.flat_max_bytes / s + 7,
+                    lowp_min / per + 1001,
+                    (3 << 20) / per,
+                ];
+                for count in counts {
+                    let case = Case { coll, ty, op, count: count.max(1) as usize, inplace: false, shift: 0 };
+                    if kernel_for(c, &case.call()).0 == want {
+                        found = Some(case);
+                        break 'search;
+                    }
+                }
+            }
+            match found {
+                Some(case) => out.push((want, Call::Coll(case))),
+                None => out.push((
+                    want,
+                    Call::Coll(Case { coll, ty: Ty::U8, op: Op::Sum, count: 0, inplace: false, shift: 0 }),
+                )),
+            }
+        }
+    }
+    let a = a2av::Case { form: a2av::Form::Packed, pattern: a2av::Pattern::Random, ty: Ty::Bf16, row: 7, cap: 301 };
+    let prep = a2av::Prepared::new(&a, n, seed, 7);
+    out.push(("alltoallv.dynamic".into(), Call::A2av(a, prep)));
+    out
+}
+
+pub fn run(dev: &mut Ranks, opts: &Opts) -> Result<(), Fail> {
+    let n = dev.nranks();
+    let list = calls(dev, opts.seed);
+    let missing: Vec<&str> =
+        list.iter().filter(|(_, c)| matches!(c, Call::Coll(x) if x.count == 0)).map(|(w, _)| w.as_str()).collect();
+    if !missing.is_empty() {
+        return Err(Fail(format!("no call reaches {missing:?} with this clique's thresholds")));
+    }
+    // Every rank's inputs (for the model), and each call's place in every local rank's arena.
+    let inputs: Vec<Vec<Vec<u8>>> = list
+        .iter()
+        .map(|(_, c)| match c {
+            Call::Coll(case) => (0..n)
+                .map(|r| reduce::generate(case.ty, case.in_len(n), case.seed(opts.seed, r), SPECIAL_EVERY))
+                .collect(),
+            Call::A2av(..) => Vec::new(),
+        })
+        .collect();
+    // Per local rank: each call's offset (and image, for a collective), and the whole upload.
+    type Layout = (Vec<(usize, Option<Image>)>, Vec<u8>);
+    let mut layouts: Vec<Layout> = Vec::new();
+    for k in 0..dev.local() {
+        let r = dev.world.ranks[k];
+        let (mut per, mut bytes) = (Vec::new(), Vec::new());
+        for ((_, c), ins) in list.iter().zip(&inputs) {
+            let at = bytes.len().next_multiple_of(256);
+            bytes.resize(at, 0xFF);
+            match c {
+                Call::Coll(case) => {
+                    let s = case.ty.size();
+                    let img = Image::new(case.coll, false, r, case.in_len(n) * s, case.out_len(n) * s, 0);
+                    bytes.extend(img.build(&ins[r], 0xEE));
+                    per.push((at, Some(img)));
+                }
+                Call::A2av(_, prep) => {
+                    bytes.extend(prep.image(r));
+                    per.push((at, None));
+                }
+            }
+        }
+        layouts.push((per, bytes));
+    }
+    let upload = |dev: &mut Ranks| -> Result<(), Fail> {
+        for (k, (_, bytes)) in layouts.iter().enumerate() {
+            dev.arena(k, bytes.len())?;
+            dev.upload(k, 0, bytes)?;
+        }
+        Ok(())
+    };
+    // Issues every call on local rank k (`reset`: first the poison over what each call writes);
+    // the route each call took (its statistics route).
+    let issue = |dev: &Ranks, k: usize, reset: bool| -> Result<Vec<String>, Fail> {
+        let base = dev.arena_ptr(k)?;
+        let mut routes = Vec::new();
+        for (i, (_, c)) in list.iter().enumerate() {
+            let at = layouts[k].0[i].0;
+            let p = base.offset(at);
+            let before = route_calls(dev.world.comms[k]);
+            let ret = match c {
+                Call::Coll(case) => {
+                    let img = layouts[k].0[i].1.as_ref().expect("a collective has an image");
+                    if reset {
+                        dev.memset(k, p.offset(img.out.start), 0xEE, img.out.len())?;
+                    }
+                    dev.collective(k, case.call(), p.offset(img.send), p.offset(img.recv))
+                }
+                Call::A2av(case, prep) => {
+                    if reset {
+                        for w in prep.written() {
+                            dev.memset(k, p.offset(w.start), a2av::POISON, w.len())?;
+                        }
+                    }
+                    prep.issue(dev, k, case, p)
+                }
+            };
+            if !ret.is_ok() {
+                return Err(Fail(format!("rank {}: {} returned {}", dev.world.ranks[k], list[i].0, ret.0)));
+            }
+            routes.push(device::grown(&before, &route_calls(dev.world.comms[k])));
+        }
+        Ok(routes)
+    };
+    let names: Vec<String> = list
+        .iter()
+        .map(|(w, c)| match c {
+            Call::Coll(case) => format!("{w} ({})", case.name()),
+            Call::A2av(case, _) => format!("{w} ({})", case.name()),
+        })
+        .collect();
+    let what = |_: usize| format!("graph of {}", names.join(", "));
+
+    // 1. Eagerly: the reference outputs.
+    watchdog::progress("graph: eager run");
+    upload(dev)?;
+    let mut eager_routes = Vec::new();
+    for k in 0..dev.local() {
+        eager_routes.push(issue(dev, k, false)?);
+    }
+    dev.wait_all(&what)?;
+    let eager: Vec<Vec<u8>> =
+        (0..dev.local()).map(|k| dev.download(k, 0, layouts[k].1.len())).collect::<Result<_, _>>()?;
+
+    // 2. Captured with the resets, then replayed.
+    watchdog::progress("graph: capture");
+    upload(dev)?;
+    let mut graphs = Vec::new();
+    for k in 0..dev.local() {
+        let _g = dev.rt.device_guard(dev.world.devices[k])?;
+        dev.rt.begin_capture(dev.stream(k))?;
+        let issued = issue(dev, k, true);
+        let graph = dev.rt.end_capture(dev.stream(k));
+        issued?;
+        graphs.push(graph?);
+    }
+    watchdog::progress("graph: replays");
+    for _ in 0..REPLAYS {
+        for (k, &g) in graphs.iter().enumerate() {
+            dev.rt.launch_graph(g, dev.stream(k))?;
+        }
+    }
+    dev.wait_all(&|k| format!("{} replays of the {}", REPLAYS, what(k)))?;
+
+    // 3. Every call's output after the replays against the eager one (and the eager DDA outputs
+    // against the model).
+    for k in 0..dev.local() {
+        let r = dev.world.ranks[k];
+        let got = dev.download(k, 0, layouts[k].1.len())?;
+        for (i, (want_route, c)) in list.iter().enumerate() {
+            if dev.announcer && k == 0 {
+                rcclx_gpu_tests::children::say(&format!("CASE {i} graph x{REPLAYS}: {}", names[i]));
+            }
+            let at = layouts[k].0[i].0;
+            let (ranges, group, model_ok) = match c {
+                Call::Coll(case) => {
+                    let img = layouts[k].0[i].1.as_ref().expect("a collective has an image");
+                    let out = (at + img.out.start)..(at + img.out.end);
+                    // DDA outputs are exact; low-precision ones are checked by lowp_accuracy.
+                    let model_ok = if want_route.ends_with(".lowp")
+                        || want_route.ends_with(".int8")
+                        || want_route.contains("_pair")
+                    {
+                        Ok(())
+                    } else {
+                        let want = expected(case, n, r, &inputs[i]);
+                        match reduce::mismatches(case.compare_as(), &eager[k][out.clone()], &want) {
+                            (0, _) => Ok(()),
+                            (bad, _) => Err(format!("eager output: {bad} elements differ from the model")),
+                        }
+                    };
+                    // A low-precision AllGather keeps each rank's own chunk exact: outputs differ.
+                    let group = if want_route == "allgather.lowp" || want_route == "allgather.int8" {
+                        r
+                    } else {
+                        case.group(r)
+                    };
+                    (vec![out], group, model_ok)
+                }
+                Call::A2av(case, prep) => {
+                    let (problems, _, _) = prep.check(case, r, &eager[k][at..at + prep.total()]);
+                    let ok = if problems.is_empty() { Ok(()) } else { Err(format!("eager: {}", problems.join("; "))) };
+                    (prep.written().iter().map(|w| (at + w.start)..(at + w.end)).collect(), r, ok)
+                }
+            };
+            let same = ranges.iter().all(|rg| got[rg.clone()] == eager[k][rg.clone()]);
+            let bytes: usize = ranges.iter().map(|rg| rg.len()).sum();
+            let route = &eager_routes[k][i];
+            let (ok, detail) = match (&model_ok, same) {
+                _ if route != want_route => (false, format!("took route {route}, not {want_route}")),
+                (Ok(()), true) => (true, format!("{bytes} bytes identical after {REPLAYS} replays")),
+                (Err(e), _) => (false, e.clone()),
+                (Ok(()), false) => (false, format!("output after {REPLAYS} replays differs from the eager run")),
+            };
+            let h = device::hash(&ranges.iter().flat_map(|rg| got[rg.clone()].to_vec()).collect::<Vec<u8>>());
+            report(i, r, ok, group, &h, route, &detail);
+        }
+    }
+    for (k, g) in graphs.into_iter().enumerate() {
+        let _g = dev.rt.device_guard(dev.world.devices[k]);
+        // SAFETY: our own graph; its replays have finished (waited above).
+        let _ = unsafe { dev.rt.destroy_graph(g) };
+    }
+    Ok(())
+}
