@@ -14,6 +14,14 @@ pub fn host_id() -> u64 {
     fnv1a(text.as_bytes())
 }
 
+/// This process's pid namespace (the inode of `/proc/self/ns/pid`; 0 if it cannot be read):
+/// equal pids name one process only within one namespace (containers on one host have their
+/// own), as NCCL's pid hash also knows.
+pub fn pid_namespace() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino())
+}
+
 /// An identifier of a GPU, the same in every process of the host whatever its device numbering
 /// (`CUDA_VISIBLE_DEVICES`): a hash of its PCI bus id.
 pub fn gpu_id(pci_bus_id: &str) -> u64 {
@@ -36,5 +44,7 @@ mod tests {
         assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
         assert_eq!(gpu_id("0000:1B:00.0"), gpu_id("0000:1b:00.0"));
         assert_ne!(gpu_id("0000:1b:00.0"), gpu_id("0000:1c:00.0"));
+        assert_eq!(pid_namespace(), pid_namespace());
+        assert_ne!(pid_namespace(), 0, "Linux has /proc/self/ns/pid");
     }
 }

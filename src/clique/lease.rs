@@ -23,7 +23,8 @@ pub struct Lease {
     words: *mut AtomicU32,
     name: CString,
     rank: usize,
-    pids: Vec<u32>,
+    /// Each rank's pid, where it names a process we can see (`None`: another pid namespace).
+    pids: Vec<Option<u32>>,
 }
 
 // SAFETY: the mapping is only accessed through atomics, and lives until `drop`.
@@ -45,7 +46,9 @@ pub fn nonce() -> u64 {
 
 impl Lease {
     /// Opens (creating if needed) the lease named by rank 0's pid and nonce and marks `rank` open.
-    pub fn join(pid0: u32, nonce0: u64, rank: usize, pids: Vec<u32>) -> Result<Lease, String> {
+    /// `pids`: each rank's pid, or `None` for a rank in another pid namespace, whose liveness
+    /// this process cannot check (such a peer counts as alive while it is open).
+    pub fn join(pid0: u32, nonce0: u64, rank: usize, pids: Vec<Option<u32>>) -> Result<Lease, String> {
         if pids.len() > MAX_RANKS || rank >= pids.len() {
             return Err(format!("lease for rank {rank} of {}", pids.len()));
         }
@@ -94,9 +97,9 @@ impl Lease {
 
     /// No peer may still read this rank's memory: each is closed, never opened, or gone.
     pub fn peers_done(&self) -> bool {
-        (0..self.pids.len())
-            .filter(|&p| p != self.rank)
-            .all(|p| self.word(p).load(Ordering::Acquire) != OPEN || !process_alive(self.pids[p]))
+        (0..self.pids.len()).filter(|&p| p != self.rank).all(|p| {
+            self.word(p).load(Ordering::Acquire) != OPEN || self.pids[p].is_some_and(|pid| !process_alive(pid))
+        })
     }
 }
 
@@ -127,9 +130,9 @@ mod tests {
     fn freed_only_when_every_peer_closed() {
         let me = std::process::id();
         let n = nonce();
-        let a = Lease::join(me, n, 0, vec![me, me]).unwrap();
+        let a = Lease::join(me, n, 0, vec![Some(me), Some(me)]).unwrap();
         assert!(a.peers_done(), "a peer that never joined cannot have mapped anything");
-        let b = Lease::join(me, n, 1, vec![me, me]).unwrap();
+        let b = Lease::join(me, n, 1, vec![Some(me), Some(me)]).unwrap();
         assert!(!a.peers_done() && !b.peers_done());
         a.close();
         assert!(b.peers_done() && !a.peers_done());
@@ -146,10 +149,16 @@ mod tests {
     #[test]
     fn a_dead_peer_counts_as_done() {
         let me = std::process::id();
-        let a = Lease::join(me, nonce(), 0, vec![me, u32::MAX / 2]).unwrap();
+        let a = Lease::join(me, nonce(), 0, vec![Some(me), Some(u32::MAX / 2), None]).unwrap();
         // Mark the fake peer open by hand.
         a.word(1).store(OPEN, Ordering::Release);
         assert!(a.peers_done());
+        // A peer in another pid namespace: its pid says nothing here, so it is alive while open.
+        a.word(2).store(OPEN, Ordering::Release);
+        assert!(!a.peers_done());
+        a.word(2).store(CLOSED, Ordering::Release);
+        assert!(a.peers_done());
         a.word(1).store(0, Ordering::Release);
+        a.word(2).store(0, Ordering::Release);
     }
 }

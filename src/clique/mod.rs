@@ -465,6 +465,7 @@ fn prepare(l: &mut Local, env_cfg: &Config, sharing: Sharing) {
     rec.host = host::host_id();
     rec.nonce = lease::nonce();
     rec.pid = std::process::id();
+    rec.pidns = host::pid_namespace();
     rec.device = m.device;
     rec.rank = m.rank as u32;
     rec.max_blocks = cfg.dda_max_blocks.clamp(1, 1024);
@@ -593,7 +594,9 @@ fn first_verdict(l: &Local, recs: &[Record]) -> Option<Mapped> {
         tracing::info!("comm {:p} rank {}: rcclx kernels off: {why}", m.comm, m.rank);
         return None;
     }
-    let pids = recs.iter().map(|r| r.pid).collect();
+    // A peer's pid says whether it is alive only inside our pid namespace.
+    let me = &recs[m.rank];
+    let pids = recs.iter().map(|r| (r.pidns == me.pidns && r.host == me.host).then_some(r.pid)).collect();
     let lease = match Lease::join(recs[0].pid, recs[0].nonce, m.rank, pids) {
         Ok(lease) => lease,
         Err(e) => {
@@ -621,7 +624,7 @@ fn map_peers(l: &Local, recs: &[Record]) -> Result<PeerPtrs, Error> {
     let mut maps = Vec::new();
     let (mut staging, mut flags, mut ll) = ([0u64; MAX_RANKS], [0u64; MAX_RANKS], [0u64; MAX_RANKS]);
     for (p, r) in recs.iter().enumerate() {
-        if p == rank || r.pid == me.pid {
+        if p == rank || record::same_process(r, me) {
             // Same process (ncclCommInitAll, threads, nccl-tests -g N): raw pointers.
             if r.device != device {
                 if l.fault.peer {

@@ -12,6 +12,7 @@ pub struct Record {
     pub host: u64,
     /// Random per setup; rank 0's names the clique's lease (`lease.rs`).
     pub nonce: u64,
+    /// The pid and its namespace (`host::pid_namespace`): together they name one process.
     pub pid: u32,
     pub device: i32,
     /// 1 when this rank allocated its resources and has kernels for its GPU.
@@ -48,6 +49,7 @@ pub struct Record {
     /// The setup's `Sharing`: 1 if ranks may share a GPU; the grid cap (0: none).
     pub shared_gpus: u32,
     pub grid_cap: u32,
+    pub pidns: u64,
 }
 
 /// "rcclx_v7": bumped whenever the layout or meaning of a field changes.
@@ -76,6 +78,12 @@ impl Record {
     pub fn all(gathered: &[u8]) -> Vec<Record> {
         gathered.chunks(BYTES).map(Record::from_bytes).collect()
     }
+}
+
+/// Whether two ranks' records come from one process (so each can use the other's pointers as
+/// they are): same host, same pid, same pid namespace.
+pub fn same_process(a: &Record, b: &Record) -> bool {
+    a.host == b.host && a.pid == b.pid && a.pidns == b.pidns
 }
 
 /// The first verdict: all on one host, all capable, same arch and sizes, 2..=8 ranks, each rank
@@ -165,6 +173,22 @@ mod tests {
                 assert!(verdict(rank, 3, &v).is_err(), "change {change} rank {rank}");
             }
         }
+    }
+
+    #[test]
+    fn one_process_is_one_pid_in_one_namespace() {
+        let v = recs(2);
+        let (mut a, mut b) = (v[0], v[1]);
+        a.pid = 7;
+        b.pid = 7;
+        a.pidns = 4026531836;
+        b.pidns = 4026531836;
+        assert!(same_process(&a, &b));
+        b.pidns = 4026532000; // another container's pid 7
+        assert!(!same_process(&a, &b));
+        b.pidns = a.pidns;
+        b.host ^= 1;
+        assert!(!same_process(&a, &b));
     }
 
     #[test]
