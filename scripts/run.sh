@@ -7,7 +7,7 @@
 # compilers of ci/install-toolchains.sh are in .tools/; else it only forwards), then says
 # what needs a GPU. With GPUs: scripts/gpu-prep.sh (toolchains, library with kernels, test
 # programs, benchmark; staged in .carry/) and scripts/gpu-tests.sh (needs 2 GPUs; NRANKS=N
-# for more), logs under bench/results/<date>-gpu/.
+# for more; its step `ranks` runs 3-8 ranks on 1 GPU), logs under bench/results/<date>-gpu/.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -27,5 +27,6 @@ fi
 cargo build --release
 [ -f "$lib" ] || { echo "run.sh: $lib was not built" >&2; exit 1; }
 echo "run.sh: no GPU here. Built $lib; it forwards every call unless its kernels were compiled"
-echo "  (they are when ci/install-toolchains.sh has run). The GPU suite and benchmark need 2 GPUs:"
-echo "  bash scripts/gpu-prep.sh here, copy the tree with .carry/, then bash scripts/gpu-tests.sh there."
+echo "  (they are when ci/install-toolchains.sh has run). The GPU suite and benchmark need 2 GPUs"
+echo "  (its 3-8 rank step, STEPS=ranks, runs on 1): bash scripts/gpu-prep.sh here, copy the tree"
+echo "  with .carry/, then bash scripts/gpu-tests.sh there."
