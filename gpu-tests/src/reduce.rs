@@ -168,34 +168,25 @@ trait Half16: Copy {
     fn from_bits16(b: u16) -> Self;
     fn bits16(self) -> u16;
 }
-impl Half16 for f16 {
-    fn to32(self) -> f32 {
-        self.to_f32()
-    }
-    fn from32(x: f32) -> Self {
-        f16::from_f32(x)
-    }
-    fn from_bits16(b: u16) -> Self {
-        f16::from_bits(b)
-    }
-    fn bits16(self) -> u16 {
-        self.to_bits()
-    }
+macro_rules! half16 {
+    ($($t:ty),*) => {$(
+        impl Half16 for $t {
+            fn to32(self) -> f32 {
+                self.to_f32()
+            }
+            fn from32(x: f32) -> Self {
+                <$t>::from_f32(x)
+            }
+            fn from_bits16(b: u16) -> Self {
+                <$t>::from_bits(b)
+            }
+            fn bits16(self) -> u16 {
+                self.to_bits()
+            }
+        }
+    )*};
 }
-impl Half16 for bf16 {
-    fn to32(self) -> f32 {
-        self.to_f32()
-    }
-    fn from32(x: f32) -> Self {
-        bf16::from_f32(x)
-    }
-    fn from_bits16(b: u16) -> Self {
-        bf16::from_bits(b)
-    }
-    fn bits16(self) -> u16 {
-        self.to_bits()
-    }
-}
+half16!(f16, bf16);
 
 fn half_model<H: Half16>(inputs: &[&[u8]], out: &mut [u8], op: Op) {
     let n = inputs.len();

@@ -16,7 +16,6 @@
 //! Calls go through `rcclx::comm::collective` with a `forward` that fails: these communicators
 //! have no stock counterpart, so a call rcclx would forward is an error the tests report.
 
-use std::ffi::c_void;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -243,11 +242,6 @@ impl World {
     pub fn abort_kernels(&self) {
         self.cliques.iter().for_each(|c| c.request_abort());
     }
-}
-
-/// The raw pointer form of a device address, for the C-style calls.
-pub fn ptr(p: rcclx::gpu::DevicePtr) -> *mut c_void {
-    p.as_raw()
 }
 
 /// A fresh directory for one run's exchange files: `<tmp>/rcclx-world-<pid>-<tag>`.

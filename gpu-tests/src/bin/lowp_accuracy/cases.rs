@@ -7,6 +7,7 @@ use rcclx::intercept::{Algo, CallDesc, Coll, CommFacts, LowpSwitches, Route, Thr
 use rcclx::types::{ncclDataType_t, ncclRedOp_t};
 use rcclx_gpu_tests::codec::Io;
 use rcclx_gpu_tests::codec::synth::Dist;
+use rcclx_gpu_tests::fnv::Fnv;
 
 const MI: usize = 1024 * 1024;
 
@@ -207,20 +208,6 @@ pub fn seed(g: &Group, r: usize, base: u64) -> u64 {
         h.write(&v.to_le_bytes());
     }
     h.0
-}
-
-/// 64-bit FNV-1a, for seeds and output fingerprints (stable across builds and processes).
-pub struct Fnv(pub u64);
-
-impl Fnv {
-    pub fn new() -> Self {
-        Fnv(0xcbf2_9ce4_8422_2325)
-    }
-    pub fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
-        }
-    }
 }
 
 /// Whether rcclx should run the call on the low-precision path (FP8 or INT8: `Algo::Lowp` or

@@ -124,11 +124,14 @@ fn collect(b: &RankBufs) -> Result<(Vec<u8>, bool, bool), String> {
     Ok((all[b.out.clone()].to_vec(), guard_ok, send_ok))
 }
 
-/// Issues the case's collective on one communicator.
+/// Issues the case's collective on one communicator: the stock library's, through rcclx's
+/// exports as an application calls them; or (`harness`) one of the harness's (`--world`),
+/// through rcclx's own per-call path, since no stock communicator stands behind it to forward to.
 ///
 /// # Safety
 /// `send`/`recv` are device buffers of the sizes the call implies on the communicator's
 /// device, and `stream` is a stream of that device.
+#[allow(clippy::too_many_arguments)]
 unsafe fn issue(
     op: Op,
     io: Io,
@@ -137,8 +140,14 @@ unsafe fn issue(
     recv: DevicePtr,
     comm: ncclComm_t,
     stream: Stream,
+    harness: bool,
 ) -> ncclResult_t {
     let (s, r, dt, st) = (send.as_raw() as *const c_void, recv.as_raw(), dtype_of(io), stream.as_raw());
+    if harness {
+        let call = rcclx::intercept::CallDesc { coll: op.coll(), count, dtype: dt, op: ncclRedOp_t::Sum };
+        let bufs = rcclx::clique::Buffers { send: s, recv: r, stream };
+        return rcclx::comm::collective(comm, call, bufs, || FORWARDED);
+    }
     // SAFETY: forwarded from the caller (the NCCL contract of each call).
     unsafe {
         match op {
@@ -214,22 +223,6 @@ fn forward_reason(before: &rcclxCommStats, after: &rcclxCommStats) -> String {
         }
     }
     names.join(",")
-}
-
-/// Issues the case's collective on one of the harness's communicators (`--world`), through
-/// rcclx's own per-call path: there is no stock communicator behind it to forward to.
-fn issue_world(
-    op: Op,
-    io: Io,
-    count: usize,
-    send: DevicePtr,
-    recv: DevicePtr,
-    comm: ncclComm_t,
-    stream: Stream,
-) -> ncclResult_t {
-    let call = rcclx::intercept::CallDesc { coll: op.coll(), count, dtype: dtype_of(io), op: ncclRedOp_t::Sum };
-    let bufs = rcclx::clique::Buffers { send: send.as_raw() as *const c_void, recv: recv.as_raw(), stream };
-    rcclx::comm::collective(comm, call, bufs, || FORWARDED)
 }
 
 /// A set of communicators driven from this thread (one per rank in `ranks`): the stock
@@ -309,11 +302,9 @@ impl Comms {
         // SAFETY: group calls take no arguments.
         let gs = if grouped { unsafe { api::ncclGroupStart() } } else { ncclResult_t::Success };
         for (k, b) in bufs.iter().enumerate() {
-            rets.push(match self.world {
-                Some(_) => issue_world(op, io, count, b.send, b.recv, self.comms[k], self.streams[k]),
-                // SAFETY: buffers sized for this call on rank k's device; stream of that device.
-                None => unsafe { issue(op, io, count, b.send, b.recv, self.comms[k], self.streams[k]) },
-            });
+            let harness = self.world.is_some();
+            // SAFETY: buffers sized for this call on rank k's device; stream of that device.
+            rets.push(unsafe { issue(op, io, count, b.send, b.recv, self.comms[k], self.streams[k], harness) });
         }
         // SAFETY: as above.
         let ge = if grouped { unsafe { api::ncclGroupEnd() } } else { ncclResult_t::Success };

@@ -8,9 +8,10 @@ use rcclx::abi::own::rcclxGetUpstreamPath;
 use rcclx::gpu::Runtime;
 use rcclx_gpu_tests::codec::{BLOCK, Io};
 
-use crate::cases::{Case, Fnv, Op, codec_name, window_elems};
+use crate::cases::{Case, Op, codec_name, window_elems};
 use crate::reference::{Prepared, from_bytes, raw_bits};
 use crate::{Opts, device};
+use rcclx_gpu_tests::fnv::Fnv;
 
 /// Largest relative L2 error vs the exact (f64) result, every distribution.
 const MAX_REL_L2: f64 = 0.05;

@@ -10,6 +10,7 @@ use std::ops::Range;
 
 use rcclx::intercept::{CallDesc, Coll, Thresholds};
 use rcclx::types::{ncclDataType_t, ncclRedOp_t};
+use rcclx_gpu_tests::fnv::fnv1a;
 use rcclx_gpu_tests::reduce::{self, Op, Ty};
 use rcclx_gpu_tests::{Fail, watchdog};
 
@@ -72,11 +73,7 @@ impl Case {
 
     /// The seed of rank `r`'s input.
     pub fn seed(&self, base: u64, r: usize) -> u64 {
-        let h = self
-            .name()
-            .bytes()
-            .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3));
-        h ^ base.wrapping_mul(0x9e37_79b9) ^ (r as u64).wrapping_mul(0x1000_0000_01b3)
+        fnv1a(self.name().as_bytes()) ^ base.wrapping_mul(0x9e37_79b9) ^ (r as u64).wrapping_mul(0x1000_0000_01b3)
     }
 
     /// Whether every rank's output is the same (AllReduce, AllGather).

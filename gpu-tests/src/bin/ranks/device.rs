@@ -298,8 +298,7 @@ fn ranges(v: &[usize]) -> String {
 
 /// FNV-1a of bytes, as 16 hex digits (ranks that must agree compare these).
 pub fn hash(bytes: &[u8]) -> String {
-    let h = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3));
-    format!("{h:016x}")
+    format!("{:016x}", rcclx_gpu_tests::fnv::fnv1a(bytes))
 }
 
 /// Reports local rank `rank`'s result of case `case`: `R <case> <rank> <ok> <group> <hash>

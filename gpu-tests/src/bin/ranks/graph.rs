@@ -24,13 +24,13 @@ enum Call {
 }
 
 /// One call per kernel family the clique can run: for each target route, the first candidate
-/// (type, op, size) that rcclx routes there.
-fn calls(dev: &Ranks, seed: u64) -> Vec<(String, Call)> {
+/// (type, op, size) that rcclx routes there; an error names the routes no candidate reaches.
+fn calls(dev: &Ranks, seed: u64) -> Result<Vec<(String, Call)>, Fail> {
     let c = &dev.world.cliques[0];
     let n = dev.nranks();
     let th = c.thresholds;
     let lp = if c.facts.lowp.int8 { "int8" } else { "lowp" };
-    let mut out = Vec::new();
+    let (mut out, mut missing) = (Vec::new(), Vec::new());
     for coll in Coll::ALL {
         let mut targets = vec!["ll", "flat"];
         if coll == Coll::AllReduce && th.flat_max_bytes < th.tree_max_bytes {
@@ -44,8 +44,8 @@ fn calls(dev: &Ranks, seed: u64) -> Vec<(String, Call)> {
                 (Coll::AllReduce, 2, "lowp" | "int8") => format!("allreduce.{algo}_pair"),
                 _ => format!("{}.{algo}", coll.name()),
             };
-            let mut found = None;
-            'search: for (ty, op) in [(Ty::I32, Op::Sum), (Ty::F32, Op::Max), (Ty::F32, Op::Sum), (Ty::Bf16, Op::Sum)] {
+            let candidates = [(Ty::I32, Op::Sum), (Ty::F32, Op::Max), (Ty::F32, Op::Sum), (Ty::Bf16, Op::Sum)];
+            let found = candidates.into_iter().find_map(|(ty, op)| {
                 let s = ty.size() as u64;
                 let per = if coll == Coll::AllReduce { s } else { s * n as u64 };
                 let lowp_min = th.lowp_min_bytes[coll as usize];
@@ -56,37 +56,29 @@ fn calls(dev: &Ranks, seed: u64) -> Vec<(String, Call)> {
                     lowp_min / per + 1001,
                     (3 << 20) / per,
                 ];
-                for count in counts {
-                    let case = Case { coll, ty, op, count: count.max(1) as usize, inplace: false, shift: 0 };
-                    if kernel_for(c, &case.call()).0 == want {
-                        found = Some(case);
-                        break 'search;
-                    }
-                }
-            }
+                counts
+                    .into_iter()
+                    .map(|count| Case { coll, ty, op, count: count.max(1) as usize, inplace: false, shift: 0 })
+                    .find(|case| kernel_for(c, &case.call()).0 == want)
+            });
             match found {
                 Some(case) => out.push((want, Call::Coll(case))),
-                None => out.push((
-                    want,
-                    Call::Coll(Case { coll, ty: Ty::U8, op: Op::Sum, count: 0, inplace: false, shift: 0 }),
-                )),
+                None => missing.push(want),
             }
         }
+    }
+    if !missing.is_empty() {
+        return Err(Fail(format!("no call reaches {missing:?} with this clique's thresholds")));
     }
     let a = a2av::Case { form: a2av::Form::Packed, pattern: a2av::Pattern::Random, ty: Ty::Bf16, row: 7, cap: 301 };
     let prep = a2av::Prepared::new(&a, n, seed, 7);
     out.push(("alltoallv.dynamic".into(), Call::A2av(a, prep)));
-    out
+    Ok(out)
 }
 
 pub fn run(dev: &mut Ranks, opts: &Opts) -> Result<(), Fail> {
     let n = dev.nranks();
-    let list = calls(dev, opts.seed);
-    let missing: Vec<&str> =
-        list.iter().filter(|(_, c)| matches!(c, Call::Coll(x) if x.count == 0)).map(|(w, _)| w.as_str()).collect();
-    if !missing.is_empty() {
-        return Err(Fail(format!("no call reaches {missing:?} with this clique's thresholds")));
-    }
+    let list = calls(dev, opts.seed)?;
     // Every rank's inputs (for the model), and each call's place in every local rank's arena.
     let inputs: Vec<Vec<Vec<u8>>> = list
         .iter()

@@ -104,7 +104,7 @@ pub fn run(dev: &mut Ranks, opts: &Opts) -> Result<(), Fail> {
         for (i, c) in calls.iter().enumerate() {
             for k in 0..dev.local() {
                 let (at, img) = &layouts[k].0[i];
-                let base = dev.arena(k, 0)?.offset(*at);
+                let base = dev.arena_ptr(k)?.offset(*at);
                 rets[k].push(dev.collective(k, c.call(), base.offset(img.send), base.offset(img.recv)));
                 dev.rt.record_event(events[k][i], dev.stream(k))?;
             }
