@@ -275,7 +275,7 @@ impl Ranks {
         }
     }
 
-    /// Ends the communicators (`World::end`).
+    /// Destroys the communicators (`World::end`).
     pub fn end(self) {
         self.world.end(self.rt);
     }
