@@ -9,6 +9,7 @@
 #   STEPS="..."       subset of: info selftest check stress graph timeout fidelity lowp lpgraph bench benchsym
 #                     lpbench torch vllm a2av moebench e2e plots ranks (default: all)
 #                     ranks: 3-8 ranks on the GPUs present, several per GPU (needs 1 GPU; see below)
+#                     lifecycle: teardown of 2, 4 and 8 ranks on one GPU (needs 1 GPU; see below)
 #                     benchsym: AllGather/ReduceScatter/AllToAll up to 1 MiB against stock NCCL's
 #                     symmetric kernels (-R 2)
 #                     a2av: GPU-resident all-to-all-v (rcclx.all_to_all_v_dynamic and the C forms) against
@@ -24,7 +25,7 @@
 #   RANKS_N="3 4 5 6 7 8", RANKS_GPUS (default: the GPUs present, at most 2),
 #   RANKS_SUITES="dda windows stress a2av graph procs lowp"  (ranks step: rank counts, GPUs, parts)
 #   RCCLX_UPSTREAM_LIB  stock libnccl.so.2 (default: the one of python3's nvidia-nccl wheel)
-#   RCCLX_ARTIFACTS   folder with librcclx.so, selftest, lowp_accuracy, timeout, ranks and bench/ (default .carry)
+#   RCCLX_ARTIFACTS   folder with librcclx.so, selftest, lowp_accuracy, timeout, ranks, lifecycle and bench/ (default .carry)
 # Every command runs under `timeout`; logs go to OUTDIR (default bench/results/<date>-gpu),
 # with summary.txt listing each step and its exit code.
 set -uo pipefail
@@ -33,7 +34,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 N=${NRANKS:-2}
 OUT=${1:-bench/results/$(date +%F)-gpu}
 ART=${RCCLX_ARTIFACTS:-.carry}
-STEPS=${STEPS:-info selftest check stress graph timeout fidelity lowp lpgraph bench benchsym lpbench torch vllm a2av moebench e2e plots ranks}
+STEPS=${STEPS:-info selftest check stress graph timeout fidelity lowp lpgraph bench benchsym lpbench torch vllm a2av moebench e2e plots ranks lifecycle}
 mkdir -p "$OUT"
 LIB=$(readlink -f "$ART/librcclx.so")
 B=$ART/bench
@@ -263,6 +264,14 @@ if step ranks; then
       done
     fi
   done
+fi
+
+# The communicator life cycle with N ranks as streams of one process on GPU 0 (rcclx's setup,
+# kernels and teardown; gpu-tests/src/bin/lifecycle.rs): 200 destroy and 200 abort cycles back to
+# their first cycle's device memory, files and /dev/shm; aborts that never wait with another
+# clique's kernels stuck; destroys that do not wait for other cliques' calls; a destroyed stream.
+if step lifecycle; then
+  for n in ${LIFECYCLE_N:-2 4 8}; do run lifecycle-n$n 300 "$ART/lifecycle" --nranks "$n"; done
 fi
 
 # Plots of the benchmark's JSON files (needs matplotlib).

@@ -183,8 +183,21 @@ impl World {
         dir: &Path,
         limit: Duration,
     ) -> Result<World, Fail> {
-        let devices: Vec<i32> = ranks.iter().map(|&r| placement.device(r)).collect();
         let mps = rt.device_info(0).map_err(|e| Fail(format!("device 0: {e}")))?.multiprocessors;
+        World::join_sharing(rt, placement, ranks, dir, limit, placement.sharing(mps))
+    }
+
+    /// [`World::join`] with a GPU sharing of the caller's (a smaller grid cap, so that the
+    /// kernels of several worlds fit on the GPU together).
+    pub fn join_sharing(
+        rt: &'static Runtime,
+        placement: Placement,
+        ranks: &[usize],
+        dir: &Path,
+        limit: Duration,
+        sharing: Sharing,
+    ) -> Result<World, Fail> {
+        let devices: Vec<i32> = ranks.iter().map(|&r| placement.device(r)).collect();
         // Handles of our own: unique addresses, never dereferenced.
         let comms: Vec<ncclComm_t> = ranks.iter().map(|_| Box::into_raw(Box::new(0u64)) as ncclComm_t).collect();
         let members = ranks
@@ -194,8 +207,7 @@ impl World {
             .map(|((&rank, &device), &comm)| Member { comm, rank, nranks: placement.nranks, device })
             .collect();
         let transport = FileTransport::new(dir, ranks.to_vec(), placement.nranks);
-        let mut setup = Setup::with(members, Box::new(transport), placement.sharing(mps))
-            .map_err(|e| Fail(format!("setup: {e}")))?;
+        let mut setup = Setup::with(members, Box::new(transport), sharing).map_err(|e| Fail(format!("setup: {e}")))?;
         let deadline = Instant::now() + limit;
         let outcome = loop {
             watchdog::progress("world setup");
@@ -224,17 +236,18 @@ impl World {
         Ok(World { placement, ranks: ranks.to_vec(), devices, comms, streams, cliques })
     }
 
-    /// Destroys every communicator (`ncclCommDestroy`'s path: wait for the device, close the
-    /// mappings and the lease, free the memory, remove the lease file once every rank closed),
-    /// all of this process's at once. why at once: a destroy waits up to 1 s for peers still
-    /// open, so destroying 8 ranks of one process one after the other would take 7 s.
+    /// Destroys every communicator (`ncclCommDestroy`'s path: the memory goes to rcclx's
+    /// reaper, which frees it once no kernel and no peer can touch it) and the streams.
     pub fn end(self, rt: &Runtime) {
-        std::thread::scope(|s| {
-            for &c in &self.comms {
-                let key = c as usize; // a handle is a raw pointer: not Send
-                s.spawn(move || lifecycle::ended(key as ncclComm_t, false, || ncclResult_t::Success));
-            }
-        });
+        self.end_as(rt, false);
+    }
+
+    /// Ends every communicator as `ncclCommDestroy` (`abort` false) or `ncclCommAbort` does,
+    /// then destroys the streams.
+    pub fn end_as(self, rt: &Runtime, abort: bool) {
+        for &c in &self.comms {
+            lifecycle::ended(c, abort, || ncclResult_t::Success);
+        }
         for (&c, &s) in self.comms.iter().zip(&self.streams) {
             // SAFETY: our own stream, not used afterwards.
             let _ = unsafe { rt.destroy_stream(s) };

@@ -175,15 +175,13 @@ pub unsafe fn ncclGroupStart() -> ncclResult_t {
 
 pub unsafe fn ncclGroupEnd() -> ncclResult_t {
     let r = forward!(ncclGroupEnd());
-    lifecycle::group_end(r, false);
-    r
+    lifecycle::group_end(r, false)
 }
 
 /// Ends the group like `ncclGroupEnd` but runs nothing, as the stock library does.
 pub unsafe fn ncclGroupSimulateEnd(simInfo: *mut ncclSimInfo_t) -> ncclResult_t {
     let r = forward!(ncclGroupSimulateEnd(simInfo));
-    lifecycle::group_end(r, true);
-    r
+    lifecycle::group_end(r, true)
 }
 
 fn bufs(send: *const c_void, recv: *mut c_void, stream: Stream) -> Buffers {

@@ -1,4 +1,4 @@
-//! The setup's exchanges: [`Transport`], the all-gather a setup runs its two exchanges through,
+//! The setup's exchanges: [`Transport`], the all-gather a setup runs its three exchanges through,
 //! and the library's, [`StockTransport`]: an `ncclAllGather` of a few bytes per rank through the
 //! stock communicator, for a batch of communicators in one stock group, and polled, never waited
 //! for: [`Exchange::poll`] returns at once, so no thread blocks on work that it must itself do
@@ -17,9 +17,10 @@ use crate::upstream;
 
 use super::Member;
 
-/// The all-gather through which a setup exchanges its records, then every rank's "my mappings
-/// worked", for all members of a batch at once. Polled, never waited for: one thread may own
-/// several ranks of a clique, so it must be able to move all of them forward.
+/// The all-gather through which a setup exchanges its records, then the records with the
+/// buffers' handles, then every rank's "my mappings worked", for all members of a batch at
+/// once. Polled, never waited for: one thread may own several ranks of a clique, so it must be
+/// able to move all of them forward.
 ///
 /// The library's is [`StockTransport`] (the stock communicator). A test harness that puts
 /// several ranks on one GPU, which the stock library refuses, brings its own (pipes, files,

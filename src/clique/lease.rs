@@ -3,8 +3,8 @@
 //!
 //! A rank marks itself `OPEN` before it maps any peer and `CLOSED` once it has stopped using the
 //! mappings (its kernels finished, mappings closed). It frees its own buffers only when no peer
-//! is still `OPEN` (or the peer's process is gone); until then they wait in a graveyard
-//! (`super::graveyard`). So memory a peer has mapped is never freed while that peer may still
+//! is still `OPEN` (or the peer's process is gone); until then they wait with the reaper
+//! (`teardown.rs`). So memory a peer has mapped is never freed while that peer may still
 //! read it, and no rank ever blocks on another to destroy a communicator. The file is removed
 //! by whichever rank sees everyone closed.
 
@@ -106,7 +106,7 @@ impl Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         self.close();
-        let everyone_done = (0..self.pids.len()).all(|p| self.word(p).load(Ordering::Acquire) != OPEN);
+        let everyone_done = self.peers_done();
         // SAFETY: unmaps exactly the mapping made in `join`; no reference into it outlives self.
         unsafe { libc::munmap(self.words as *mut libc::c_void, BYTES) };
         if everyone_done {
@@ -144,6 +144,21 @@ mod tests {
         drop(a);
         drop(b);
         assert!(!std::path::Path::new(&path).exists(), "{path} left behind");
+    }
+
+    #[test]
+    fn the_file_goes_when_the_last_live_rank_closes() {
+        let me = std::process::id();
+        let n = nonce();
+        // Rank 1 is a process that died while open; rank 2 never joined.
+        let a = Lease::join(me, n, 0, vec![Some(me), Some(u32::MAX / 2), Some(me)]).unwrap();
+        a.word(1).store(OPEN, Ordering::Release);
+        // SAFETY: getuid has no preconditions.
+        let uid = unsafe { libc::getuid() };
+        let path = format!("/dev/shm/rcclx-{uid}-{me}-{n:016x}");
+        assert!(std::path::Path::new(&path).exists());
+        drop(a);
+        assert!(!std::path::Path::new(&path).exists(), "{path} left behind by the last live rank");
     }
 
     #[test]

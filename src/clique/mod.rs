@@ -6,18 +6,21 @@
 //! It never looks into `comm`: [`Setup`] hands the finished [`Clique`]s back to the caller.
 //!
 //! Setup ([`Setup::start`], then [`Setup::poll`] until done; [`establish`] does both and waits):
-//! 1. Each rank allocates its resources and fills a [`record::Record`] (host, pid, device and
-//!    its GPU's identity, arch, IPC handles, raw pointers, its thresholds). A rank that cannot
-//!    (no kernels for its arch, no memory) still takes part, with `capable = 0`.
+//! 1. Each rank fills a [`record::Record`] (host, pid, device and its GPU's identity, arch,
+//!    thresholds): nothing is allocated yet. A rank that cannot take part (no kernels for its
+//!    arch) still sends one, with `capable = 0`.
 //! 2. An all-gather of the records through a [`Transport`]: the library's is `ncclAllGather` on
 //!    the stock communicator, for all communicators of the batch in one stock group (one thread
 //!    may own several ranks of a clique).
-//! 3. From the records every rank computes the same first verdict (one host, all capable, same
-//!    arch and sizes, 2..=8 ranks, each on a GPU of its own unless the setup's [`Sharing`] allows
-//!    otherwise), joins the clique's lease (`lease.rs`), then maps its peers: raw pointers plus
-//!    peer access for peers in its own process (IPC cannot open a handle in the process that
-//!    made it), IPC for the others.
-//! 4. A second exchange of "my mappings worked": the kernels are on iff they worked everywhere.
+//! 3. From the records every rank computes the same verdict (one host, all capable, same arch
+//!    and sizes, 2..=8 ranks, each on a GPU of its own unless the setup's [`Sharing`] allows
+//!    otherwise). Only then does it allocate (so a communicator rcclx will not use costs no
+//!    memory), and a second all-gather carries the records again with the buffers' IPC handles
+//!    and pointers (`capable = 0`: this rank's allocation failed).
+//! 4. With every rank's buffers, each rank joins the clique's lease (`lease.rs`) and maps its
+//!    peers: raw pointers plus peer access for peers in its own process (IPC cannot open a handle
+//!    in the process that made it), IPC for the others.
+//! 5. A third exchange of "my mappings worked": the kernels are on iff they worked everywhere.
 //!
 //! [`Setup::with`] takes the members, the transport and the sharing explicitly: that is how a
 //! test harness runs several ranks on one GPU (which the stock library refuses) through this
@@ -32,6 +35,7 @@ mod exchange;
 pub mod host;
 mod lease;
 mod record;
+mod teardown;
 
 pub use args::{
     A2AV_HEADER_BYTES, A2AV_RECV_PACKED, A2AV_SEND_PACKED, AllToAllvArgs, Buffers, FLAG_STRIDE, KernelArgs, Launch,
@@ -47,13 +51,15 @@ use parking_lot::Mutex;
 
 use crate::config::Config;
 use crate::error::Error;
-use crate::gpu::{self, DeviceBuffer, Function, HostMapped, IpcMapping, MemKind};
+use crate::gpu::{self, Function, IpcMapping, MemKind};
 use crate::intercept::{CommFacts, LowpSwitches, Thresholds};
 use crate::types::{ncclComm_t, ncclResult_t};
 use crate::upstream;
 pub use exchange::{StockTransport, Transport};
 use lease::Lease;
 use record::Record;
+use teardown::{Owned, Slab};
+pub use teardown::{pending as ended_not_freed, wait_freed};
 
 /// Default staging buffer per rank (`RCCL_DDA_SENDBUF_BYTES`), without and with a
 /// low-precision switch on (larger windows halve its barriers per byte: +6-7 % at 256 MiB on
@@ -68,8 +74,7 @@ fn ll_units(ll_max: u64) -> u64 {
     ll_max.div_ceil(8).max(1)
 }
 
-/// One communicator's established clique. Dropping it without [`Clique::release`] keeps its
-/// memory (see [`Clique::release`]).
+/// One communicator's established clique. Dropping it releases it ([`Clique::release`]).
 pub struct Clique {
     pub rank: usize,
     pub nranks: usize,
@@ -90,37 +95,6 @@ pub struct Clique {
     grid_cap: u32,
     kernels: Arc<Vec<Kernel>>,
     owned: Mutex<Option<Owned>>,
-}
-
-/// The memory a clique owns or maps. Field order is drop order: mappings of peers first, then
-/// this rank's buffers, the status word last (kernels write it until they end).
-struct Owned {
-    peers: Vec<IpcMapping>,
-    lease: Option<Lease>,
-    _staging: DeviceBuffer,
-    _flags: DeviceBuffer,
-    _ll: DeviceBuffer,
-    _seq: DeviceBuffer,
-    status: HostMapped,
-}
-
-/// How a communicator ends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Release {
-    /// `ncclCommDestroy`: wait for the device, stop using the peers, free when they have too.
-    Destroy,
-    /// `ncclCommAbort` (kernels were told to stop): nothing waits for the device; the memory
-    /// is kept for the life of the process, since a kernel may still be using it.
-    Abort,
-}
-
-/// Buffers whose peers may still read them (or whose kernels may still run), freed by
-/// [`sweep`] once no peer can.
-static GRAVEYARD: Mutex<Vec<(Owned, Release)>> = Mutex::new(Vec::new());
-
-/// Frees graveyard entries no peer can read any more. Called at every setup and release.
-pub fn sweep() {
-    GRAVEYARD.lock().retain(|(o, how)| *how == Release::Abort || !o.lease.as_ref().is_none_or(|l| l.peers_done()));
 }
 
 impl Clique {
@@ -171,7 +145,7 @@ impl Clique {
     /// the host asked for (the stock library reports that state itself).
     pub fn kernel_error(&self) -> ncclResult_t {
         let owned = self.owned.lock();
-        match owned.as_ref().map(|o| o.status.words()[0].load(Ordering::Acquire)) {
+        match owned.as_ref().map(|o| o.slab.status.words()[0].load(Ordering::Acquire)) {
             Some(1) => ncclResult_t::RemoteError,
             _ => ncclResult_t::Success,
         }
@@ -180,46 +154,24 @@ impl Clique {
     /// Tells this communicator's kernels to stop waiting (they exit within microseconds).
     pub fn request_abort(&self) {
         if let Some(o) = self.owned.lock().as_ref() {
-            o.status.words()[1].store(1, Ordering::Release);
+            o.slab.status.words()[1].store(1, Ordering::Release);
         }
     }
 
-    /// Ends the clique. `Destroy` waits for the device (as the stock library's destroy does),
-    /// closes the peer mappings and marks this rank closed; its own memory is freed once no
-    /// peer can read it (waiting up to 1 s for the peers to close, then in the graveyard).
-    /// `Abort` waits for nothing and keeps everything.
-    pub fn release(&self, how: Release) {
-        let Some(mut owned) = self.owned.lock().take() else { return };
-        if how == Release::Destroy {
-            if let Ok(rt) = gpu::runtime()
-                && let Err(e) = rt.synchronize_device(self.device)
-            {
-                tracing::warn!("rcclx: waiting for device {} at destroy: {e}", self.device);
-            }
-            owned.peers.clear();
-            if let Some(l) = &owned.lease {
-                l.close();
-                let deadline = Instant::now() + Duration::from_secs(1);
-                while !l.peers_done() && Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-            }
-            if owned.lease.as_ref().is_none_or(|l| l.peers_done()) {
-                drop(owned);
-                sweep();
-                return;
-            }
+    /// Ends the clique: its memory goes back to the pool once no kernel and no peer can touch
+    /// it (`teardown.rs`). Never waits. `settled`: every kernel of this rank is known to have
+    /// ended (else the reaper waits for the device). An abort has told the kernels to stop
+    /// first ([`Clique::request_abort`]).
+    pub fn release(&self, settled: bool) {
+        if let Some(owned) = self.owned.lock().take() {
+            teardown::bury(owned, self.device, settled);
         }
-        GRAVEYARD.lock().push((owned, how));
-        sweep();
     }
 }
 
 impl Drop for Clique {
     fn drop(&mut self) {
-        if self.owned.lock().is_some() {
-            self.release(Release::Abort);
-        }
+        self.release(false);
     }
 }
 
@@ -257,18 +209,11 @@ pub struct Sharing {
 /// This rank's part of a setup.
 struct Local {
     member: Member,
-    res: Option<Resources>,
+    /// The kernels of its GPU (step 1), then its buffers (step 3).
+    kernels: Option<Arc<Vec<Kernel>>>,
+    res: Option<Slab>,
     record: Record,
     fault: Fault,
-}
-
-struct Resources {
-    kernels: Arc<Vec<Kernel>>,
-    staging: DeviceBuffer,
-    flags: DeviceBuffer,
-    ll: DeviceBuffer,
-    seq: DeviceBuffer,
-    status: HostMapped,
 }
 
 /// A peer mapping that worked: the mappings, the lease and every rank's pointers.
@@ -320,6 +265,8 @@ pub struct Setup {
 enum Stage {
     /// Waiting for the records.
     Records,
+    /// Waiting for the records with the buffers' handles.
+    Handles,
     /// Waiting for every rank's "mapped" bit; rank 0's record and the mappings that worked so
     /// far, per member.
     Verdicts(Vec<Record>, Vec<Option<Mapped>>),
@@ -341,18 +288,18 @@ impl Setup {
     /// Starts setting up `members` (ranks of one or more cliques, all driven by the calling
     /// thread), exchanging through `transport`, with `sharing`. Never blocks on a peer.
     pub fn with(members: Vec<Member>, mut transport: Box<dyn Transport>, sharing: Sharing) -> Result<Setup, Error> {
-        sweep();
         let cfg = Config::from_lookup(crate::config::env).0;
         let mut locals = Vec::new();
         for member in members {
             crate::log::set_device(member.device);
             let mut l = Local {
                 member,
+                kernels: None,
                 res: None,
                 record: Record::zeroed(),
                 fault: Fault::parse(cfg.fault_inject.as_deref(), member.rank),
             };
-            prepare(&mut l, &cfg, sharing);
+            describe(&mut l, &cfg, sharing);
             locals.push(l);
         }
         transport.start(locals.iter().map(|l| l.record.as_bytes().to_vec()).collect())?;
@@ -364,15 +311,27 @@ impl Setup {
         loop {
             match &mut self.stage {
                 Stage::Records => {
-                    let Some(gathered) = self.transport.poll()? else { return Ok(None) };
-                    if gathered.len() != self.locals.len()
-                        || gathered.iter().zip(&self.locals).any(|(g, l)| g.len() != record::BYTES * l.member.nranks)
-                    {
-                        return Err(Error::internal("the record exchange returned the wrong number of bytes"));
+                    let Some(recs) = self.gathered()? else { return Ok(None) };
+                    for (l, recs) in self.locals.iter_mut().zip(&recs) {
+                        match record::verdict(l.member.rank, l.member.nranks, recs) {
+                            Ok(()) => allocate_for(l),
+                            Err(why) => {
+                                tracing::info!(
+                                    "comm {:p} rank {}: rcclx kernels off: {why}",
+                                    l.member.comm,
+                                    l.member.rank
+                                );
+                                l.record.capable = 0;
+                            }
+                        }
                     }
-                    let recs: Vec<Vec<Record>> = gathered.iter().map(|g| Record::all(g)).collect();
+                    self.transport.start(self.locals.iter().map(|l| l.record.as_bytes().to_vec()).collect())?;
+                    self.stage = Stage::Handles;
+                }
+                Stage::Handles => {
+                    let Some(recs) = self.gathered()? else { return Ok(None) };
                     let mapped: Vec<Option<Mapped>> =
-                        self.locals.iter().zip(&recs).map(|(l, r)| first_verdict(l, r)).collect();
+                        self.locals.iter().zip(&recs).map(|(l, r)| map_clique(l, r)).collect();
                     let bits = mapped.iter().map(|m| (m.is_some() as u64).to_ne_bytes().to_vec()).collect();
                     self.transport.start(bits)?;
                     let rank0 = recs.iter().map(|r| r[0]).collect();
@@ -402,6 +361,17 @@ impl Setup {
                 Stage::Done => return Err(Error::internal("setup polled after it finished")),
             }
         }
+    }
+
+    /// Every member's gathered records, once the exchange has arrived.
+    fn gathered(&mut self) -> Result<Option<Vec<Vec<Record>>>, Error> {
+        let Some(gathered) = self.transport.poll()? else { return Ok(None) };
+        if gathered.len() != self.locals.len()
+            || gathered.iter().zip(&self.locals).any(|(g, l)| g.len() != record::BYTES * l.member.nranks)
+        {
+            return Err(Error::internal("the record exchange returned the wrong number of bytes"));
+        }
+        Ok(Some(gathered.iter().map(|g| Record::all(g)).collect()))
     }
 
     /// The communicators of this batch.
@@ -456,8 +426,8 @@ fn query(comm: ncclComm_t) -> Result<Member, Error> {
     Ok(Member { comm, rank: r as usize, nranks: n as usize, device: d })
 }
 
-/// Allocates this rank's resources and fills its record (capable = 0 on any failure).
-fn prepare(l: &mut Local, env_cfg: &Config, sharing: Sharing) {
+/// Fills this rank's record (step 1; capable = 0 when it cannot take part). Allocates nothing.
+fn describe(l: &mut Local, env_cfg: &Config, sharing: Sharing) {
     let cfg = crate::config::get();
     let m = l.member;
     let rec = &mut l.record;
@@ -493,18 +463,40 @@ fn prepare(l: &mut Local, env_cfg: &Config, sharing: Sharing) {
     let staging = cfg.dda_sendbuf_bytes.unwrap_or(if lp.any() { DEFAULT_STAGING_LOWP } else { DEFAULT_STAGING });
     rec.staging_bytes = staging.max(64 * 1024) & !4095;
     if !(2..=MAX_RANKS).contains(&m.nranks) {
-        return; // no buffers for communicators the kernels cannot serve
+        return; // the kernels cannot serve this communicator: nothing to learn about the GPU
     }
+    let described = gpu::runtime().map_err(Error::from).and_then(|rt| {
+        let info = rt.device_info(m.device)?;
+        let kernels = device_kernels(m.device)?;
+        Ok((info, kernels))
+    });
+    match described {
+        Ok((info, kernels)) => {
+            let n = info.arch.len().min(31);
+            rec.arch[..n].copy_from_slice(&info.arch.as_bytes()[..n]);
+            rec.multiprocessors = info.multiprocessors as u64;
+            rec.gpu = host::gpu_id(&info.pci_bus_id);
+            rec.capable = 1;
+            l.kernels = Some(kernels);
+        }
+        Err(e) => {
+            tracing::warn!("comm {:p} rank {}: rcclx kernels unavailable, forwarding every call: {e}", m.comm, m.rank)
+        }
+    }
+}
+
+/// Allocates this rank's buffers once the verdict holds (step 3) and puts their handles and
+/// pointers in its record; `capable = 0` when that fails.
+fn allocate_for(l: &mut Local) {
+    let m = l.member;
+    let rec = &mut l.record;
+    rec.capable = 0;
     if l.fault.alloc {
         tracing::warn!("comm {:p} rank {}: RCCLX_FAULT_INJECT=alloc: allocation fails", m.comm, m.rank);
         return;
     }
     match allocate(m.device, rec.staging_bytes as usize, rec.max_blocks, rec.ll_max) {
-        Ok((res, info)) => {
-            let n = info.arch.len().min(31);
-            rec.arch[..n].copy_from_slice(&info.arch.as_bytes()[..n]);
-            rec.multiprocessors = info.multiprocessors as u64;
-            rec.gpu = host::gpu_id(&info.pci_bus_id);
+        Ok(res) => {
             match (res.staging.ipc_handle(), res.flags.ipc_handle(), res.ll.ipc_handle()) {
                 (Ok(s), Ok(f), Ok(ll)) => {
                     rec.staging_ipc = s.0;
@@ -565,33 +557,36 @@ fn device_kernels(device: i32) -> Result<Arc<Vec<Kernel>>, gpu::Error> {
     Ok(kernels)
 }
 
-fn allocate(
-    device: i32,
-    staging_bytes: usize,
-    max_blocks: u64,
-    ll_max: u64,
-) -> Result<(Resources, gpu::DeviceInfo), gpu::Error> {
+/// This rank's buffers: an ended clique's of the same sizes, or new ones.
+fn allocate(device: i32, staging_bytes: usize, max_blocks: u64, ll_max: u64) -> Result<Slab, gpu::Error> {
     let rt = gpu::runtime()?;
     let info = rt.device_info(device)?;
-    let kernels = device_kernels(device)?;
     let slots = block_slots(max_blocks, info.multiprocessors as u64) as usize;
-    let staging = rt.alloc(device, staging_bytes, MemKind::Normal)?;
-    let flags = rt.alloc(device, slots * FLAG_STRIDE * 4, MemKind::Uncached)?;
     // LL inbox: [2 parities][MAX_RANKS sources][units] x 16 bytes.
-    let ll = rt.alloc(device, (2 * MAX_RANKS as u64 * ll_units(ll_max) * 16) as usize, MemKind::Uncached)?;
-    let seq = rt.alloc(device, slots * 4, MemKind::Normal)?;
+    let sizes =
+        [staging_bytes, slots * FLAG_STRIDE * 4, (2 * MAX_RANKS as u64 * ll_units(ll_max) * 16) as usize, slots * 4];
+    if let Some(slab) = teardown::reuse(device, sizes) {
+        return Ok(slab);
+    }
+    let staging = rt.alloc(device, sizes[0], MemKind::Normal)?;
+    let flags = rt.alloc(device, sizes[1], MemKind::Uncached)?;
+    let ll = rt.alloc(device, sizes[2], MemKind::Uncached)?;
+    let seq = rt.alloc(device, sizes[3], MemKind::Normal)?;
     flags.zero()?;
     ll.zero()?;
     seq.zero()?;
     let status = rt.alloc_host_mapped(device, 64)?;
-    Ok((Resources { kernels, staging, flags, ll, seq, status }, info))
+    Ok(Slab { staging, flags, ll, seq, status })
 }
 
-/// The first verdict and, if it holds, the lease and the peer mappings. `None`: kernels off.
-fn first_verdict(l: &Local, recs: &[Record]) -> Option<Mapped> {
+/// Step 4, given every rank's record with its buffers: the lease and the peer mappings.
+/// `None`: kernels off.
+fn map_clique(l: &Local, recs: &[Record]) -> Option<Mapped> {
     let m = l.member;
-    if let Err(why) = record::verdict(m.rank, m.nranks, recs) {
-        tracing::info!("comm {:p} rank {}: rcclx kernels off: {why}", m.comm, m.rank);
+    // No buffers: the verdict did not hold, or this rank's allocation failed (both logged).
+    l.res.as_ref()?;
+    if let Some(p) = recs.iter().position(|r| r.capable == 0) {
+        tracing::info!("comm {:p} rank {}: rcclx kernels off: rank {p} could not allocate its buffers", m.comm, m.rank);
         return None;
     }
     // A peer's pid says whether it is alive only inside our pid namespace.
@@ -653,7 +648,8 @@ fn map_peers(l: &Local, recs: &[Record]) -> Result<PeerPtrs, Error> {
 
 /// The clique of a rank whose every peer mapped everything.
 fn finish(l: Local, m: Mapped, r0: &Record, started: Instant) -> Clique {
-    let res = l.res.expect("a rank that mapped its peers was capable");
+    let res = l.res.expect("a rank that mapped its peers has its buffers");
+    let kernels = l.kernels.expect("a rank with buffers has its kernels");
     let Member { comm, rank, nranks, device } = l.member;
     let slots = block_slots(r0.max_blocks, r0.multiprocessors);
     // Every rank's grid of a call must be the same: the cap is agreed (the verdict checked it).
@@ -712,16 +708,8 @@ fn finish(l: Local, m: Mapped, r0: &Record, started: Instant) -> Clique {
         grid_cap,
         ll_max_bytes: r0.ll_max,
         base_args,
-        kernels: res.kernels,
-        owned: Mutex::new(Some(Owned {
-            peers: m.peers,
-            lease: Some(m.lease),
-            _staging: res.staging,
-            _flags: res.flags,
-            _ll: res.ll,
-            _seq: res.seq,
-            status: res.status,
-        })),
+        kernels,
+        owned: Mutex::new(Some(Owned { peers: m.peers, lease: Some(m.lease), slab: res })),
     }
 }
 

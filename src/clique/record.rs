@@ -15,7 +15,8 @@ pub struct Record {
     /// The pid and its namespace (`host::pid_namespace`): together they name one process.
     pub pid: u32,
     pub device: i32,
-    /// 1 when this rank allocated its resources and has kernels for its GPU.
+    /// 1 when this rank has kernels for its GPU (first exchange), and allocated its buffers
+    /// (second exchange, whose record also carries their handles and pointers).
     pub capable: u32,
     pub rank: u32,
     pub arch: [u8; 32],
@@ -52,8 +53,8 @@ pub struct Record {
     pub pidns: u64,
 }
 
-/// "rcclx_v7": bumped whenever the layout or meaning of a field changes.
-pub const MAGIC: u64 = 0x7263_636c_785f_7637;
+/// "rcclx_v8": bumped whenever the layout or meaning of a field, or the exchanges, change.
+pub const MAGIC: u64 = 0x7263_636c_785f_7638;
 pub const BYTES: usize = std::mem::size_of::<Record>();
 const _: () = assert!(BYTES.is_multiple_of(8));
 
@@ -86,7 +87,7 @@ pub fn same_process(a: &Record, b: &Record) -> bool {
     a.host == b.host && a.pid == b.pid && a.pidns == b.pidns
 }
 
-/// The first verdict: all on one host, all capable, same arch and sizes, 2..=8 ranks, each rank
+/// The verdict: all on one host, all capable, same arch and sizes, 2..=8 ranks, each rank
 /// on a GPU of its own unless every rank's setup allows sharing (`super::Sharing`).
 pub fn verdict(rank: usize, nranks: usize, recs: &[Record]) -> Result<(), String> {
     if recs.len() != nranks || !(2..=MAX_RANKS).contains(&nranks) {
@@ -98,9 +99,7 @@ pub fn verdict(rank: usize, nranks: usize, recs: &[Record]) -> Result<(), String
             return Err(format!("rank {p} runs another rcclx version"));
         }
         if r.capable == 0 {
-            return Err(format!(
-                "rank {p} could not prepare (no kernels for its GPU, no memory, or an injected fault)"
-            ));
+            return Err(format!("rank {p} cannot take part (no kernels for its GPU)"));
         }
         if r.host != me.host {
             return Err("ranks on more than one host".into());

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::{Job, State};
-use crate::clique::{self, Launch, Release};
+use crate::clique::{self, Launch};
 use crate::types::{ncclComm_t, ncclResult_t};
 use crate::upstream;
 
@@ -59,15 +59,16 @@ pub fn group_start() {
     GROUP_DEPTH.with(|d| d.set(d.get() + 1));
 }
 
-/// After the stock `ncclGroupEnd` returned `result` (or `ncclGroupSimulateEnd`, `simulated`).
-pub fn group_end(result: ncclResult_t, simulated: bool) {
+/// After the stock `ncclGroupEnd` returned `result` (or `ncclGroupSimulateEnd`, `simulated`):
+/// what the call returns, `result` or the error of an rcclx launch of the group that failed.
+pub fn group_end(result: ncclResult_t, simulated: bool) -> ncclResult_t {
     let outermost = GROUP_DEPTH.with(|d| {
         let v = d.get().saturating_sub(1);
         d.set(v);
         v == 0
     });
     if !outermost {
-        return;
+        return result;
     }
     let created = CREATED_IN_GROUP.with(|p| std::mem::take(&mut *p.borrow_mut()));
     let deferred = DEFERRED.with(|p| std::mem::take(&mut *p.borrow_mut()));
@@ -79,14 +80,16 @@ pub fn group_end(result: ncclResult_t, simulated: bool) {
         _ => states.iter().for_each(|s| s.finish_setup(None)),
     }
     // A simulated group launches nothing; a failed one neither (peers may lack its calls).
+    let mut first_failure = ncclResult_t::Success;
     if !simulated && result.is_ok_or_in_progress() {
         for (job, launch) in deferred {
             let code = job.run(launch);
-            if !code.is_ok() {
-                tracing::warn!("rcclx: a launch deferred to ncclGroupEnd failed ({})", code.0);
+            if !code.is_ok() && first_failure.is_ok() {
+                first_failure = code;
             }
         }
     }
+    if first_failure.is_ok() { result } else { first_failure }
 }
 
 /// Queues an rcclx launch until the outermost `ncclGroupEnd` of this thread.
@@ -223,21 +226,18 @@ pub fn revoked(comm: ncclComm_t) {
     }
 }
 
-/// `ncclCommDestroy` / `ncclCommAbort` of `comm`: `forward` is the stock call, and it runs
-/// before anything of rcclx's that waits: on abort a stock kernel of this communicator may be
-/// stuck on a dead peer (rcclx's kernels are told to stop first); on destroy the stock library
-/// may synchronise with the peers' destroy, which a peer reaches only after a collective of
-/// another communicator that rcclx's wait for the device (releasing the clique) would hold up.
+/// `ncclCommDestroy` / `ncclCommAbort` of `comm`: `forward` is the stock call. rcclx's part
+/// never waits: an abort first tells rcclx's kernels to stop, and the clique's memory goes to
+/// the reaper (`clique::teardown`), which frees it once no kernel and no peer can touch it.
 pub fn ended(comm: ncclComm_t, abort: bool, forward: impl FnOnce() -> ncclResult_t) -> ncclResult_t {
     let Some(state) = super::remove(comm) else { return forward() };
     state.close(abort);
-    // Drop the comm from a pending batch (its other communicators then forward).
-    if let Some(mut pending) = PENDING.try_lock() {
-        pending.retain_mut(|b| !(b.states.iter().any(|s| Arc::ptr_eq(s, &state)) && step(b)));
-    }
+    // A pending setup of `comm` ends here (its batch's other communicators then forward), under
+    // the lock: another thread's `progress` may be using the handle, which the stock call frees.
+    PENDING.lock().retain_mut(|b| !(b.states.iter().any(|s| Arc::ptr_eq(s, &state)) && step(b)));
     let r = forward();
     if let Some(c) = state.clique() {
-        c.release(if abort { Release::Abort } else { Release::Destroy });
+        c.release(state.order.settled());
     }
     r
 }

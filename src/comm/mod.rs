@@ -10,7 +10,7 @@
 //! only `abi` calls it.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::RwLock;
@@ -33,14 +33,11 @@ pub struct State {
     pub stats: Stats,
     /// Set once, when setup finished: the clique, or `None` (every call forwards).
     clique: OnceLock<Option<Arc<Clique>>>,
-    /// First late error of rcclx's own (a kernel timeout, a failed launch); later calls on the
-    /// communicator return it, as the stock library returns its asynchronous error.
-    error: AtomicU32,
     /// Finalized, revoked or aborted: rcclx launches nothing more on it, calls forward.
     closed: AtomicBool,
     /// Finalized: operations get `ncclInvalidUsage` (see [`State::finalize`]).
     finalized: AtomicBool,
-    order: order::Order,
+    pub(crate) order: order::Order,
 }
 
 impl State {
@@ -49,7 +46,6 @@ impl State {
             comm: comm as usize,
             stats: Stats::default(),
             clique: OnceLock::new(),
-            error: AtomicU32::new(0),
             closed: AtomicBool::new(false),
             finalized: AtomicBool::new(false),
             order: order::Order::default(),
@@ -76,17 +72,11 @@ impl State {
         }
     }
 
-    /// Records a late error; the first one wins.
-    pub fn record_error(&self, code: ncclResult_t) {
-        let _ = self.error.compare_exchange(0, code.0, Relaxed, Relaxed);
-    }
-
-    /// The first late error of rcclx's own: recorded on the host, or a kernel timeout.
+    /// rcclx's own asynchronous error: a kernel that timed out waiting for a peer. Later calls
+    /// on the communicator return it, as the stock library returns its asynchronous error.
+    /// (A call that fails before anything was enqueued returns its error and leaves the
+    /// communicator usable, as the stock library's does: [`Job::failed`].)
     pub fn own_error(&self) -> ncclResult_t {
-        let own = ncclResult_t(self.error.load(Relaxed));
-        if !own.is_ok() {
-            return own;
-        }
         self.clique().map_or(ncclResult_t::Success, |c| c.kernel_error())
     }
 
@@ -334,7 +324,7 @@ impl Job {
         }
     }
 
-    /// Orders and launches; a failure puts the communicator in error.
+    /// Orders and launches.
     fn run(self, launch: Launch) -> ncclResult_t {
         if self.state.is_closed() {
             return ncclResult_t::Success; // aborted meanwhile (a deferred launch): nothing runs
@@ -353,10 +343,13 @@ impl Job {
         }
     }
 
+    /// A call that failed before anything was enqueued (its plan, the stream order, the launch
+    /// itself: say, a stream of another device) returns the error, and the communicator stays
+    /// usable, as the stock library's does. Nothing ran on this rank, and a peer that did run
+    /// its part times out and reports `ncclRemoteError` (`State::own_error`).
     fn failed(self, e: Error) -> ncclResult_t {
         tracing::warn!("{} on comm {:p}: {e}", self.what, self.state.comm());
         self.state.stats.count_forwarded(Reason::Failed, self.bytes);
-        self.state.record_error(e.code);
         e.code
     }
 }
@@ -389,23 +382,9 @@ mod tests {
     }
 
     #[test]
-    fn a_comm_in_error_returns_that_error_and_forwards_nothing() {
-        let s = insert(fake(2));
-        s.finish_setup(None);
-        s.record_error(ncclResult_t::RemoteError);
-        s.record_error(ncclResult_t::InternalError); // the first error wins
-        let never = || -> ncclResult_t { panic!("forwarded a call on a communicator in error") };
-        assert_eq!(collective(fake(2), call(), bufs(), never), ncclResult_t::RemoteError);
-        assert_eq!(ordered(fake(2), bufs().stream, never), ncclResult_t::RemoteError);
-        assert_eq!(s.stats.snapshot().reasons[Reason::CommError as usize], 1);
-        remove(fake(2));
-    }
-
-    #[test]
     fn a_closed_comm_forwards_to_the_stock_library() {
         let s = insert(fake(3));
         s.finish_setup(None);
-        s.record_error(ncclResult_t::RemoteError);
         s.close(true);
         // The stock library answers for a finalized / revoked communicator.
         assert_eq!(collective(fake(3), call(), bufs(), || ncclResult_t::InvalidUsage), ncclResult_t::InvalidUsage);

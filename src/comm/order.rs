@@ -6,11 +6,11 @@
 //! at once on two streams would race (and ranks could pair different calls). So every
 //! operation of a communicator that has rcclx kernels (rcclx's or the stock library's) goes
 //! through [`Order::before`] and [`Order::after`]:
-//! * consecutive operations on one stream cost one comparison;
-//! * at a switch from stream P to stream S, S waits for an event that marks P's last operation:
-//!   recorded on P right then the first time, and, once the communicator has switched streams
-//!   (it may again), recorded after every operation (so a later switch never touches a stream
-//!   the application may have destroyed since; the stock library records after every launch).
+//! * after every operation enqueued outside a capture, one event is recorded on its stream
+//!   (the stock library also records after every launch);
+//! * at a switch from stream P to stream S, S waits for that event. A switch never touches P,
+//!   which the application may have destroyed since. (Only an operation deferred to the end of
+//!   a stock group has no event; a switch right after it records on P then.)
 //!
 //! Inside CUDA/HIP graph capture the streams of a graph are the application's to join; a
 //! switch between a capturing and a non-capturing stream (which no event may cross) is left
@@ -29,13 +29,13 @@ pub struct Order {
 
 #[derive(Default)]
 struct Inner {
-    /// The previous operation's stream (`None` before the first).
-    last: Option<usize>,
+    /// The previous operation's stream and whether it was being captured (`None` before the first).
+    last: Option<(usize, bool)>,
     event: Option<Event>,
     /// The event marks the previous operation (recorded right after it).
     current: bool,
-    /// The communicator has used more than one stream: record after every operation.
-    multi: bool,
+    /// An operation was captured into a graph (its replays are not covered by the event).
+    captured_any: bool,
 }
 
 // SAFETY: `Event` is an opaque handle usable from any thread; the mutex serializes its use.
@@ -59,19 +59,20 @@ impl Order {
     /// Orders an operation on `now` (a stream of device `device`) after the previous one.
     pub fn before(&self, device: i32, now: Stream) -> Result<(), Error> {
         let mut inner = self.inner.lock();
+        let rt = gpu::runtime()?;
+        let captured = rt.is_capturing(now)?;
+        inner.captured_any |= captured;
         let now = now.as_raw() as usize;
-        let Some(prev) = inner.last.replace(now) else { return Ok(()) };
+        let Some((prev, prev_captured)) = inner.last.replace((now, captured)) else { return Ok(()) };
         if prev == now {
             return Ok(());
         }
-        inner.multi = true;
-        let rt = gpu::runtime()?;
-        let _guard = rt.device_guard(device)?;
-        if rt.is_capturing(stream(prev))? != rt.is_capturing(stream(now))? {
+        if prev_captured != captured {
             tracing::debug!("rcclx: stream switch between a captured and an uncaptured stream left unordered");
             inner.current = false;
             return Ok(());
         }
+        let _guard = rt.device_guard(device)?;
         let event = inner.event(device)?;
         if !inner.current {
             rt.record_event(event, stream(prev))?;
@@ -85,19 +86,31 @@ impl Order {
     pub fn after(&self, device: i32, launched: bool) -> Result<(), Error> {
         let mut inner = self.inner.lock();
         inner.current = false;
-        if !(inner.multi && launched) {
-            return Ok(());
-        }
-        let Some(last) = inner.last else { return Ok(()) };
-        let rt = gpu::runtime()?;
-        let _guard = rt.device_guard(device)?;
-        if rt.is_capturing(stream(last))? {
+        let Some((last, captured)) = inner.last else { return Ok(()) };
+        if !launched || captured {
             return Ok(()); // an event recorded in a capture must not be waited for outside it
         }
+        let rt = gpu::runtime()?;
+        let _guard = rt.device_guard(device)?;
         let event = inner.event(device)?;
         rt.record_event(event, stream(last))?;
         inner.current = true;
         Ok(())
+    }
+}
+
+impl Order {
+    /// Whether every operation of the communicator has completed, as the event after the last
+    /// one says (never waits). `false` when that is unknown: an operation without an event of
+    /// its own, or one captured into a graph.
+    pub fn settled(&self) -> bool {
+        let inner = self.inner.lock();
+        match (inner.last, inner.current, inner.event) {
+            _ if inner.captured_any => false,
+            (None, _, _) => true,
+            (Some(_), true, Some(event)) => gpu::runtime().is_ok_and(|rt| rt.query_event(event).unwrap_or(false)),
+            _ => false,
+        }
     }
 }
 

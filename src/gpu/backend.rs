@@ -113,6 +113,8 @@ pub(crate) trait Backend: Send + Sync {
     /// `event` came from `event_create` and is not used afterwards.
     unsafe fn event_destroy(&self, event: *mut c_void) -> Result<(), Error>;
 
+    /// Free and total memory of the current device, in bytes.
+    fn memory_info(&self) -> Result<(u64, u64), Error>;
     /// Starts capturing `stream` into a graph (relaxed mode: other threads' calls are not
     /// checked).
     fn capture_begin(&self, stream: *mut c_void) -> Result<(), Error>;

@@ -101,6 +101,8 @@ entry_points! {
         cuGraphLaunch = "cuGraphLaunch": fn(Handle, Handle) -> CUresult;
         cuGraphDestroy = "cuGraphDestroy": fn(Handle) -> CUresult;
         cuGraphExecDestroy = "cuGraphExecDestroy": fn(Handle) -> CUresult;
+        // Free and total device memory: the GPU tests' leak checks.
+        cuMemGetInfo = "cuMemGetInfo_v2": fn(*mut usize, *mut usize) -> CUresult;
     }
 }
 
@@ -499,6 +501,15 @@ impl Backend for Cuda {
         // SAFETY: the caller passes an event it created and no longer uses.
         self.check("cuEventDestroy_v2", unsafe { (self.api.cuEventDestroy)(event) })
     }
+
+    fn memory_info(&self) -> Result<(u64, u64), Error> {
+        let f = self.api.cuMemGetInfo.ok_or(Error::Unsupported { call: "cuMemGetInfo", runtime: "cuda" })?;
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: two out-pointers to locals.
+        self.check("cuMemGetInfo", unsafe { f(&mut free, &mut total) })?;
+        Ok((free as u64, total as u64))
+    }
+
     fn capture_begin(&self, stream: *mut c_void) -> Result<(), Error> {
         let f = self
             .api

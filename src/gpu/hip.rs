@@ -92,6 +92,8 @@ entry_points! {
         hipGetDevicePropertiesR0000 = "hipGetDevicePropertiesR0000":
             fn(*mut c_void, c_int) -> HipError;
         hipGetDeviceProperties = "hipGetDeviceProperties": fn(*mut c_void, c_int) -> HipError;
+        // Free and total device memory: the GPU tests' leak checks.
+        hipMemGetInfo = "hipMemGetInfo": fn(*mut usize, *mut usize) -> HipError;
         // Graph capture: not used by the library, only by its GPU tests (replays).
         hipStreamBeginCapture = "hipStreamBeginCapture": fn(Handle, c_int) -> HipError;
         hipStreamEndCapture = "hipStreamEndCapture": fn(Handle, *mut Handle) -> HipError;
@@ -551,6 +553,15 @@ impl Backend for Hip {
         // SAFETY: the caller passes an event it created and no longer uses.
         self.check("hipEventDestroy", unsafe { (self.api.hipEventDestroy)(event) })
     }
+
+    fn memory_info(&self) -> Result<(u64, u64), Error> {
+        let f = self.api.hipMemGetInfo.ok_or(Error::Unsupported { call: "hipMemGetInfo", runtime: "hip" })?;
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: two out-pointers to locals.
+        self.check("hipMemGetInfo", unsafe { f(&mut free, &mut total) })?;
+        Ok((free as u64, total as u64))
+    }
+
     fn capture_begin(&self, stream: *mut c_void) -> Result<(), Error> {
         let f = self
             .api

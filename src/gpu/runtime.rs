@@ -393,6 +393,12 @@ impl Runtime {
 
     // --- graphs (rcclx's GPU tests replay captured collectives) ---------------------------------
 
+    /// Free and total memory of `device`, in bytes (optional entry point: tests only).
+    pub fn memory_info(&self, device: i32) -> Result<(u64, u64), Error> {
+        let _guard = self.device_guard(device)?;
+        self.backend.memory_info()
+    }
+
     /// Starts capturing `stream` into a graph (relaxed mode).
     pub fn begin_capture(&self, stream: Stream) -> Result<(), Error> {
         self.backend.capture_begin(stream.0)
