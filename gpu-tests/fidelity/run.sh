@@ -17,7 +17,7 @@
 # failing lines). The compared lines are those starting with "CASE " (the program prints only
 # "CASE" and "#" lines; anything else on stdout comes from the libraries, e.g. NCCL_DEBUG).
 # Exit status 0 only if both runs printed identical CASE lines, none of them has ok=0, TIMEOUT
-# or FAILED, and both runs exited with status 0.
+# or FAILED, both runs exited with status 0, and the rcclx run took rcclx's own routes.
 set -uo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -86,14 +86,20 @@ if [ -n "$RSS_STOCK" ] && [ -n "$RSS_RCCLX" ]; then
   [ "$RSS_RCCLX" -le $((RSS_STOCK + 4 * 1024 * 1024)) ] || RSS_OK=0
   echo "# leaks: RSS growth stock $RSS_STOCK B, rcclx $RSS_RCCLX B (allowed: stock + 4 MiB): ok=$RSS_OK" >>"$DIFF"
 fi
+# The rcclx run must have taken rcclx's own routes (a run in which everything forwarded would
+# compare the stock library with itself): route lines with calls on a `<collective>.<algorithm>`.
+OWN=$(grep -E '^# .* routes:' "$OUT/fidelity-rcclx.log" | grep -cE ' [a-z]+\.[a-z0-9_]+=[1-9]')
+OWN_OK=1
+[ "$OWN" -gt 0 ] || OWN_OK=0
+echo "# rcclx's own routes: $OWN route lines with calls on them: ok=$OWN_OK" >>"$DIFF"
 NCASES=$(wc -l <"$OUT/fidelity-stock.cases")
 rm -f "$OUT/fidelity-stock.cases" "$OUT/fidelity-rcclx.cases"
 
 if [ "$DIFF_RC" -eq 0 ] && [ "$BAD_STOCK" -eq 0 ] && [ "$BAD_RCCLX" -eq 0 ] && [ "$RC_STOCK" -eq 0 ] \
-  && [ "$RC_RCCLX" -eq 0 ] && [ "$NCASES" -gt 0 ] && [ "$RSS_OK" -eq 1 ]; then
+  && [ "$RC_RCCLX" -eq 0 ] && [ "$NCASES" -gt 0 ] && [ "$RSS_OK" -eq 1 ] && [ "$OWN_OK" -eq 1 ]; then
   echo "fidelity: PASS ($NCASES CASE lines identical, none failing)"
   exit 0
 fi
-echo "fidelity: FAIL ($NDIFF differing lines; failing lines: stock $BAD_STOCK, rcclx $BAD_RCCLX; rss ok $RSS_OK;" \
+echo "fidelity: FAIL ($NDIFF differing lines; failing lines: stock $BAD_STOCK, rcclx $BAD_RCCLX; rss ok $RSS_OK; own routes ok $OWN_OK;" \
   "exit status: stock $RC_STOCK, rcclx $RC_RCCLX) -- see $DIFF"
 exit 1

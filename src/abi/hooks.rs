@@ -13,13 +13,14 @@ use std::ffi::{c_char, c_int, c_void};
 /// `ncclCommShrink` flag: abort the parent's operations first (`NCCL_SHRINK_ABORT`).
 const NCCL_SHRINK_ABORT: c_int = 0x01;
 
-/// Tells the side table about the handle a stock creation call wrote to `out`. The
-/// out-pointer is read only when the call succeeded (or is in progress).
-unsafe fn created(out: *const ncclComm_t, r: ncclResult_t) {
+/// Tells the side table about the handle a stock creation call wrote to `out`; what the call
+/// returns. The out-pointer is read only when the call succeeded (or is in progress).
+unsafe fn created(out: *const ncclComm_t, r: ncclResult_t) -> ncclResult_t {
     if r.is_ok_or_in_progress() && !out.is_null() {
         // SAFETY: non-null out-pointer the caller gave the stock call, which wrote it.
-        lifecycle::created(&[unsafe { out.read() }], r);
+        return lifecycle::created(&[unsafe { out.read() }], r);
     }
+    r
 }
 
 pub unsafe fn ncclGetErrorString(result: ncclResult_t) -> *const c_char {
@@ -47,8 +48,7 @@ pub unsafe fn ncclCommInitRank(
 ) -> ncclResult_t {
     let r = forward!(ncclCommInitRank(comm, nranks, commId, rank));
     // SAFETY: `comm` is the caller's out-pointer of this very call.
-    unsafe { created(comm, r) };
-    r
+    unsafe { created(comm, r) }
 }
 
 pub unsafe fn ncclCommInitRankConfig(
@@ -60,8 +60,7 @@ pub unsafe fn ncclCommInitRankConfig(
 ) -> ncclResult_t {
     let r = forward!(ncclCommInitRankConfig(comm, nranks, commId, rank, config));
     // SAFETY: as above.
-    unsafe { created(comm, r) };
-    r
+    unsafe { created(comm, r) }
 }
 
 pub unsafe fn ncclCommInitAll(comm: *mut ncclComm_t, ndev: c_int, devlist: *const c_int) -> ncclResult_t {
@@ -69,7 +68,7 @@ pub unsafe fn ncclCommInitAll(comm: *mut ncclComm_t, ndev: c_int, devlist: *cons
     if r.is_ok() && !comm.is_null() && ndev > 0 {
         // SAFETY: on success upstream wrote `ndev` handles into the caller's array.
         let comms = unsafe { std::slice::from_raw_parts(comm, ndev as usize) };
-        lifecycle::created(comms, r);
+        return lifecycle::created(comms, r);
     }
     r
 }
@@ -84,8 +83,7 @@ pub unsafe fn ncclCommInitRankScalable(
 ) -> ncclResult_t {
     let r = forward!(ncclCommInitRankScalable(newcomm, nranks, myrank, nId, commIds, config));
     // SAFETY: as above.
-    unsafe { created(newcomm, r) };
-    r
+    unsafe { created(newcomm, r) }
 }
 
 pub unsafe fn ncclCommSplit(
@@ -97,8 +95,7 @@ pub unsafe fn ncclCommSplit(
 ) -> ncclResult_t {
     let r = forward!(ncclCommSplit(comm, color, key, newcomm, config));
     // SAFETY: as above; NCCL_SPLIT_NOCOLOR leaves NULL there, which `created` skips.
-    unsafe { created(newcomm, r) };
-    r
+    unsafe { created(newcomm, r) }
 }
 
 pub unsafe fn ncclCommShrink(
@@ -114,8 +111,7 @@ pub unsafe fn ncclCommShrink(
     }
     let r = forward!(ncclCommShrink(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags));
     // SAFETY: as above.
-    unsafe { created(newcomm, r) };
-    r
+    unsafe { created(newcomm, r) }
 }
 
 pub unsafe fn ncclCommGrow(
@@ -128,8 +124,7 @@ pub unsafe fn ncclCommGrow(
 ) -> ncclResult_t {
     let r = forward!(ncclCommGrow(comm, nRanks, uniqueId, rank, newcomm, config));
     // SAFETY: as above.
-    unsafe { created(newcomm, r) };
-    r
+    unsafe { created(newcomm, r) }
 }
 
 pub unsafe fn ncclCommFinalize(comm: ncclComm_t) -> ncclResult_t {

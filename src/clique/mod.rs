@@ -59,7 +59,7 @@ pub use exchange::{StockTransport, Transport};
 use lease::Lease;
 use record::Record;
 use teardown::{Owned, Slab};
-pub use teardown::{pending as ended_not_freed, wait_freed};
+pub use teardown::{pending as ended_not_pooled, wait_pooled};
 
 /// Default staging buffer per rank (`RCCL_DDA_SENDBUF_BYTES`), without and with a
 /// low-precision switch on (larger windows halve its barriers per byte: +6-7 % at 256 MiB on
@@ -380,29 +380,25 @@ impl Setup {
     }
 }
 
-/// Sets up `comms` through the stock communicators and waits for the outcome, polling; gives
-/// up (every communicator forwards) when `stop` says so (the communicator was aborted).
-pub fn establish(comms: &[ncclComm_t], stop: impl Fn() -> bool) -> Outcome {
-    let none = || comms.iter().map(|&c| (c, None)).collect();
-    let mut setup = match Setup::start(comms) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!("rcclx setup failed ({e}); these communicators forward every call");
-            return none();
-        }
-    };
+/// Runs `setup` to its end, polling. Every communicator forwards when `stop` says so (the
+/// communicator was aborted) or when the setup fails; `Err` with that outcome when `limit`
+/// passed first (a peer that died, or one without rcclx, never answers: the caller reports it).
+pub fn establish(mut setup: Setup, stop: impl Fn() -> bool, limit: Option<Duration>) -> Result<Outcome, Outcome> {
+    let none = |comms: Vec<ncclComm_t>| comms.into_iter().map(|c| (c, None)).collect();
+    let comms = setup.comms();
     let mut nap = Duration::from_micros(20);
     loop {
         match setup.poll() {
-            Ok(Some(out)) => return out,
-            Ok(None) if stop() => return none(),
+            Ok(Some(out)) => return Ok(out),
+            Ok(None) if stop() => return Ok(none(comms)),
+            Ok(None) if limit.is_some_and(|l| setup.started.elapsed() > l) => return Err(none(comms)),
             Ok(None) => {
                 std::thread::sleep(nap);
                 nap = (nap * 2).min(Duration::from_millis(1));
             }
             Err(e) => {
                 tracing::warn!("rcclx setup failed ({e}); these communicators forward every call");
-                return none();
+                return Ok(none(comms));
             }
         }
     }
@@ -716,6 +712,69 @@ fn finish(l: Local, m: Mapped, r0: &Record, started: Instant) -> Clique {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An all-gather whose peers never answer (they died, or run without rcclx).
+    struct Silent;
+    impl Transport for Silent {
+        fn start(&mut self, _: Vec<Vec<u8>>) -> Result<(), Error> {
+            Ok(())
+        }
+        fn poll(&mut self) -> Result<Option<Vec<Vec<u8>>>, Error> {
+            Ok(None)
+        }
+    }
+
+    /// Every rank of the clique is a member of this batch: the all-gather is a concatenation.
+    /// Counts its rounds.
+    struct Local(Option<Vec<Vec<u8>>>, Arc<std::sync::atomic::AtomicUsize>);
+    impl Transport for Local {
+        fn start(&mut self, parts: Vec<Vec<u8>>) -> Result<(), Error> {
+            let all = parts.concat();
+            self.0 = Some(vec![all; parts.len()]);
+            self.1.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        }
+        fn poll(&mut self) -> Result<Option<Vec<Vec<u8>>>, Error> {
+            Ok(self.0.take())
+        }
+    }
+
+    fn members(n: usize) -> Vec<Member> {
+        // Handles no stock library made, all on device 0: the verdict turns the kernels off
+        // (two ranks on one GPU), so nothing is allocated even where a GPU is present.
+        (0..n)
+            .map(|rank| Member { comm: (0x7100_0000 + rank * 64) as ncclComm_t, rank, nranks: n, device: 0 })
+            .collect()
+    }
+
+    #[test]
+    fn a_setup_whose_peers_never_answer_ends_at_its_limit() {
+        let setup = Setup::with(members(2)[..1].to_vec(), Box::new(Silent), Sharing::default()).unwrap();
+        let started = Instant::now();
+        let outcome = establish(setup, || false, Some(Duration::from_millis(50)));
+        let took = started.elapsed();
+        let Err(outcome) = outcome else { panic!("a setup nobody answered succeeded") };
+        assert!(outcome.iter().all(|(_, c)| c.is_none()));
+        assert!(took >= Duration::from_millis(50) && took < Duration::from_secs(5), "{took:?}");
+        // Stopped (the communicator was aborted): no error, every call forwards.
+        let setup = Setup::with(members(2)[..1].to_vec(), Box::new(Silent), Sharing::default()).unwrap();
+        assert!(establish(setup, || true, None).is_ok_and(|o| o.iter().all(|(_, c)| c.is_none())));
+    }
+
+    #[test]
+    fn a_setup_whose_verdict_fails_ends_after_its_three_exchanges() {
+        let rounds = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let setup = Setup::with(members(3), Box::new(Local(None, rounds.clone())), Sharing::default()).unwrap();
+        let Ok(outcome) = establish(setup, || false, Some(Duration::from_secs(5))) else {
+            panic!("every exchange answered, yet the setup timed out")
+        };
+        // Every rank takes part in all three, whatever the verdict (they are the communicator's
+        // first operations on every rank: a rank that skipped one would pair the next with a
+        // user's collective).
+        assert_eq!(rounds.load(Ordering::Relaxed), 3);
+        assert_eq!(outcome.len(), 3);
+        assert!(outcome.iter().all(|(_, c)| c.is_none()), "three ranks on one GPU got kernels");
+    }
 
     #[test]
     fn fault_spec() {

@@ -144,7 +144,7 @@ pub fn pending() -> usize {
 }
 
 /// Waits up to `limit` for every ended clique's memory to be back in the pool; whether it was.
-pub fn wait_freed(limit: Duration) -> bool {
+pub fn wait_pooled(limit: Duration) -> bool {
     let deadline = std::time::Instant::now() + limit;
     while pending() > 0 {
         if std::time::Instant::now() >= deadline {

@@ -5,7 +5,9 @@
 //! every rank runs it at the same point of the communicator's operation sequence and where no
 //! thread waits for something it must itself do later:
 //! * blocking creation outside a group: right after the stock call returns (every rank is in
-//!   its creation call; no user operation can come first);
+//!   its creation call; no user operation can come first), waiting at most
+//!   `RCCLX_SETUP_TIMEOUT_MS` for the peers (one that died after the stock call returned never
+//!   answers: the creation then returns `ncclRemoteError`);
 //! * blocking creation inside `ncclGroupStart/End` (nccl-tests, `ncclCommInitAll`): when this
 //!   thread's outermost `ncclGroupEnd` returns, for all communicators it created in the group
 //!   at once (one thread may own several ranks of one clique);
@@ -16,12 +18,15 @@
 //!   `ncclInProgress` until its setup is done, so no user operation precedes the exchanges (an
 //!   operation before that gets `ncclInvalidUsage`, as the stock library answers for a
 //!   communicator that is not ready). A thread owning several ranks polls all of them forward.
+//!   `ncclCommAbort` ends a pending setup at any time; it takes the lock of the pending batches,
+//!   so no other thread's poll uses the handle once the stock library has freed it.
 //!
 //! Inside a group, rcclx's kernels wait for the outermost `ncclGroupEnd` (the stock library
 //! launches nothing before it), and `ncclGroupSimulateEnd` drops them, as it drops the group.
 
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::Mutex;
 
@@ -73,14 +78,14 @@ pub fn group_end(result: ncclResult_t, simulated: bool) -> ncclResult_t {
     let created = CREATED_IN_GROUP.with(|p| std::mem::take(&mut *p.borrow_mut()));
     let deferred = DEFERRED.with(|p| std::mem::take(&mut *p.borrow_mut()));
     let states: Vec<Arc<State>> = created.iter().filter_map(|&c| super::lookup(c)).collect();
+    let mut first_failure = ncclResult_t::Success;
     match result {
         _ if simulated => states.iter().for_each(|s| s.finish_setup(None)),
-        ncclResult_t::Success => set_up_now(&states),
+        ncclResult_t::Success => first_failure = set_up_now(&states),
         ncclResult_t::InProgress => PENDING.lock().push(Batch { states, setup: None }),
         _ => states.iter().for_each(|s| s.finish_setup(None)),
     }
     // A simulated group launches nothing; a failed one neither (peers may lack its calls).
-    let mut first_failure = ncclResult_t::Success;
     if !simulated && result.is_ok_or_in_progress() {
         for (job, launch) in deferred {
             let code = job.run(launch);
@@ -97,10 +102,11 @@ pub(super) fn defer(job: Job, launch: Launch) {
     DEFERRED.with(|d| d.borrow_mut().push((job, launch)));
 }
 
-/// After a stock creation call returned `result` with the new handles in `comms`.
-pub fn created(comms: &[ncclComm_t], result: ncclResult_t) {
+/// After a stock creation call returned `result` with the new handles in `comms`: what the call
+/// returns (`result`, or the error of rcclx's setup: [`set_up_now`]).
+pub fn created(comms: &[ncclComm_t], result: ncclResult_t) -> ncclResult_t {
     if !result.is_ok_or_in_progress() {
-        return;
+        return result;
     }
     let comms: Vec<ncclComm_t> = comms.iter().copied().filter(|c| !c.is_null()).collect();
     let states: Vec<Arc<State>> = comms.iter().map(|&c| super::insert(c)).collect();
@@ -109,8 +115,9 @@ pub fn created(comms: &[ncclComm_t], result: ncclResult_t) {
     } else if result == ncclResult_t::InProgress {
         PENDING.lock().push(Batch { states, setup: None });
     } else {
-        set_up_now(&states);
+        return set_up_now(&states);
     }
+    result
 }
 
 /// Registers `comm`, a handle the stock library never made, with the clique its caller set up
@@ -121,14 +128,39 @@ pub fn adopt(comm: ncclComm_t, clique: Option<clique::Clique>) {
     super::insert(comm).finish_setup(clique);
 }
 
-/// Blocking setup of `states`, all owned by this thread, in one batch.
-fn set_up_now(states: &[Arc<State>]) {
+/// Blocking setup of `states`, all owned by this thread, in one batch: what the creation call
+/// returns, `ncclSuccess` or, when a peer never answered within `RCCLX_SETUP_TIMEOUT_MS`,
+/// `ncclRemoteError` (the peer died, or runs without rcclx; the communicators then forward, and
+/// the application is expected to abort them, as after any failed creation).
+fn set_up_now(states: &[Arc<State>]) -> ncclResult_t {
     if states.is_empty() {
-        return;
+        return ncclResult_t::Success;
     }
     let comms: Vec<ncclComm_t> = states.iter().map(|s| s.comm()).collect();
-    let outcome = clique::establish(&comms, || states.iter().any(|s| s.is_closed()));
-    finish(states, outcome);
+    let setup = match clique::Setup::start(&comms) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("rcclx setup failed ({e}); these communicators forward every call");
+            states.iter().for_each(|s| s.finish_setup(None));
+            return ncclResult_t::Success;
+        }
+    };
+    let limit_ms = crate::config::get().setup_timeout_ms;
+    let limit = (limit_ms > 0).then(|| Duration::from_millis(limit_ms));
+    match clique::establish(setup, || states.iter().any(|s| s.is_closed()), limit) {
+        Ok(outcome) => {
+            finish(states, outcome);
+            ncclResult_t::Success
+        }
+        Err(outcome) => {
+            tracing::error!(
+                "rcclx setup: a peer did not answer within RCCLX_SETUP_TIMEOUT_MS={limit_ms} (it died, or runs without rcclx); returning ncclRemoteError"
+            );
+            finish(states, outcome);
+            states.iter().for_each(|s| s.close(false));
+            ncclResult_t::RemoteError
+        }
+    }
 }
 
 fn finish(states: &[Arc<State>], outcome: clique::Outcome) {

@@ -140,7 +140,7 @@ impl Lab {
         lab.clique_bytes = before.saturating_sub(lab.free_memory()?) / nranks as u64;
         w2.end(rt);
         w.end(rt);
-        lab.all_freed("warm-up")?;
+        lab.all_pooled("warm-up")?;
         Ok(lab)
     }
 
@@ -212,26 +212,19 @@ impl Lab {
         for k in 0..self.nranks {
             self.upload(k, salt)?;
         }
-        for k in 0..self.nranks {
-            self.call(k, w.comms[k], w.streams[k])?;
-        }
-        for k in 0..self.nranks {
-            self.wait(k, w.streams[k], "AllReduce")?;
-            self.verify(k, salt)?;
-        }
-        Ok(())
+        self.use_world_on(w, salt)
     }
 
     fn free_memory(&self) -> Result<u64, Fail> {
         Ok(self.rt.memory_info(0)?.0)
     }
 
-    /// Every ended clique's memory freed (the reaper works in the background), or a failure.
-    fn all_freed(&self, what: &str) -> Result<(), Fail> {
-        if clique::wait_freed(Duration::from_secs(10)) {
+    /// Every ended clique's memory back in rcclx's pool (the reaper works in the background).
+    fn all_pooled(&self, what: &str) -> Result<(), Fail> {
+        if clique::wait_pooled(Duration::from_secs(10)) {
             Ok(())
         } else {
-            Err(Fail(format!("{what}: {} ended cliques not freed after 10 s", clique::ended_not_freed())))
+            Err(Fail(format!("{what}: {} ended cliques not back in the pool after 10 s", clique::ended_not_pooled())))
         }
     }
 
@@ -247,12 +240,12 @@ impl Lab {
             w.end_as(self.rt, abort);
             slowest_end = slowest_end.max(t.elapsed());
             if c == 0 {
-                self.all_freed(how)?;
+                self.all_pooled(how)?;
                 baseline = Some((self.free_memory()?, open_files()?, shm_files()?));
             }
         }
         let per_cycle = started.elapsed() / cycles as u32;
-        self.all_freed(how)?;
+        self.all_pooled(how)?;
         let (mem0, fds0, shm0) = baseline.expect("set in cycle 0");
         let (mem, fds, shm) = (self.free_memory()?, open_files()?, shm_files()?);
         let report = format!(
@@ -276,10 +269,10 @@ impl Lab {
     fn twice(&self, what: &str, scenario: impl Fn(&Lab) -> Result<String, Fail>) -> Result<Outcome, Fail> {
         let before = self.free_memory()?;
         scenario(self)?;
-        self.all_freed(what)?;
+        self.all_pooled(what)?;
         let first = self.free_memory()?;
         let report = scenario(self)?;
-        self.all_freed(what)?;
+        self.all_pooled(what)?;
         let second = self.free_memory()?;
         let mib = |a: u64, b: u64| (a as f64 - b as f64) / (1 << 20) as f64;
         let report = format!(
@@ -327,7 +320,7 @@ impl Lab {
                     return Err(Fail(format!("rank {k}: clique B's kernel still running 1 s after the abort")));
                 }
             }
-            let held = clique::ended_not_freed();
+            let held = clique::ended_not_pooled();
             // C: set up and used while B's memory waits for the device (A's kernels).
             let c = self.world("stuck-c", Some(self.third()))?;
             self.use_world_on(&c, 1)?;
@@ -442,7 +435,7 @@ impl Lab {
         self.use_world(&w, 4)?;
         self.use_world(&w, 5)?;
         w.end(self.rt);
-        self.all_freed("stream-destroyed")?;
+        self.all_pooled("stream-destroyed")?;
         Ok(Outcome::Pass("calls on a new stream after the old one was destroyed: correct".into()))
     }
 }
