@@ -117,7 +117,7 @@ config_table! {
     disable: bool = false, "RCCLX_DISABLE", "1: pure pass-through to the stock library";
     upstream_lib: Option<String> = None, "RCCLX_UPSTREAM_LIB", "path of the stock libnccl.so.2 / librccl.so.1";
     timeout_ms: u64 = 0, "RCCLX_TIMEOUT_MS", "bound on every device spin-wait, in ms (0: none, like the stock library; ncclCommAbort always ends them)";
-    setup_timeout_ms: u64 = 600000, "RCCLX_SETUP_TIMEOUT_MS", "bound on rcclx's setup inside a blocking communicator creation, in ms (0: none); past it the creation returns ncclRemoteError";
+    setup_timeout_ms: u64 = 600000, "RCCLX_SETUP_TIMEOUT_MS", "bound on rcclx's setup of a communicator, in ms (0: none); past it the communicator is in error (ncclRemoteError)";
     dda_all_reduce: bool = true, "RCCL_ENABLE_DDA_ALL_REDUCE", "enable DDA AllReduce";
     dda_all_gather: bool = true, "RCCL_ENABLE_DDA_ALL_GATHER", "enable DDA AllGather";
     dda_reduce_scatter: bool = true, "RCCL_ENABLE_DDA_REDUCE_SCATTER", "enable DDA ReduceScatter";

@@ -374,6 +374,11 @@ impl Setup {
         Ok(Some(gathered.iter().map(|g| Record::all(g)).collect()))
     }
 
+    /// How long ago the setup started.
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
     /// The communicators of this batch.
     pub fn comms(&self) -> Vec<ncclComm_t> {
         self.locals.iter().map(|l| l.member.comm).collect()
@@ -391,7 +396,7 @@ pub fn establish(mut setup: Setup, stop: impl Fn() -> bool, limit: Option<Durati
         match setup.poll() {
             Ok(Some(out)) => return Ok(out),
             Ok(None) if stop() => return Ok(none(comms)),
-            Ok(None) if limit.is_some_and(|l| setup.started.elapsed() > l) => return Err(none(comms)),
+            Ok(None) if limit.is_some_and(|l| setup.elapsed() > l) => return Err(none(comms)),
             Ok(None) => {
                 std::thread::sleep(nap);
                 nap = (nap * 2).min(Duration::from_millis(1));
@@ -586,8 +591,7 @@ fn map_clique(l: &Local, recs: &[Record]) -> Option<Mapped> {
         return None;
     }
     // A peer's pid says whether it is alive only inside our pid namespace.
-    let me = &recs[m.rank];
-    let pids = recs.iter().map(|r| (r.pidns == me.pidns && r.host == me.host).then_some(r.pid)).collect();
+    let pids = record::visible_pids(recs, &recs[m.rank]);
     let lease = match Lease::join(recs[0].pid, recs[0].nonce, m.rank, pids) {
         Ok(lease) => lease,
         Err(e) => {

@@ -87,6 +87,12 @@ pub fn same_process(a: &Record, b: &Record) -> bool {
     a.host == b.host && a.pid == b.pid && a.pidns == b.pidns
 }
 
+/// Each rank's pid where it names a process this one can check (same host and pid namespace);
+/// `None` for the others (a container's pid 7 is not ours).
+pub fn visible_pids(recs: &[Record], me: &Record) -> Vec<Option<u32>> {
+    recs.iter().map(|r| (r.pidns == me.pidns && r.host == me.host).then_some(r.pid)).collect()
+}
+
 /// The verdict: all on one host, all capable, same arch and sizes, 2..=8 ranks, each rank
 /// on a GPU of its own unless every rank's setup allows sharing (`super::Sharing`).
 pub fn verdict(rank: usize, nranks: usize, recs: &[Record]) -> Result<(), String> {
@@ -188,6 +194,48 @@ mod tests {
         b.pidns = a.pidns;
         b.host ^= 1;
         assert!(!same_process(&a, &b));
+    }
+
+    /// With `RCCLX_PRINT_IDENTITY` set (the test below runs this binary so, in a new pid
+    /// namespace): prints this process's identity as a record sees it.
+    #[test]
+    fn print_identity() {
+        if std::env::var_os("RCCLX_PRINT_IDENTITY").is_some() {
+            let (host, pid, pidns) =
+                (super::super::host::host_id(), std::process::id(), super::super::host::pid_namespace());
+            println!("identity {host} {pid} {pidns}");
+        }
+    }
+
+    #[test]
+    fn a_process_in_another_pid_namespace_is_another_process() {
+        let exe = std::env::current_exe().unwrap();
+        let out = std::process::Command::new("unshare")
+            .args(["--pid", "--fork"])
+            .arg(&exe)
+            .args(["--exact", "clique::record::tests::print_identity", "--nocapture", "--test-threads=1"])
+            .env("RCCLX_PRINT_IDENTITY", "1")
+            .output();
+        let text = out.as_ref().map(|o| String::from_utf8_lossy(&o.stdout).to_string()).unwrap_or_default();
+        // (The test harness may print the test's name on the same line.)
+        let Some(line) = text.lines().find_map(|l| l.rfind("identity ").map(|i| &l[i..])) else {
+            eprintln!("SKIP: no new pid namespace here (unshare --pid --fork: {:?})", out.map(|o| o.status));
+            return;
+        };
+        let f: Vec<u64> = line.split(' ').skip(1).map(|x| x.parse().unwrap()).collect();
+        let mut me = recs(2).remove(0);
+        (me.host, me.pid, me.pidns) =
+            (super::super::host::host_id(), std::process::id(), super::super::host::pid_namespace());
+        let mut peer = me;
+        (peer.host, peer.pid, peer.pidns) = (f[0], f[1] as u32, f[2]);
+        assert_eq!(peer.host, me.host, "one host");
+        assert_ne!(peer.pidns, me.pidns, "unshare made a new pid namespace");
+        assert!(!same_process(&me, &peer));
+        // Even with our own pid (pids repeat across namespaces), the peer is another process,
+        // and its pid says nothing about liveness here.
+        peer.pid = me.pid;
+        assert!(!same_process(&me, &peer));
+        assert_eq!(visible_pids(&[me, peer], &me), vec![Some(me.pid), None]);
     }
 
     #[test]

@@ -19,7 +19,8 @@
 //!   operation before that gets `ncclInvalidUsage`, as the stock library answers for a
 //!   communicator that is not ready). A thread owning several ranks polls all of them forward.
 //!   `ncclCommAbort` ends a pending setup at any time; it takes the lock of the pending batches,
-//!   so no other thread's poll uses the handle once the stock library has freed it.
+//!   so no other thread's poll uses the handle once the stock library has freed it. Past
+//!   `RCCLX_SETUP_TIMEOUT_MS` the communicators are in error (`ncclRemoteError`).
 //!
 //! Inside a group, rcclx's kernels wait for the outermost `ncclGroupEnd` (the stock library
 //! launches nothing before it), and `ncclGroupSimulateEnd` drops them, as it drops the group.
@@ -130,8 +131,7 @@ pub fn adopt(comm: ncclComm_t, clique: Option<clique::Clique>) {
 
 /// Blocking setup of `states`, all owned by this thread, in one batch: what the creation call
 /// returns, `ncclSuccess` or, when a peer never answered within `RCCLX_SETUP_TIMEOUT_MS`,
-/// `ncclRemoteError` (the peer died, or runs without rcclx; the communicators then forward, and
-/// the application is expected to abort them, as after any failed creation).
+/// `ncclRemoteError` (the peer died, or runs without rcclx: [`timed_out`]).
 fn set_up_now(states: &[Arc<State>]) -> ncclResult_t {
     if states.is_empty() {
         return ncclResult_t::Success;
@@ -145,21 +145,34 @@ fn set_up_now(states: &[Arc<State>]) -> ncclResult_t {
             return ncclResult_t::Success;
         }
     };
-    let limit_ms = crate::config::get().setup_timeout_ms;
-    let limit = (limit_ms > 0).then(|| Duration::from_millis(limit_ms));
-    match clique::establish(setup, || states.iter().any(|s| s.is_closed()), limit) {
+    match clique::establish(setup, || states.iter().any(|s| s.is_closed()), setup_limit()) {
         Ok(outcome) => {
             finish(states, outcome);
             ncclResult_t::Success
         }
-        Err(outcome) => {
-            tracing::error!(
-                "rcclx setup: a peer did not answer within RCCLX_SETUP_TIMEOUT_MS={limit_ms} (it died, or runs without rcclx); returning ncclRemoteError"
-            );
-            finish(states, outcome);
-            states.iter().for_each(|s| s.close(false));
+        Err(_) => {
+            timed_out(states);
             ncclResult_t::RemoteError
         }
+    }
+}
+
+/// `RCCLX_SETUP_TIMEOUT_MS` (`None`: no bound).
+fn setup_limit() -> Option<Duration> {
+    let ms = crate::config::get().setup_timeout_ms;
+    (ms > 0).then(|| Duration::from_millis(ms))
+}
+
+/// A setup whose peers did not answer in time: its communicators are in error
+/// (`ncclRemoteError` from every call and from `ncclCommGetAsyncError`), as the stock library's
+/// are after a peer failed; the application aborts them.
+fn timed_out(states: &[Arc<State>]) {
+    tracing::error!(
+        "rcclx setup: a peer did not answer within RCCLX_SETUP_TIMEOUT_MS={} (it died, or runs without rcclx); the communicator reports ncclRemoteError",
+        crate::config::get().setup_timeout_ms
+    );
+    for s in states {
+        s.fail_setup();
     }
 }
 
@@ -204,6 +217,10 @@ fn step(b: &mut Batch) -> bool {
         }
     }
     match b.setup.as_mut().map(|s| s.poll()) {
+        Some(Ok(None)) if b.setup.as_ref().is_some_and(|s| setup_limit().is_some_and(|l| s.elapsed() > l)) => {
+            timed_out(&b.states);
+            true
+        }
         Some(Ok(None)) => false,
         Some(Ok(Some(outcome))) => {
             finish(&b.states, outcome);

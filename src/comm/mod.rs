@@ -37,6 +37,8 @@ pub struct State {
     closed: AtomicBool,
     /// Finalized: operations get `ncclInvalidUsage` (see [`State::finalize`]).
     finalized: AtomicBool,
+    /// Setup never heard from a peer (`RCCLX_SETUP_TIMEOUT_MS`): every call is `ncclRemoteError`.
+    setup_failed: AtomicBool,
     pub(crate) order: order::Order,
 }
 
@@ -48,6 +50,7 @@ impl State {
             clique: OnceLock::new(),
             closed: AtomicBool::new(false),
             finalized: AtomicBool::new(false),
+            setup_failed: AtomicBool::new(false),
             order: order::Order::default(),
         }
     }
@@ -72,12 +75,22 @@ impl State {
         }
     }
 
-    /// rcclx's own asynchronous error: a kernel that timed out waiting for a peer. Later calls
+    /// rcclx's own asynchronous error: a kernel that timed out waiting for a peer, or a setup
+    /// that did not hear from one (`RCCLX_SETUP_TIMEOUT_MS`). Later calls
     /// on the communicator return it, as the stock library returns its asynchronous error.
     /// (A call that fails before anything was enqueued returns its error and leaves the
     /// communicator usable, as the stock library's does: [`Job::failed`].)
     pub fn own_error(&self) -> ncclResult_t {
+        if self.setup_failed.load(Relaxed) {
+            return ncclResult_t::RemoteError;
+        }
         self.clique().map_or(ncclResult_t::Success, |c| c.kernel_error())
+    }
+
+    /// Setup gave up on a silent peer: no clique, and the communicator is in error.
+    fn fail_setup(&self) {
+        self.setup_failed.store(true, Relaxed);
+        self.finish_setup(None);
     }
 
     pub fn is_closed(&self) -> bool {
@@ -379,6 +392,18 @@ mod tests {
     fn unknown_comm_forwards() {
         assert_eq!(collective(fake(1), call(), bufs(), || ncclResult_t(42)), ncclResult_t(42));
         assert_eq!(ordered(fake(1), bufs().stream, || ncclResult_t(43)), ncclResult_t(43));
+    }
+
+    #[test]
+    fn a_comm_whose_setup_heard_no_peer_is_in_error() {
+        let s = insert(fake(7));
+        s.fail_setup();
+        let never = || -> ncclResult_t { panic!("forwarded a call on a communicator in error") };
+        assert_eq!(collective(fake(7), call(), bufs(), never), ncclResult_t::RemoteError);
+        assert_eq!(ordered(fake(7), bufs().stream, never), ncclResult_t::RemoteError);
+        assert_eq!(lifecycle::async_state(fake(7)), ncclResult_t::RemoteError);
+        assert_eq!(s.stats.snapshot().reasons[Reason::CommError as usize], 1);
+        remove(fake(7));
     }
 
     #[test]
