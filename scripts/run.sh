@@ -28,5 +28,5 @@ cargo build --release
 [ -f "$lib" ] || { echo "run.sh: $lib was not built" >&2; exit 1; }
 echo "run.sh: no GPU here. Built $lib; it forwards every call unless its kernels were compiled"
 echo "  (they are when ci/install-toolchains.sh has run). The GPU suite and benchmark need 2 GPUs"
-echo "  (its 3-8 rank step, STEPS=ranks, runs on 1): bash scripts/gpu-prep.sh here, copy the tree"
+echo "  (its 3-8 rank and teardown steps, STEPS=\"ranks lifecycle\", run on 1): bash scripts/gpu-prep.sh here, copy the tree"
 echo "  with .carry/, then bash scripts/gpu-tests.sh there."
