@@ -120,6 +120,61 @@ pub fn load_error() -> Option<&'static CStr> {
     }))
 }
 
+/// The text of rcclx's own last error (a failed launch, a setup that heard no peer), for
+/// `ncclGetLastError`, with the stock library's text as it was then: ours is the last error
+/// until the stock library reports a newer one (its text changes).
+struct OwnLastError {
+    /// NUL-terminated; the address stays valid for the life of the process (as the stock
+    /// library's buffer does, its contents may change under a reader).
+    text: [u8; 512],
+    set: bool,
+    stock_then: Vec<u8>,
+}
+
+static OWN_LAST_ERROR: Mutex<OwnLastError> =
+    Mutex::new(OwnLastError { text: [0; 512], set: false, stock_then: Vec::new() });
+
+/// The stock library's last-error text now (empty when it has none to give).
+fn stock_last_error() -> Vec<u8> {
+    let Some(f) = get().ok().and_then(|u| u.fns.ncclGetLastError) else { return Vec::new() };
+    // SAFETY: `ncclGetLastError` takes any communicator (or NULL) and returns a NUL-terminated
+    // string owned by the stock library, or NULL.
+    let p = guarded(|| unsafe { f(std::ptr::null_mut()) });
+    if p.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: non-null, NUL-terminated (see above); copied at once.
+    unsafe { CStr::from_ptr(p) }.to_bytes().to_vec()
+}
+
+/// Records `text` as the last error `ncclGetLastError` returns (cut to 511 bytes).
+pub fn set_last_error(text: &str) {
+    let stock_then = stock_last_error();
+    let mut e = OWN_LAST_ERROR.lock();
+    let n = text.len().min(e.text.len() - 1);
+    e.text[..n].copy_from_slice(&text.as_bytes()[..n]);
+    e.text[n] = 0;
+    e.text[..n].iter_mut().filter(|b| **b == 0).for_each(|b| *b = b' ');
+    e.set = true;
+    e.stock_then = stock_then;
+}
+
+/// What `ncclGetLastError` returns, given the stock library's answer `stock`: rcclx's own last
+/// error while the stock library has reported none since, else `stock`.
+///
+/// # Safety
+/// `stock` is NULL or a NUL-terminated string.
+pub unsafe fn last_error(stock: *const c_char) -> *const c_char {
+    // SAFETY: the caller's promise.
+    let stock_now: &[u8] = if stock.is_null() { b"" } else { unsafe { CStr::from_ptr(stock) }.to_bytes() };
+    let mut e = OWN_LAST_ERROR.lock();
+    if e.set && e.stock_then == stock_now {
+        return e.text.as_ptr().cast();
+    }
+    e.set = false;
+    stock
+}
+
 /// Resolves one symbol; `None` if the library lacks it (older NCCL/RCCL).
 pub fn symbol<F: Copy>(lib: &libloading::Library, name: &str) -> Option<F> {
     // SAFETY: the caller (the export table) gives `F` the C signature of `name` from the

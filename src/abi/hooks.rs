@@ -31,13 +31,16 @@ pub unsafe fn ncclGetErrorString(result: ncclResult_t) -> *const c_char {
     }
 }
 
-/// The stock library's last error, or, when none could be loaded, rcclx's reason (what was tried,
-/// what to set): PyTorch shows this text to the user.
+/// The last error: rcclx's own while the stock library has reported none since
+/// (`upstream::last_error`), else the stock library's; when no stock library could be loaded,
+/// rcclx's reason (what was tried, what to set). PyTorch shows this text to the user.
 pub unsafe fn ncclGetLastError(comm: ncclComm_t) -> *const c_char {
-    match crate::upstream::load_error() {
-        Some(why) => why.as_ptr(),
-        None => forward!(ncclGetLastError(comm)),
+    if let Some(why) = crate::upstream::load_error() {
+        return why.as_ptr();
     }
+    let stock = forward!(ncclGetLastError(comm));
+    // SAFETY: the stock library's `ncclGetLastError` returns NULL or a NUL-terminated string.
+    unsafe { crate::upstream::last_error(stock) }
 }
 
 pub unsafe fn ncclCommInitRank(

@@ -166,11 +166,13 @@ fn setup_limit() -> Option<Duration> {
 /// A setup whose peers did not answer in time: its communicators are in error
 /// (`ncclRemoteError` from every call and from `ncclCommGetAsyncError`), as the stock library's
 /// are after a peer failed; the application aborts them.
-fn timed_out(states: &[Arc<State>]) {
-    tracing::error!(
+pub(super) fn timed_out(states: &[Arc<State>]) {
+    let text = format!(
         "rcclx setup: a peer did not answer within RCCLX_SETUP_TIMEOUT_MS={} (it died, or runs without rcclx); the communicator reports ncclRemoteError",
         crate::config::get().setup_timeout_ms
     );
+    tracing::error!("{text}");
+    crate::upstream::set_last_error(&text);
     for s in states {
         s.fail_setup();
     }

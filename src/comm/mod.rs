@@ -361,7 +361,9 @@ impl Job {
     /// usable, as the stock library's does. Nothing ran on this rank, and a peer that did run
     /// its part times out and reports `ncclRemoteError` (`State::own_error`).
     fn failed(self, e: Error) -> ncclResult_t {
-        tracing::warn!("{} on comm {:p}: {e}", self.what, self.state.comm());
+        let text = format!("{} on comm {:p}: {e}", self.what, self.state.comm());
+        tracing::warn!("{text}");
+        crate::upstream::set_last_error(&format!("rcclx: {text}"));
         self.state.stats.count_forwarded(Reason::Failed, self.bytes);
         e.code
     }
@@ -397,7 +399,17 @@ mod tests {
     #[test]
     fn a_comm_whose_setup_heard_no_peer_is_in_error() {
         let s = insert(fake(7));
-        s.fail_setup();
+        lifecycle::timed_out(std::slice::from_ref(&s));
+        // ncclGetLastError gives rcclx's text until the stock library reports a newer error.
+        let text = |p: *const std::ffi::c_char| {
+            // SAFETY: a NUL-terminated string of `last_error` or of this test.
+            unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned()
+        };
+        // SAFETY: NUL-terminated literals.
+        let last = |stock: &std::ffi::CStr| text(unsafe { crate::upstream::last_error(stock.as_ptr()) });
+        assert!(last(c"").contains("RCCLX_SETUP_TIMEOUT_MS"));
+        assert_eq!(last(c"a newer stock error"), "a newer stock error");
+        assert_eq!(last(c""), "", "rcclx's text came back");
         let never = || -> ncclResult_t { panic!("forwarded a call on a communicator in error") };
         assert_eq!(collective(fake(7), call(), bufs(), never), ncclResult_t::RemoteError);
         assert_eq!(ordered(fake(7), bufs().stream, never), ncclResult_t::RemoteError);
