@@ -237,7 +237,7 @@ impl World {
     }
 
     /// Destroys every communicator (`ncclCommDestroy`'s path: the memory goes to rcclx's
-    /// reaper, which frees it once no kernel and no peer can touch it) and the streams.
+    /// pool once no kernel and no peer can touch it) and the streams.
     pub fn end(self, rt: &Runtime) {
         self.end_as(rt, false);
     }

@@ -31,7 +31,7 @@
 //! ever held at once, and is reused. A communicator whose peer never ends (a live process that
 //! leaks it) keeps its buffers: a peer may still read them.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
@@ -94,8 +94,6 @@ struct Grave {
 
 static GRAVES: Mutex<Vec<Grave>> = Mutex::new(Vec::new());
 static WAKE: Condvar = Condvar::new();
-/// Buried cliques not yet in the pool.
-static PENDING: AtomicUsize = AtomicUsize::new(0);
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
 /// Hands `owned`, the memory of a clique on `device` whose communicator has ended, to the
@@ -108,7 +106,6 @@ pub(super) fn bury(owned: Owned, device: i32, settled: bool) {
     if quiet && let Some(l) = &owned.lease {
         l.close();
     }
-    PENDING.fetch_add(1, Ordering::AcqRel);
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     GRAVES.lock().push(Grave { owned, device, quiet, id });
     collect();
@@ -126,7 +123,6 @@ pub(super) fn bury(owned: Owned, device: i32, settled: bool) {
 fn collect() {
     let mut graves = GRAVES.lock();
     let mut pool = POOL.lock();
-    let before = graves.len();
     let mut i = 0;
     while i < graves.len() {
         if graves[i].quiet && graves[i].owned.lease.as_ref().is_none_or(|l| l.peers_done()) {
@@ -135,12 +131,11 @@ fn collect() {
             i += 1;
         }
     }
-    PENDING.fetch_sub(before - graves.len(), Ordering::AcqRel);
 }
 
 /// Ended cliques whose memory is not yet back in the pool.
 pub fn pending() -> usize {
-    PENDING.load(Ordering::Acquire)
+    GRAVES.lock().len()
 }
 
 /// Waits up to `limit` for every ended clique's memory to be back in the pool; whether it was.

@@ -140,8 +140,7 @@ fn set_up_now(states: &[Arc<State>]) -> ncclResult_t {
     let setup = match clique::Setup::start(&comms) {
         Ok(s) => s,
         Err(e) => {
-            tracing::warn!("rcclx setup failed ({e}); these communicators forward every call");
-            states.iter().for_each(|s| s.finish_setup(None));
+            give_up(states, e);
             return ncclResult_t::Success;
         }
     };
@@ -155,6 +154,12 @@ fn set_up_now(states: &[Arc<State>]) -> ncclResult_t {
             ncclResult_t::RemoteError
         }
     }
+}
+
+/// A setup that failed: `states` forward every call.
+fn give_up(states: &[Arc<State>], why: crate::error::Error) {
+    tracing::warn!("rcclx setup failed ({why}); these communicators forward every call");
+    states.iter().for_each(|s| s.finish_setup(None));
 }
 
 /// `RCCLX_SETUP_TIMEOUT_MS` (`None`: no bound).
@@ -212,28 +217,26 @@ fn step(b: &mut Batch) -> bool {
         match clique::Setup::start(&comms) {
             Ok(s) => b.setup = Some(s),
             Err(e) => {
-                tracing::warn!("rcclx setup failed ({e}); these communicators forward every call");
-                b.states.iter().for_each(|s| s.finish_setup(None));
+                give_up(&b.states, e);
                 return true;
             }
         }
     }
-    match b.setup.as_mut().map(|s| s.poll()) {
-        Some(Ok(None)) if b.setup.as_ref().is_some_and(|s| setup_limit().is_some_and(|l| s.elapsed() > l)) => {
+    let Some(setup) = b.setup.as_mut() else { return true };
+    match setup.poll() {
+        Ok(None) if setup_limit().is_some_and(|l| setup.elapsed() > l) => {
             timed_out(&b.states);
             true
         }
-        Some(Ok(None)) => false,
-        Some(Ok(Some(outcome))) => {
+        Ok(None) => false,
+        Ok(Some(outcome)) => {
             finish(&b.states, outcome);
             true
         }
-        Some(Err(e)) => {
-            tracing::warn!("rcclx setup failed ({e}); these communicators forward every call");
-            b.states.iter().for_each(|s| s.finish_setup(None));
+        Err(e) => {
+            give_up(&b.states, e);
             true
         }
-        None => true,
     }
 }
 
@@ -278,8 +281,8 @@ pub fn revoked(comm: ncclComm_t) {
 }
 
 /// `ncclCommDestroy` / `ncclCommAbort` of `comm`: `forward` is the stock call. rcclx's part
-/// never waits: an abort first tells rcclx's kernels to stop, and the clique's memory goes to
-/// the reaper (`clique::teardown`), which frees it once no kernel and no peer can touch it.
+/// never waits: an abort first tells rcclx's kernels to stop, and the clique's memory goes back
+/// to rcclx's pool once no kernel and no peer can touch it (`clique::teardown`).
 pub fn ended(comm: ncclComm_t, abort: bool, forward: impl FnOnce() -> ncclResult_t) -> ncclResult_t {
     let Some(state) = super::remove(comm) else { return forward() };
     state.close(abort);
