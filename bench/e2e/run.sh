@@ -34,8 +34,8 @@
 #                (default: all but check-stock)
 #   REPEATS      repeat the runs from stock to rcclx-int8, interleaved, N times (1); the tables
 #                take medians
-#   RUN_TIMEOUT  seconds per run (300; a full 32-layer run took 13-16 s on 2x H200,
-#                bench/results/2026-11-30-h200x2-v2/integrations/e2e/status.txt)
+#   RUN_TIMEOUT  seconds per run (300; a full 32-layer run took 8-13 s on 2x H200,
+#                bench/results/2026-11-30-h200x2-v8, e2e/status.txt in its logs.tar.gz)
 #   PYTHON       python interpreter (python3)
 # Exit status: 0 when every run exited 0.
 set -uo pipefail
