@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Build the rccl-tests-compat binaries into rccl-tests-compat/build/ (no GPU needed):
-#   all_reduce_perf all_gather_perf reduce_scatter_perf alltoall_perf  (one program, 4 names)
+#   all_reduce_perf all_gather_perf reduce_scatter_perf alltoall_perf broadcast_perf
+#                 (one program, 5 names: the collective comes from the name)
 #   rcclx_check
+#   libfaultshim.so, report_test (test helpers for selftest.sh)
 # CUDA runtime linked statically, sm_90 code, NCCL loaded at run time with dlopen (not linked).
 #
 # Environment:
@@ -60,10 +62,13 @@ for p in "${pids[@]}"; do wait "$p"; done
 
 LINK=(-cudart static -L"$CUDART_DIR" -lpthread -ldl -lrt)
 "$NVCC" $GENCODE "$OBJ/perf.o" "$OBJ/common.o" -o "$BUILD/all_reduce_perf" "${LINK[@]}"
-for n in all_gather_perf reduce_scatter_perf alltoall_perf; do
+PERF_NAMES=(all_reduce_perf all_gather_perf reduce_scatter_perf alltoall_perf broadcast_perf)
+for n in "${PERF_NAMES[@]:1}"; do
   cp -f "$BUILD/all_reduce_perf" "$BUILD/$n"
 done
 "$NVCC" $GENCODE "$OBJ/check.o" "$OBJ/common.o" -o "$BUILD/rcclx_check" "${LINK[@]}"
-# Test helper only (fault injection for selftest.sh), not a benchmark.
+# Test helpers only (for selftest.sh), not benchmarks: fault injection, and the benchmark's
+# option parsing and output on made-up results (runs without a GPU).
 "$NVCC" "${FLAGS[@]}" -shared -Xcompiler -fPIC "$HERE/test/faultshim.cu" -o "$BUILD/libfaultshim.so" "${LINK[@]}"
-echo "build.sh: built $(cd "$BUILD" && ls all_reduce_perf all_gather_perf reduce_scatter_perf alltoall_perf rcclx_check | tr '\n' ' ')in $BUILD"
+"$NVCC" "${FLAGS[@]}" "$HERE/test/report_test.cu" "$OBJ/common.o" -o "$BUILD/report_test" "${LINK[@]}"
+echo "build.sh: built $(cd "$BUILD" && ls "${PERF_NAMES[@]}" rcclx_check libfaultshim.so report_test | tr '\n' ' ')in $BUILD"

@@ -1,12 +1,17 @@
 // rcclx_check: differential correctness checker. Runs every case with library A (the reference,
 // e.g. stock NCCL) and library B (e.g. rcclx) on identical seeded random inputs and compares the
 // outputs element by element; also checks that B wrote nothing outside its output (guard bytes,
-// untouched send buffer) and, for all_reduce, that every rank got bit-identical output from B.
+// untouched send buffer) and, for all_reduce and broadcast, that every rank got bit-identical
+// output from B. Rooted collectives (broadcast) run with every root; a collective with a second,
+// in-place-only entry point (ncclBcast) runs it as one more mode.
 // Stress modes: --random-sizes K (back-to-back calls of random sizes and alignments) and --graph
 // (mixed sizes captured in one CUDA graph, replayed with inputs that change on every replay).
 #include "common.h"
 
+#include <dlfcn.h>
+#include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +38,7 @@ static Shared* g_shared = nullptr;
 static std::vector<const TypeDesc*> g_types;
 static std::vector<const OpDesc*> g_ops;
 static long long g_pass = 0, g_fail = 0;  // counted by global thread 0
+static std::vector<bool> g_inPlaceApi;    // by CollId: both libraries export CollDesc::inPlaceApi
 
 enum { kGuard = 4096, kMaxOff = 32, kSlots = 4 };
 static const unsigned char kPoison[2] = {0xFF, 0xFE};  // library A, library B
@@ -59,7 +65,10 @@ struct Case {  // one collective call as seen by one rank
   int rank;
   GenParams gp;
   uint64_t seed;  // effective seed of the inputs
+  int root = -1;            // rooted collectives; kRandomRoot: one per call (--random-sizes)
+  bool inPlaceApi = false;  // through the collective's in-place-only entry point (ncclBcast)
 };
+enum { kRandomRoot = -2 };
 
 struct Stats {
   double nbad = 0, maxulp = 0, xrank = 0, oobB = 0, oobA = 0;
@@ -90,15 +99,17 @@ static double relTolFor(const Case& c) {
 // Exact-ish reference (double) of output element k and the magnitude used by --rel-tol.
 template <class T> static void refAt(const Case& c, size_t k, double* ref, double* scale) {
   const int n = c.gp.nranks;
-  if (c.coll == COLL_AG || c.coll == COLL_A2A) {
-    size_t j = c.j0 + (c.coll == COLL_A2A ? (size_t)c.rank * c.count : 0) + k % c.count;
-    *ref = Tr<T>::toD(genVal<T>(c.gp, c.seed, (int)(k / c.count), j));
+  int src;
+  size_t j;
+  sourceOf(c.coll, c.count, c.rank, c.root, k, &src, &j);
+  j += c.j0;
+  if (src >= 0) {
+    *ref = Tr<T>::toD(genVal<T>(c.gp, c.seed, src, j));
     // Copies: relative to the element, plus a floor far below the inputs' spread (|x| <= 4)
     // for elements near zero.
     *scale = fabs(*ref) + 0.01;
     return;
   }
-  const size_t j = c.j0 + (c.coll == COLL_RS ? (size_t)c.rank * c.count : 0) + k;
   double acc = 0, mag = c.op == OP_PROD ? 1 : 0;
   for (int r = 0; r < n; r++) {
     double x = Tr<T>::toD(genVal<T>(c.gp, c.seed, r, j)), w = c.op == OP_MULSUM && r % 2 ? 2 : 1;
@@ -150,8 +161,13 @@ static void compare(const Case& c, const unsigned char* a, const unsigned char* 
 }
 
 static void printHeader() {
-  printf("# %-8s %-14s %-8s %-6s %8s %-8s %8s %8s %6s %6s\n", "result", "coll", "dtype", "op", "count",
-         "inplace", "maxulp", "nbad", "xrank", "oob");
+  printf("# %-8s %-14s %-8s %-6s %4s %8s %-9s %8s %8s %6s %6s\n", "result", "coll", "dtype", "op", "root",
+         "count", "inplace", "maxulp", "nbad", "xrank", "oob");
+}
+
+static std::string rootStr(const Case& c) {
+  if (!kColls[c.coll].rooted) return "-";
+  return c.root == kRandomRoot ? "rand" : std::to_string(c.root);
 }
 
 // Reduce the stats over all ranks, print the case line (global thread 0), count pass/fail.
@@ -163,9 +179,9 @@ static bool report(Thr& t, const Case& c, const char* countStr, const char* mode
   if (t.isMain()) {
     char ulp[32];
     if (c.type->isFloat) snprintf(ulp, sizeof ulp, "%.0f", v[1]); else snprintf(ulp, sizeof ulp, "-");
-    printf("%-10s %-14s %-8s %-6s %8s %-8s %8s %8.0f %6.0f %6.0f\n", ok ? "OK" : "MISMATCH",
-           kColls[c.coll].name, c.type->name, c.op == OP_NONE ? "none" : kOps[c.op].name, countStr, mode,
-           ulp, v[0], v[2], v[3]);
+    printf("%-10s %-14s %-8s %-6s %4s %8s %-9s %8s %8.0f %6.0f %6.0f\n", ok ? "OK" : "MISMATCH",
+           kColls[c.coll].name, c.type->name, c.op == OP_NONE ? "none" : kOps[c.op].name, rootStr(c).c_str(),
+           countStr, mode, ulp, v[0], v[2], v[3]);
     if (v[4] > 0) printf("#   note: library A also wrote outside its output (%.0f bytes/elements)\n", v[4]);
     fflush(stdout);
     (ok ? g_pass : g_fail)++;
@@ -182,7 +198,8 @@ static void issue(Thr& t, int li, const Case& c0, char* const* in, char* const* 
   if (G > 1) NCCLCHECK(L, L.groupStart());
   for (int i = 0; i < G; i++) {
     ncclRedOp_t op = makeOp(L, c0.op, c0.type->type, t.rank[i], t.comm[li][i]);
-    runColl(L, c0.coll, in[i], out[i], c0.count, c0.type->type, op, t.comm[li][i], t.stream[i]);
+    runColl(L, c0.coll, in[i], out[i], c0.count, c0.type->type, op, c0.root, t.comm[li][i], t.stream[i],
+            c0.inPlaceApi);
     releaseOp(L, c0.op, op, t.comm[li][i]);
   }
   if (G > 1) NCCLCHECK(L, L.groupEnd());
@@ -235,12 +252,16 @@ static double runOne(Thr& t, int li, const Case& c0, bool ip) {
   return oob;
 }
 
-static bool runCase(Thr& t, const CollDesc* coll, const TypeDesc* type, const OpDesc* op, size_t count, bool ip,
-                    uint64_t caseId) {
+// mode: 0 out of place, 1 in place, 2 in place through the in-place-only entry point.
+static bool runCase(Thr& t, const CollDesc* coll, const TypeDesc* type, const OpDesc* op, int root, size_t count,
+                    int mode, uint64_t caseId) {
   CBufs& B = g_bufs[t.thread];
   const int G = t.p->topo.ngpus, n = t.p->topo.nranks();
+  const bool ip = mode > 0;
   Case c{coll->id, type, op->id, count, 0, 0, GenParams{GEN_RANDOM, op->id, n, 0}, 0};
   c.gp.seed = c.seed = hash3(O.seed, 0x5EED, caseId);
+  c.root = root;
+  c.inPlaceApi = mode == 2;
   Stats st;
   st.oobA = runOne(t, 0, c, ip);
   st.oobB = runOne(t, 1, c, ip);
@@ -249,8 +270,7 @@ static bool runCase(Thr& t, const CollDesc* coll, const TypeDesc* type, const Op
     c.rank = t.rank[i];
     compare(c, B.host[0][i].data(), B.host[1][i].data(), B.host[0][i].size() / type->size, st);
   }
-  const bool bitwise = O.bitwise < 0 ? coll->id == COLL_AR : O.bitwise && coll->id == COLL_AR;
-  if (bitwise) {  // every rank must hold B's output of rank 0, bit for bit
+  if (coll->identicalOutputs && O.bitwise != 0) {  // every rank must hold B's output of rank 0, bit for bit
     unsigned char* ref = t.p->sh->ref();
     if (t.gtid == 0) memcpy(ref, B.host[1][0].data(), outBytes);
     t.barrier();  // ref is complete; it is rewritten only after report()'s barrier
@@ -260,20 +280,21 @@ static bool runCase(Thr& t, const CollDesc* coll, const TypeDesc* type, const Op
   }
   char cs[32];
   snprintf(cs, sizeof cs, "%zu", count);
-  return report(t, c, cs, ip ? "inplace" : "oop", st);
+  return report(t, c, cs, mode == 2 ? coll->inPlaceApi : ip ? "inplace" : "oop", st);
 }
 
 // ------------------------------------------------------------------------------------------
 // Stress: random sizes, back to back
 // ------------------------------------------------------------------------------------------
-struct Call { size_t count = 0, offIn = 0, offOut = 0; bool valid = false; };
+struct Call { size_t count = 0, offIn = 0, offOut = 0; int root = -1; bool valid = false; };
 
-static Call callAt(uint64_t seed, long long i) {
-  const uint64_t h = hash3(seed, 0xCA11, (uint64_t)i);
+static Call callAt(const Case& c, long long i) {
+  const uint64_t h = hash3(c.seed, 0xCA11, (uint64_t)i);
   Call k;
   k.count = 1 + h % O.maxCount();
   k.offIn = (h >> 32) % (kMaxOff + 1);
   k.offOut = (h >> 48) % (kMaxOff + 1);
+  if (kColls[c.coll].rooted) k.root = (int)(mix64(h) % (uint64_t)c.gp.nranks);
   k.valid = true;
   return k;
 }
@@ -284,6 +305,7 @@ static void checkCall(Thr& t, Case c, const Call& k, char* const* slot, Stats& s
   const int G = t.p->topo.ngpus, elt = c.type->size;
   c.count = k.count;
   c.j0 = k.offIn;
+  c.root = k.root;
   const Layout lay = layoutFromCount(c.coll, k.count, c.gp.nranks);
   char *in[kMaxGpusPerThread] = {}, *out[kMaxGpusPerThread] = {};
   for (int i = 0; i < G; i++) {
@@ -318,7 +340,7 @@ static void poisonSlots(Thr& t) {
 static char* slotPtr(Thr& t, int i, int s) { return g_bufs[t.thread].slots[i] + (size_t)s * g_slotBytes; }
 
 static void fillSend(Thr& t, const Case& c, const uint64_t* const* epoch) {
-  const size_t elems = O.maxCount() * (c.coll == COLL_AR || c.coll == COLL_AG ? 1 : c.gp.nranks) + kMaxOff;
+  const size_t elems = O.maxCount() * (kColls[c.coll].sendPerRank ? c.gp.nranks : 1) + kMaxOff;
   for (int i = 0; i < t.p->topo.ngpus; i++) {
     CUDACHECK(cudaSetDevice(t.gpu[i]));
     launchFill(c.type->type, g_bufs[t.thread].send[i], elems, 0, t.rank[i], c.gp, epoch ? epoch[i] : nullptr, t.stream[i]);
@@ -334,7 +356,7 @@ static bool runRandomSizes(Thr& t, const CollDesc* coll, const TypeDesc* type, c
   Call last[kSlots];
   Stats st;
   for (long long i = 0; i < O.randomSizes; i++) {
-    const Call k = callAt(c.seed, i);
+    const Call k = callAt(c, i);
     const int s = (int)(i % kSlots);
     char *in[kMaxGpusPerThread] = {}, *out[kMaxGpusPerThread] = {};
     for (int g = 0; g < G; g++) {
@@ -342,6 +364,7 @@ static bool runRandomSizes(Thr& t, const CollDesc* coll, const TypeDesc* type, c
       out[g] = slotPtr(t, g, s) + k.offOut * elt;
     }
     c.count = k.count;
+    c.root = k.root;
     issue(t, 1, c, in, out);
     last[s] = k;
     if ((i + 1) % 1000 == 0 || i + 1 == O.randomSizes) {  // checkpoint: the last call of each slot
@@ -356,6 +379,7 @@ static bool runRandomSizes(Thr& t, const CollDesc* coll, const TypeDesc* type, c
       poisonSlots(t);
     }
   }
+  c.root = coll->rooted ? kRandomRoot : -1;
   char cs[32];
   snprintf(cs, sizeof cs, "rand:%lld", O.randomSizes);
   return report(t, c, cs, "oop", st);
@@ -368,6 +392,7 @@ static bool runGraph(Thr& t, const CollDesc* coll, const TypeDesc* type, const O
   CBufs& B = g_bufs[t.thread];
   const int G = t.p->topo.ngpus, n = t.p->topo.nranks();
   const int m = (int)O.counts.size();
+  auto rootOf = [&](int q) { return coll->rooted ? q % n : -1; };  // roots rotate over the calls
   Case c{coll->id, type, op->id, 0, 0, 0, GenParams{GEN_RANDOM, op->id, n, 0}, 0};
   c.gp.seed = hash3(O.seed, 0x5EED, caseId);
   for (int i = 0; i < G; i++) {
@@ -388,6 +413,7 @@ static bool runGraph(Thr& t, const CollDesc* coll, const TypeDesc* type, const O
     char *in[kMaxGpusPerThread] = {}, *out[kMaxGpusPerThread] = {};
     for (int i = 0; i < G; i++) { in[i] = B.send[i]; out[i] = slotPtr(t, i, q); }
     c.count = O.counts[q];
+    c.root = rootOf(q);
     issue(t, 1, c, in, out);
   }
   for (int i = 0; i < G; i++) CUDACHECK(cudaStreamEndCapture(t.stream[i], &gr[i]));
@@ -406,10 +432,12 @@ static bool runGraph(Thr& t, const CollDesc* coll, const TypeDesc* type, const O
     Stats st;
     Call k;
     k.count = O.counts[q];
+    k.root = rootOf(q);
     char* sp[kMaxGpusPerThread] = {};
     for (int i = 0; i < G; i++) sp[i] = slotPtr(t, i, q);
     checkCall(t, c, k, sp, st);
     c.count = k.count;
+    c.root = k.root;
     char cs[32];
     snprintf(cs, sizeof cs, "%zu", k.count);
     ok &= report(t, c, cs, mode_, st);
@@ -454,12 +482,15 @@ static void checkThread(Thr& t) {
         const OpDesc* o = coll->reduces ? op : &kOpNone;
         if (O.randomSizes > 0) { runRandomSizes(t, coll, type, o, ++caseId); continue; }
         if (O.graph) { runGraph(t, coll, type, o, ++caseId); continue; }
-        for (size_t count : O.counts)
-          for (int ip = 0; ip < 2; ip++) {
-            if ((O.inplace == 0 && ip) || (O.inplace == 1 && !ip)) continue;
-            if (ip && coll->id == COLL_A2A) continue;  // in-place alltoall is not defined by NCCL
-            runCase(t, coll, type, o, count, ip, ++caseId);
-          }
+        const int nroots = coll->rooted ? P.topo.nranks() : 1;  // every root of the world
+        for (int r = 0; r < nroots; r++)
+          for (size_t count : O.counts)
+            for (int mode = 0; mode < 3; mode++) {  // out of place, in place, in-place entry point
+              if ((O.inplace == 0 && mode) || (O.inplace == 1 && !mode)) continue;
+              if (mode && !coll->inPlaceDefined) continue;  // in-place alltoall is not defined by NCCL
+              if (mode == 2 && !g_inPlaceApi[coll->id]) continue;
+              runCase(t, coll, type, o, coll->rooted ? r : -1, count, mode, ++caseId);
+            }
       }
   destroyComms(t);
 }
@@ -468,6 +499,13 @@ static int checkProc(int proc) {
   static Proc P;
   procSetup(P, proc, O.topo, g_shared, O.libs);
   CHECK(P.libs.size() == 2, "rcclx_check needs exactly two libraries: --libs A=PATH,B=PATH");
+  g_inPlaceApi.assign(kNumColls, false);
+  for (const CollDesc* d : O.colls) {  // the in-place-only entry point runs when both export it
+    if (!d->inPlaceApi) continue;
+    g_inPlaceApi[d->id] = dlsym(P.libs[0].handle, d->inPlaceApi) && dlsym(P.libs[1].handle, d->inPlaceApi);
+    if (!g_inPlaceApi[d->id] && proc == 0 && O.inplace != 0 && O.randomSizes == 0 && !O.graph)
+      printf("# note: %s not exported by both libraries: %s runs through it are skipped\n", d->inPlaceApi, d->name);
+  }
   cudaDeviceProp prop;
   CUDACHECK(cudaGetDeviceProperties(&prop, P.thr[0].gpu[0]));
   g_types = resolveTypes(O.typeArg, P.minVersion(), prop.major);
@@ -488,8 +526,9 @@ static int checkProc(int proc) {
            O.relTol < 0 ? "auto" : std::to_string(O.relTol).c_str(),
            O.randomSizes > 0 ? "random-sizes" : O.graph ? "graph" : "cases");
     printf("# columns: maxulp = largest ULP distance A vs B (floats); nbad = elements beyond tolerance;\n"
-           "#          xrank = elements of B's all_reduce output differing from rank 0's; oob = bytes B wrote\n"
-           "#          outside its output + send elements B changed (out of place)\n");
+           "#          xrank = elements of B's all_reduce/broadcast output differing from rank 0's; oob = bytes B\n"
+           "#          wrote outside its output + send elements B changed (out of place); root = root rank\n"
+           "#          (rooted collectives); inplace = oop, inplace, or the in-place-only entry point (ncclBcast)\n");
     fflush(stdout);
   }
   runThreads(P, checkThread);
@@ -503,17 +542,19 @@ static void usage() {
          "  --libs A=P,B=P       reference library A and library under test B ($RCCLX_BENCH_LIBS)\n"
          "  -P,--nprocs N        fork N processes (1)      -t,--nthreads N   threads per process (1)\n"
          "  -g,--ngpus N         GPUs per thread (1)       ranks = N x t x g\n"
-         "  --coll C             all_reduce|all_gather|reduce_scatter|alltoall|all, or a comma list (all)\n"
+         "  --coll C             %s|all,\n"
+         "                       or a comma list (all); rooted collectives (broadcast) run with every root\n"
          "  -d,--datatype T      a type, a comma list, or all (all)\n"
          "  -o,--op O            sum|prod|max|min|avg|mulsum, a comma list, or all (all)\n"
          "  --counts LIST        NCCL counts (1,7,255,1023,4099,1048581)\n"
-         "  --inplace both|0|1   out-of-place, in-place or both (both)\n"
+         "  --inplace both|0|1   out-of-place, in-place or both (both); in place includes broadcast\n"
+         "                       through ncclBcast(buff, ...) as well as ncclBroadcast(buff, buff, ...)\n"
          "  --random-seed S      seed of the inputs (1)\n"
          "  --ulp-tol K          floating-point tolerance in ULPs (auto: 2 for avg, else 0)\n"
          "  --rel-tol X          also accept |A-B| <= X*sum|inputs| (AllGather/AllToAll: X*(|input| + 0.01))\n"
          "                       (auto: 0 with <= 2 ranks, else nranks*eps; copies exact)\n"
          "  --abs-tol X          with --rel-tol: also add X to that bound (0; the inputs lie in [-4, 4])\n"
-         "  --expect-bitwise-identical-ranks 0|1   all_reduce output of B identical on all ranks (1)\n"
+         "  --expect-bitwise-identical-ranks 0|1   all_reduce/broadcast output of B identical on all ranks (1)\n"
          "  --random-sizes K     K back-to-back calls of random counts in [1, max(--counts)] and random\n"
          "                       alignments (B), checked against A every 1000 calls\n"
          "  --graph              capture one call per --counts entry in one CUDA graph (B), replay it,\n"
@@ -521,7 +562,10 @@ static void usage() {
          "  --graph-replays R    replays for --graph (10)\n"
          "  --capture-mode M     global|thread|relaxed (global; thread with -t > 1)\n"
          "  --show N             mismatching elements printed per rank and case (3)\n"
-         "  -T,--timeout S       kill everything after S seconds (600; 0 = never)\n");
+         "  -T,--timeout S       kill everything after S seconds (600; 0 = never)\n"
+         "Exit status: 0 every case passed; 1 a case failed; 2 usage, setup, CUDA or NCCL error;\n"
+         "124 timeout; 128+N killed by signal N.\n",
+         collNames("|").c_str());
 }
 
 int main(int argc, char** argv) {
@@ -547,9 +591,9 @@ int main(int argc, char** argv) {
     const char* v = optarg;
     switch (c) {
       case LIBS: O.libs = v; break;
-      case 'P': O.topo.nprocs = atoi(v); break;
-      case 't': O.topo.nthreads = atoi(v); break;
-      case 'g': O.topo.ngpus = atoi(v); break;
+      case 'P': O.topo.nprocs = (int)parseIntArg(v, "-P", 1, kMaxThreads); break;
+      case 't': O.topo.nthreads = (int)parseIntArg(v, "-t", 1, kMaxThreads); break;
+      case 'g': O.topo.ngpus = (int)parseIntArg(v, "-g", 1, kMaxGpusPerThread); break;
       case COLL: collArg = v; break;
       case 'd': O.typeArg = v; break;
       case 'o': O.opArg = v; break;
@@ -557,42 +601,49 @@ int main(int argc, char** argv) {
         O.counts.clear();
         for (const std::string& s : split(v, ',')) {
           double x = parseSize(s.c_str());
-          if (x < 1) { fprintf(stderr, "bad count '%s' in --counts\n", s.c_str()); return 1; }
+          if (x < 1) usageError("bad count '%s' in --counts", s.c_str());
           O.counts.push_back((size_t)x);
         }
         break;
       case INPLACE:
         O.inplace = !strcmp(v, "both") ? 2 : !strcmp(v, "1") || !strcmp(v, "ip") ? 1 : !strcmp(v, "0") || !strcmp(v, "oop") ? 0 : -1;
-        if (O.inplace < 0) { fprintf(stderr, "--inplace must be both, 0 or 1\n"); return 1; }
+        if (O.inplace < 0) usageError("invalid --inplace '%s': need both, 0 or 1", v);
         break;
-      case SEED: O.seed = strtoull(v, nullptr, 0); break;
-      case ULP: O.ulpTol = atoll(v); break;
-      case REL: O.relTol = atof(v); break;
-      case ABS: O.absTol = atof(v); break;
-      case BITWISE: O.bitwise = atoi(v); break;
-      case RANDOM: O.randomSizes = atoll(v); break;
+      case SEED: {
+        char* end = nullptr;
+        errno = 0;
+        O.seed = strtoull(v, &end, 0);
+        if (end == v || *end || errno == ERANGE || *v == '-') usageError("invalid value '%s' for --random-seed", v);
+        break;
+      }
+      case ULP: O.ulpTol = parseIntArg(v, "--ulp-tol", -1, LLONG_MAX); break;
+      case REL: O.relTol = parseDoubleArg(v, "--rel-tol"); break;
+      case ABS: O.absTol = parseDoubleArg(v, "--abs-tol"); break;
+      case BITWISE: O.bitwise = (int)parseIntArg(v, "--expect-bitwise-identical-ranks", 0, 1); break;
+      case RANDOM: O.randomSizes = parseIntArg(v, "--random-sizes", 0, LLONG_MAX); break;
       case GRAPH: O.graph = true; break;
-      case REPLAYS: O.graphReplays = atoi(v); break;
+      case REPLAYS: O.graphReplays = (int)parseIntArg(v, "--graph-replays", 1, INT_MAX); break;
       case CAPTURE: O.capture = v; break;
-      case SHOW: O.show = atoi(v); break;
-      case 'T': O.timeout = atoi(v); break;
+      case SHOW: O.show = (int)parseIntArg(v, "--show", 0, INT_MAX); break;
+      case 'T': O.timeout = (int)parseIntArg(v, "-T", 0, INT_MAX); break;
       case 'h': usage(); return 0;
-      default: usage(); return 1;
+      default:  // getopt has printed what is wrong
+        fprintf(stderr, "rcclx_check: --help lists the options\n");
+        return 2;
     }
   }
-  if (optind < argc) { fprintf(stderr, "unexpected argument '%s'\n", argv[optind]); return 1; }
+  if (optind < argc) usageError("unexpected argument '%s'", argv[optind]);
   for (const std::string& s : split(collArg, ',')) {
     if (s == "all") { for (int i = 0; i < kNumColls; i++) O.colls.push_back(&kColls[i]); continue; }
     const CollDesc* d = findColl(s.c_str());
-    if (!d) { fprintf(stderr, "unknown --coll '%s'\n", s.c_str()); return 1; }
+    if (!d) usageError("unknown --coll '%s': need %s or all", s.c_str(), collNames(", ").c_str());
     O.colls.push_back(d);
   }
-  if (!validTypeList(O.typeArg)) { fprintf(stderr, "unknown datatype in '%s'\n", O.typeArg.c_str()); return 1; }
-  if (!validOpList(O.opArg)) { fprintf(stderr, "unknown op in '%s'\n", O.opArg.c_str()); return 1; }
-  if (O.graphReplays < 1) { fprintf(stderr, "--graph-replays must be >= 1\n"); return 1; }
-  if (O.graph && O.randomSizes > 0) { fprintf(stderr, "--graph and --random-sizes are separate modes\n"); return 1; }
+  if (!validTypeList(O.typeArg)) usageError("unknown datatype in '%s'", O.typeArg.c_str());
+  if (!validOpList(O.opArg)) usageError("unknown op in '%s'", O.opArg.c_str());
+  if (O.graph && O.randomSizes > 0) usageError("--graph and --random-sizes are separate modes");
   captureMode(O.capture, O.topo.nthreads);
-  if (parseLibs(O.libs).size() != 2) { fprintf(stderr, "--libs needs exactly two libraries (A=reference,B=under test)\n"); return 1; }
+  if (parseLibs(O.libs).size() != 2) usageError("--libs needs exactly two libraries (A=reference,B=under test)");
   g_shared = createShared(O.topo, O.maxCount() * 8);
   return launch(O.topo.nprocs, O.timeout, checkProc);
 }

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <thread>
 
 static int g_proc = -1;  // process index once forked / set up (for error messages)
@@ -95,6 +96,8 @@ void Lib::load() {
   SYM(allReduce, req, "ncclAllReduce");
   SYM(allGather, req, "ncclAllGather");
   SYM(reduceScatter, req, "ncclReduceScatter");
+  SYM(broadcast, opt, "ncclBroadcast");                    // checked when a broadcast runs
+  SYM(bcast, opt, "ncclBcast");
   SYM(redOpCreatePreMulSum, opt, "ncclRedOpCreatePreMulSum");
   SYM(redOpDestroy, opt, "ncclRedOpDestroy");
   SYM(memAlloc, opt, "ncclMemAlloc");                      // NCCL >= 2.19
@@ -129,29 +132,29 @@ std::vector<Lib> parseLibs(const std::string& spec0) {
       const size_t open = L.name.find('[');
       if (open != std::string::npos) {  // NAME[VAR=VALUE;...]=PATH
         const size_t close = item.find(']', open);
-        CHECK(close != std::string::npos && close + 1 < item.size() && item[close + 1] == '=',
-              "bad --libs entry '%s' (want NAME[VAR=VALUE;...]=PATH)", item.c_str());
+        if (close == std::string::npos || close + 1 >= item.size() || item[close + 1] != '=')
+          usageError("bad --libs entry '%s' (want NAME[VAR=VALUE;...]=PATH)", item.c_str());
         for (const std::string& kv : split(item.substr(open + 1, close - open - 1), ';')) {
           const size_t e = kv.find('=');
-          CHECK(e != std::string::npos && e > 0, "bad variable '%s' in --libs entry '%s' (want VAR=VALUE)",
-                kv.c_str(), item.c_str());
+          if (e == std::string::npos || e == 0)
+            usageError("bad variable '%s' in --libs entry '%s' (want VAR=VALUE)", kv.c_str(), item.c_str());
           L.env.push_back({kv.substr(0, e), kv.substr(e + 1)});
         }
         L.name = item.substr(0, open);
         L.path = item.substr(close + 2);
       }
     }
-    CHECK(!L.name.empty() && !L.path.empty(), "bad --libs entry '%s' (want NAME=PATH)", item.c_str());
+    if (L.name.empty() || L.path.empty()) usageError("bad --libs entry '%s' (want NAME=PATH)", item.c_str());
     for (const Lib& o : libs) {
-      CHECK(o.name != L.name, "library name '%s' given twice", L.name.c_str());
-      CHECK(o.path != L.path || o.env == L.env,
-            "libraries '%s' and '%s' are one file (%s) with different variables: dlopen gives one "
-            "instance, which reads its environment once; give each a copy of the file",
-            o.name.c_str(), L.name.c_str(), L.path.c_str());
+      if (o.name == L.name) usageError("--libs: library name '%s' given twice", L.name.c_str());
+      if (o.path == L.path && o.env != L.env)
+        usageError("--libs: libraries '%s' and '%s' are one file (%s) with different variables: dlopen "
+                   "gives one instance, which reads its environment once; give each a copy of the file",
+                   o.name.c_str(), L.name.c_str(), L.path.c_str());
     }
     libs.push_back(L);
   }
-  CHECK(!libs.empty() && libs.size() <= kMaxLibs, "--libs: need 1..%d libraries", (int)kMaxLibs);
+  if (libs.empty() || libs.size() > kMaxLibs) usageError("--libs: need 1..%d libraries", (int)kMaxLibs);
   return libs;
 }
 
@@ -180,11 +183,19 @@ const OpDesc kOps[] = {
 const int kNumOps = sizeof(kOps) / sizeof(kOps[0]);
 const OpDesc kOpNone = {"none", OP_NONE, ncclSum, 0};
 
+// nccl-tests' bus bandwidth factors.
+static double busTwoNm1N(int n) { return 2.0 * (n - 1) / n; }  // all_reduce
+static double busNm1N(int n) { return (double)(n - 1) / n; }   // all_gather, reduce_scatter, alltoall
+static double busOne(int) { return 1.0; }                      // broadcast
+
+// Indexed by CollId.
 const CollDesc kColls[] = {
-    {"all_reduce", COLL_AR, true},
-    {"all_gather", COLL_AG, false},
-    {"reduce_scatter", COLL_RS, true},
-    {"alltoall", COLL_A2A, false},
+    //  name            id          reduces rooted sendPerRank recvPerRank inPlace identical bus        inPlaceApi
+    {"all_reduce",     COLL_AR,    true,   false, false,      false,      true,   true,     busTwoNm1N, nullptr},
+    {"all_gather",     COLL_AG,    false,  false, false,      true,       true,   false,    busNm1N,    nullptr},
+    {"reduce_scatter", COLL_RS,    true,   false, true,       false,      true,   false,    busNm1N,    nullptr},
+    {"alltoall",       COLL_A2A,   false,  false, true,       true,       false,  false,    busNm1N,    nullptr},
+    {"broadcast",      COLL_BCAST, false,  true,  false,      false,      true,   true,     busOne,     "ncclBcast"},
 };
 const int kNumColls = sizeof(kColls) / sizeof(kColls[0]);
 
@@ -198,6 +209,12 @@ const CollDesc* findColl(const char* name0) {
     if (n == k) return &d;
   }
   return nullptr;
+}
+
+std::string collNames(const char* sep) {
+  std::string s;
+  for (const CollDesc& d : kColls) s += (s.empty() ? "" : sep) + std::string(d.name);
+  return s;
 }
 
 const TypeDesc* findTypeByName(const std::string& n0) {
@@ -249,31 +266,31 @@ std::vector<const OpDesc*> resolveOps(const std::string& arg, int version) {
   return v;
 }
 
+// nccl-tests getCollByteCount: a buffer of per-rank chunks holds nranks * count elements; in
+// place, the other buffer is this rank's chunk of it.
 Layout layoutFromCount(CollId c, size_t count, int n) {
-  switch (c) {
-    case COLL_AR: return {count, count, count, 0, 0};
-    case COLL_AG: return {count, count, count * n, count, 0};
-    case COLL_RS: return {count, count * n, count, 0, count};
-    case COLL_A2A: return {count, count * n, count * n, 0, 0};
-  }
-  FAIL("bad collective");
+  const CollDesc& d = kColls[c];
+  return {count, d.sendPerRank ? count * n : count, d.recvPerRank ? count * n : count,
+          d.recvPerRank && !d.sendPerRank ? count : 0, d.sendPerRank && !d.recvPerRank ? count : 0};
 }
 
 Layout layoutFromBytes(CollId c, size_t bytes, int elt, int n) {
   size_t count = bytes / elt;
-  if (c == COLL_AR) return layoutFromCount(c, count, n);
+  if (!kColls[c].sendPerRank && !kColls[c].recvPerRank) return layoutFromCount(c, count, n);
   size_t base = (count / n) & ~(size_t)(16 / elt - 1);  // nccl-tests: & -(16/eltSize)
   return layoutFromCount(c, base, n);
 }
 
 void getBw(CollId c, size_t count, int elt, double sec, int n, double* algBw, double* busBw) {
-  double bytes = (double)count * elt * (c == COLL_AR ? 1 : n);
+  const CollDesc& d = kColls[c];
+  double bytes = (double)count * elt * (d.sendPerRank || d.recvPerRank ? n : 1);
   *algBw = sec > 0 ? bytes / 1.0e9 / sec : 0;
-  *busBw = *algBw * (c == COLL_AR ? 2.0 * (n - 1) / n : (double)(n - 1) / n);
+  *busBw = *algBw * d.busFactor(n);
 }
 
 void runColl(const Lib& L, CollId c, const void* s, void* r, size_t count, ncclDataType_t t,
-             ncclRedOp_t op, ncclComm_t comm, cudaStream_t st) {
+             ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t st, bool inPlaceApi) {
+  CHECK(!inPlaceApi || (kColls[c].inPlaceApi && s == r), "bad in-place API call of %s", kColls[c].name);
   switch (c) {
     case COLL_AR: NCCLCHECK(L, L.allReduce(s, r, count, t, op, comm, st)); break;
     case COLL_AG: NCCLCHECK(L, L.allGather(s, r, count, t, comm, st)); break;
@@ -281,6 +298,15 @@ void runColl(const Lib& L, CollId c, const void* s, void* r, size_t count, ncclD
     case COLL_A2A:
       CHECK(L.alltoAll, "library %s exports neither ncclAlltoAll nor ncclAllToAll", L.name.c_str());
       NCCLCHECK(L, L.alltoAll(s, r, count, t, comm, st));
+      break;
+    case COLL_BCAST:
+      if (inPlaceApi) {
+        CHECK(L.bcast, "library %s does not export ncclBcast", L.name.c_str());
+        NCCLCHECK(L, L.bcast(r, count, t, root, comm, st));
+      } else {
+        CHECK(L.broadcast, "library %s does not export ncclBroadcast", L.name.c_str());
+        NCCLCHECK(L, L.broadcast(s, r, count, t, root, comm, st));
+      }
       break;
   }
 }
@@ -329,13 +355,12 @@ __global__ void kCountInputChanges(const T* buf, size_t n, size_t j0, int rank, 
 
 // Expected element i of the result of collective c on 'rank' (exact-mode inputs).
 template <class T>
-__device__ T expectedAt(int c, size_t count, int rank, const GenParams& p, size_t i) {
+__device__ T expectedAt(CollId c, size_t count, int rank, int root, const GenParams& p, size_t i) {
   const int n = p.nranks;
-  if (c == COLL_AG || c == COLL_A2A) {  // chunk r comes from rank r
-    size_t r = i / count, j = (c == COLL_A2A ? (size_t)rank * count : 0) + i % count;
-    return genVal<T>(p, p.seed, (int)r, j);
-  }
-  const size_t j = (c == COLL_RS ? (size_t)rank * count : 0) + i;
+  int src;
+  size_t j;
+  sourceOf(c, count, rank, root, i, &src, &j);
+  if (src >= 0) return genVal<T>(p, p.seed, src, j);  // a copy of one rank's input
   double acc = exactVal<T>(p.op, 0, n, j, p.seed);
   for (int r = 1; r < n; r++) {
     double x = exactVal<T>(p.op, r, n, j, p.seed);
@@ -352,10 +377,10 @@ __device__ T expectedAt(int c, size_t count, int rank, const GenParams& p, size_
 }
 
 template <class T>
-__global__ void kVerify(const T* out, size_t n, int c, size_t count, int rank, GenParams p,
+__global__ void kVerify(const T* out, size_t n, CollId c, size_t count, int rank, int root, GenParams p,
                         uint64_t tol, unsigned long long* bad) {
   unsigned long long nb = 0;
-  GRID_LOOP(i, n) nb += ulpDist(out[i], expectedAt<T>(c, count, rank, p, i)) > tol;
+  GRID_LOOP(i, n) nb += ulpDist(out[i], expectedAt<T>(c, count, rank, root, p, i)) > tol;
   if (nb) atomicAdd(bad, nb);
 }
 
@@ -382,13 +407,13 @@ void launchCountInputChanges(ncclDataType_t t, const void* buf, size_t n, size_t
   CUDACHECK(cudaGetLastError());
 }
 
-void launchVerify(ncclDataType_t t, const void* out, CollId c, const Layout& L, int rank,
+void launchVerify(ncclDataType_t t, const void* out, CollId c, const Layout& L, int rank, int root,
                   const GenParams& p, uint64_t ulpTol, unsigned long long* bad, cudaStream_t s) {
   if (L.recvCount == 0) return;
   dispatchType(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    kVerify<T><<<gridFor(L.recvCount), 256, 0, s>>>((const T*)out, L.recvCount, (int)c, L.count,
-                                                     rank, p, ulpTol, bad);
+    kVerify<T><<<gridFor(L.recvCount), 256, 0, s>>>((const T*)out, L.recvCount, c, L.count, rank,
+                                                     root, p, ulpTol, bad);
   });
   CUDACHECK(cudaGetLastError());
 }
@@ -450,7 +475,7 @@ int launch(int nprocs, int timeoutSec, int (*procMain)(int)) {
     if (pid < 0) {
       fprintf(stderr, "# fork failed: %s\n", strerror(errno));
       for (pid_t q : pids) if (q > 0) kill(q, SIGKILL);
-      return 1;
+      return 2;  // a setup error
     }
     if (pid == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the launcher
@@ -664,18 +689,45 @@ void runThreads(Proc& P, void (*body)(Thr&)) {
 // ------------------------------------------------------------------------------------------
 // Helpers
 // ------------------------------------------------------------------------------------------
+void usageError(const char* fmt, ...) {
+  fflush(stdout);
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, " (--help lists the options)\n");
+  exit(2);
+}
+
+long long parseIntArg(const char* v, const char* opt, long long lo, long long hi) {
+  char* end = nullptr;
+  errno = 0;
+  const long long x = strtoll(v, &end, 10);
+  if (end == v || *end || errno == ERANGE || x < lo || x > hi)
+    usageError("invalid value '%s' for %s: need an integer in %lld..%lld", v, opt, lo, hi);
+  return x;
+}
+
+double parseDoubleArg(const char* v, const char* opt) {
+  char* end = nullptr;
+  const double x = strtod(v, &end);
+  if (end == v || *end || !std::isfinite(x)) usageError("invalid value '%s' for %s: need a number", v, opt);
+  return x;
+}
+
 double parseSize(const char* s) {
-  double v;
-  char unit = 0;
-  int n = sscanf(s, "%lf %c", &v, &unit);
-  if (n < 1 || v < 0) return -1;
-  if (n == 1) return v;
-  switch (unit) {
-    case 'G': case 'g': return v * 1024.0 * 1024 * 1024;
-    case 'M': case 'm': return v * 1024.0 * 1024;
-    case 'K': case 'k': return v * 1024.0;
-    default: return -1;
+  char* end = nullptr;
+  const double v = strtod(s, &end);
+  if (end == s || !std::isfinite(v) || v < 0) return -1;
+  double scale = 1;
+  switch (*end) {
+    case 'G': case 'g': scale = 1024.0 * 1024 * 1024; end++; break;
+    case 'M': case 'm': scale = 1024.0 * 1024; end++; break;
+    case 'K': case 'k': scale = 1024.0; end++; break;
+    default: break;
   }
+  const double bytes = v * scale;
+  return *end || bytes > 9.0e18 ? -1 : bytes;  // beyond what a size_t holds: an error
 }
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -705,6 +757,6 @@ cudaStreamCaptureMode captureMode(const std::string& name, int nthreads) {
   if (name == "global") return cudaStreamCaptureModeGlobal;
   if (name == "thread") return cudaStreamCaptureModeThreadLocal;
   if (name == "relaxed") return cudaStreamCaptureModeRelaxed;
-  CHECK(name.empty() || name == "auto", "--capture-mode must be global, thread or relaxed");
+  if (!name.empty() && name != "auto") usageError("invalid --capture-mode '%s': need global, thread or relaxed", name.c_str());
   return nthreads > 1 ? cudaStreamCaptureModeThreadLocal : cudaStreamCaptureModeGlobal;
 }

@@ -75,6 +75,9 @@ struct Lib {
                                 ncclComm_t, cudaStream_t) = nullptr;
   ncclResult_t (*alltoAll)(const void*, void*, size_t, ncclDataType_t, ncclComm_t,
                            cudaStream_t) = nullptr;
+  ncclResult_t (*broadcast)(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t,
+                            cudaStream_t) = nullptr;
+  ncclResult_t (*bcast)(void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) = nullptr;
   ncclResult_t (*redOpCreatePreMulSum)(ncclRedOp_t*, void*, ncclDataType_t, ncclScalarResidence_t,
                                        ncclComm_t) = nullptr;
   ncclResult_t (*redOpDestroy)(ncclRedOp_t, ncclComm_t) = nullptr;
@@ -110,11 +113,28 @@ extern const OpDesc kOps[];  // sum prod max min avg mulsum
 extern const int kNumOps;
 extern const OpDesc kOpNone;
 
-enum CollId { COLL_AR, COLL_AG, COLL_RS, COLL_A2A };
-struct CollDesc { const char* name; CollId id; bool reduces; };
+// One collective. kColls is indexed by CollId. The fields drive sizes, layouts, bandwidths,
+// the root and op loops and the checks; only the calls themselves (runColl) and the meaning of
+// an output element (sourceOf) are written per collective.
+enum CollId { COLL_AR, COLL_AG, COLL_RS, COLL_A2A, COLL_BCAST };
+struct CollDesc {
+  const char* name;
+  CollId id;
+  bool reduces;  // takes a reduction op (-o); else op "none"
+  bool rooted;   // takes a root rank (-r); else root -1
+  // The send / receive buffer holds one chunk of `count` elements per rank (else one chunk).
+  // Also nccl-tests' sizing (count = bytes/elt, or (bytes/elt/nranks) & -(16/elt) when either
+  // holds per-rank chunks) and algbw (count*elt, times nranks when either does).
+  bool sendPerRank, recvPerRank;
+  bool inPlaceDefined;     // NCCL defines the in-place call (not alltoall): checked
+  bool identicalOutputs;   // every rank's output is the same (rcclx_check's xrank check)
+  double (*busFactor)(int nranks);  // nccl-tests: busbw = algbw * factor
+  const char* inPlaceApi;  // a second, in-place-only entry point (ncclBcast), or nullptr
+};
 extern const CollDesc kColls[];
 extern const int kNumColls;
 const CollDesc* findColl(const char* name);  // "all_reduce", "allreduce", "all_reduce_perf", ...
+std::string collNames(const char* sep);      // "all_reduce|all_gather|..." (usage texts)
 const TypeDesc* findTypeByName(const std::string& name);  // nccl-tests names (+ a few aliases)
 bool validTypeList(const std::string& arg);  // "all" or a comma list of known names
 bool validOpList(const std::string& arg);
@@ -136,9 +156,12 @@ Layout layoutFromBytes(CollId c, size_t bytes, int eltSize, int nranks);  // ncc
 void getBw(CollId c, size_t count, int eltSize, double sec, int nranks, double* algBw,
            double* busBw);
 
-// Issue one collective with library L (ops with premul scalar handled by makeOp()).
+// Issue one collective with library L (ops with premul scalar handled by makeOp()). root: the
+// root rank of rooted collectives, ignored by the others. inPlaceApi: call the collective's
+// in-place-only entry point (CollDesc::inPlaceApi, e.g. ncclBcast(recv, ...)); send == recv.
 void runColl(const Lib& L, CollId c, const void* send, void* recv, size_t count,
-             ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+             ncclDataType_t type, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream,
+             bool inPlaceApi = false);
 // Reduction op for one call: the built-in op, or a PreMulSum op (scalar 1 on even ranks, 2 on
 // odd ranks, like nccl-tests) that must be released with releaseOp().
 ncclRedOp_t makeOp(const Lib& L, OpId op, ncclDataType_t type, int rank, ncclComm_t comm);
@@ -277,13 +300,27 @@ template <class T> HD T genVal(const GenParams& p, uint64_t seed, int r, size_t 
   }
 }
 
+// What output element i of collective c on 'rank' holds: input element *j of rank *src (data
+// movement), or the reduction over all ranks of their input element *j (*src = -1).
+HD void sourceOf(CollId c, size_t count, int rank, int root, size_t i, int* src, size_t* j) {
+  switch (c) {
+    case COLL_AR: *src = -1; *j = i; return;
+    case COLL_RS: *src = -1; *j = (size_t)rank * count + i; return;
+    case COLL_AG: *src = (int)(i / count); *j = i % count; return;       // chunk r from rank r
+    case COLL_A2A: *src = (int)(i / count); *j = (size_t)rank * count + i % count; return;
+    case COLL_BCAST: *src = root; *j = i; return;                          // the root's input
+  }
+  *src = -1; *j = i;
+}
+
 // Device-side helpers (common.cu). All run on 'stream' of the current device.
 // Fill buf[i] = genVal(rank, j0 + i), seed = p.seed (+ *epoch mixed in when epoch != nullptr).
 void launchFill(ncclDataType_t t, void* buf, size_t n, size_t j0, int rank, const GenParams& p,
                 const uint64_t* epoch, cudaStream_t s);
 // nccl-tests "#wrong": compare 'out' (recvCount elements) with the exact expected result of
-// collective c on rank 'rank'; adds the number of elements further than ulpTol to *bad.
-void launchVerify(ncclDataType_t t, const void* out, CollId c, const Layout& L, int rank,
+// collective c on rank 'rank' (root: of rooted collectives); adds the number of elements
+// further than ulpTol to *bad.
+void launchVerify(ncclDataType_t t, const void* out, CollId c, const Layout& L, int rank, int root,
                   const GenParams& p, uint64_t ulpTol, unsigned long long* bad, cudaStream_t s);
 // Adds to *bad the number of elements of buf that differ from genVal(rank, j0 + i).
 void launchCountInputChanges(ncclDataType_t t, const void* buf, size_t n, size_t j0, int rank,
@@ -356,8 +393,13 @@ void runThreads(Proc& P, void (*body)(Thr&));
 Shared* createShared(const Topo& topo, size_t refBytes);
 int launch(int nprocs, int timeoutSec, int (*procMain)(int proc));
 
-// Helpers
-double parseSize(const char* s);  // K/M/G suffixes are binary; <0 on error
+// Command-line helpers. A usage error (unknown option, bad value, missing argument) prints
+// its message on stderr and ends the program with exit status 2, as a setup error does.
+[[noreturn]] void usageError(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+// The integer in v (decimal, the whole string) within [lo, hi]; else a usage error naming opt.
+long long parseIntArg(const char* v, const char* opt, long long lo, long long hi);
+double parseDoubleArg(const char* v, const char* opt);  // a finite number; else a usage error
+double parseSize(const char* s);  // "4096", "1.5M", "32K": K/M/G suffixes are binary; <0 on error
 std::vector<std::string> split(const std::string& s, char sep);
 void setDefaultEnv();             // NCCL_NVLS_ENABLE=0 unless set
 void printDevices(const Proc& P);  // "# Using devices" block (from the shared RankInfo)

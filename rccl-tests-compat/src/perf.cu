@@ -1,6 +1,6 @@
-// all_reduce_perf / all_gather_perf / reduce_scatter_perf / alltoall_perf: nccl-tests 2.19.6
-// compatible benchmark (the collective comes from the program name or --coll) that measures
-// several NCCL-API libraries side by side in one process, size by size.
+// all_reduce_perf / all_gather_perf / reduce_scatter_perf / alltoall_perf / broadcast_perf:
+// nccl-tests 2.19.6 compatible benchmark (the collective comes from the program name or --coll)
+// that measures several NCCL-API libraries side by side in one process, size by size.
 #include "common.h"
 
 #include <errno.h>
@@ -28,6 +28,9 @@ struct Opts {
   int stepFactor = 1, iters = 20, warmup = 1, agg = 1, cycles = 1, check = 1, graphs = 0;
   int blocking = 0, average = 1, parallelInit = 0, nullStream = 0, cputime = 0, timeout = 600;
   int reg = 0;  // -R: 0 none, 1 ncclCommRegister, 2 ncclMemAlloc + symmetric windows
+  int root = 0;  // -r: root of rooted collectives; -1: every rank in turn (nccl-tests)
+  int table = 0;         // the library of the nccl-tests table (--table; default the last in --libs)
+  bool compare = false;  // --compare: every library's table and the comparison as plain rows
   std::string libs, typeArg = "float", opArg = "sum", capture, prog, jsonFile;
   const CollDesc* coll = nullptr;
 };
@@ -38,7 +41,13 @@ static std::vector<const TypeDesc*> g_types;
 static std::vector<const OpDesc*> g_ops;
 
 struct Half { double us = 0, algbw = 0, busbw = 0; long long wrong = -1; };  // wrong -1: not checked (N/A)
-struct Row { size_t bytes = 0, count = 0; int cycle = 0; const TypeDesc* type; const OpDesc* op; Half r[kMaxLibs][2]; };
+struct Row {
+  size_t bytes = 0, count = 0;
+  int cycle = 0, root = -1;  // root: -1 for collectives without one
+  const TypeDesc* type;
+  const OpDesc* op;
+  Half r[kMaxLibs][2];
+};
 static std::vector<Row> g_rows;  // recorded by global thread 0 (process 0); pushed under g_rowsMu
 static std::mutex g_rowsMu;      // g_rows and the JSON error list (read by the JSON writer)
 static long long g_errors = 0;   // results with wrong elements, all libraries (same in every process)
@@ -50,15 +59,16 @@ struct Bufs {
 };
 static std::vector<Bufs> g_bufs;  // per thread of this process (value-initialized: all null)
 
-// The collective at one size and type.
+// The collective at one size, type, op and root.
 struct Cur {
   const TypeDesc* type;
   const OpDesc* op;
+  int root;  // -1 for collectives without one
   Layout lay;
   size_t sendBytes, recvBytes;
 };
-static Cur setup(size_t bytes, const TypeDesc* type, const OpDesc* op) {
-  Cur c{type, op, layoutFromBytes(O.coll->id, bytes, type->size, O.topo.nranks()), 0, 0};
+static Cur setup(size_t bytes, const TypeDesc* type, const OpDesc* op, int root) {
+  Cur c{type, op, root, layoutFromBytes(O.coll->id, bytes, type->size, O.topo.nranks()), 0, 0};
   c.sendBytes = c.lay.sendCount * type->size;
   c.recvBytes = c.lay.recvCount * type->size;
   return c;
@@ -87,7 +97,7 @@ static void startColl(Thr& t, int li, const Cur& c, bool inPlace, int iter, bool
     ncclRedOp_t op = makeOp(L, c.op->id, c.type->type, rank, t.comm[li][i]);
     runColl(L, O.coll->id, inPlace ? recv + c.lay.sendInplace * rank * elt : send,
             inPlace ? recv + c.lay.recvInplace * rank * elt : recv, c.lay.count, c.type->type, op,
-            t.comm[li][i], t.stream[i]);
+            c.root, t.comm[li][i], t.stream[i]);
     releaseOp(L, c.op->id, op, t.comm[li][i]);
   }
   if (G > 1) NCCLCHECK(L, L.groupEnd());
@@ -107,7 +117,9 @@ static GenParams genParams(const Cur& c, uint64_t seed) {
 }
 
 // Poison the result area (0x7F bytes: never an expected value) and write the inputs where the
-// collective reads them (in place: inside the receive buffer, nccl-tests layout).
+// collective reads them (in place: inside the receive buffer, nccl-tests layout). Every rank
+// gets its own inputs, also the non-roots of a rooted collective (nccl-tests leaves theirs
+// as they are): a result taken from a wrong rank then shows.
 static void initData(Thr& t, const Cur& c, bool inPlace, uint64_t seed) {
   const Bufs& B = g_bufs[t.thread];
   const int elt = c.type->size;
@@ -133,7 +145,7 @@ static long long checkData(Thr& t, const Cur& c, bool inPlace, uint64_t seed) {
     const int rank = t.rank[i];
     const char* out = B.recv[i] + (inPlace ? c.lay.recvInplace * rank * c.type->size : 0);
     CUDACHECK(cudaMemsetAsync(B.bad[i], 0, sizeof(unsigned long long), t.stream[i]));
-    launchVerify(c.type->type, out, O.coll->id, c.lay, rank, genParams(c, seed), tol, B.bad[i], t.stream[i]);
+    launchVerify(c.type->type, out, O.coll->id, c.lay, rank, c.root, genParams(c, seed), tol, B.bad[i], t.stream[i]);
     CUDACHECK(cudaMemcpyAsync(&host[i], B.bad[i], sizeof host[i], cudaMemcpyDeviceToHost, t.stream[i]));
   }
   t.syncStreams(-1);
@@ -208,7 +220,7 @@ static Half benchTime(Thr& t, int li, const Cur& c, bool inPlace) {
   t.barrier();
 
   // nccl-tests does not check in-place alltoall (NCCL does not define it): N/A, like there.
-  const int checks = (O.coll->id == COLL_A2A && inPlace) ? 0 : O.check;
+  const int checks = (inPlace && !O.coll->inPlaceDefined) ? 0 : O.check;
   for (int k = 0; k < checks; k++) {
     const uint64_t seed = 1000 + (uint64_t)(++rep);
     initData(t, c, inPlace, seed);
@@ -230,7 +242,12 @@ static Half benchTime(Thr& t, int li, const Cur& c, bool inPlace) {
 }
 
 // ------------------------------------------------------------------------------------------
-// Output
+// Output. By default stdout is what nccl-tests prints for one library, the "table library"
+// (O.table: the last in --libs, or --table NAME): its rows as they are measured, then one
+// "# Out of bounds values" and one "# Avg bus bandwidth" line. With several libraries,
+// everything else (the other libraries' rows and summaries, the comparison) follows as lines
+// that start with '#', which nccl-tests parsers skip. --compare prints instead every library's
+// table, then the comparison, as plain rows at the end.
 // ------------------------------------------------------------------------------------------
 static std::string fmtNum(double v, int w) {  // nccl-tests getFloatStr
   char b[64];
@@ -241,9 +258,13 @@ static std::string fmtNum(double v, int w) {  // nccl-tests getFloatStr
   return b;
 }
 
-static void printLibHeader(const Lib& L) {
+static void printLibLine(const Lib& L) {  // "# library NAME: PATH ncclGetVersion=N ..." (no newline)
   printf("# library %s: %s ncclGetVersion=%d", L.name.c_str(), L.path.c_str(), L.version);
   if (O.coll->id == COLL_A2A) printf(" (alltoall via %s)", L.alltoallSym ? L.alltoallSym : "none");
+}
+
+static void printLibHeader(const Lib& L) {
+  printLibLine(L);
   printf("\n#\n");
   const char* ts = O.cputime ? "cputime" : "time";
   printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "", "", "", "");
@@ -253,8 +274,12 @@ static void printLibHeader(const Lib& L) {
          "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
 }
 
-static void printRow(const Row& r, int li) {
-  printf("%12zu  %12zu  %8s  %6s  %6i", r.bytes, r.count, r.type->name, r.op->name, -1);
+// One row of the nccl-tests table of library li. comment: as a '#' line, the size one character
+// narrower so that the columns stay aligned (the other libraries' rows in the default output).
+static void printRow(const Row& r, int li, bool comment = false) {
+  if (comment) printf("#%11zu", r.bytes);
+  else printf("%12zu", r.bytes);
+  printf("  %12zu  %8s  %6s  %6i", r.count, r.type->name, r.op->name, r.root);
   for (int h = 0; h < 2; h++) {
     const Half& x = r.r[li][h];
     if (x.wrong >= 0)
@@ -280,12 +305,14 @@ static LibSummary libSummary(int li) {
   return s;
 }
 
-static bool printLibFooter(int li) {  // returns false when this library failed
+// The nccl-tests footer of library li. The NCCL_TESTS_MIN_BW verdict is printed for the table
+// library only: only its bandwidth decides the exit status.
+static void printLibFooter(int li) {
   const LibSummary s = libSummary(li);
+  const bool verdict = s.bwChecked && li == O.table;
   printf("# Out of bounds values : %lld %s\n", s.bad, s.bad ? "FAILED" : "OK");
-  printf("# Avg bus bandwidth    : %g %s\n", s.bw, s.bwChecked ? (s.bwFail ? "FAILED" : "OK") : "");
+  printf("# Avg bus bandwidth    : %g %s\n", s.bw, verdict ? (s.bwFail ? "FAILED" : "OK") : "");
   printf("#\n");
-  return s.bad == 0 && !s.bwFail;
 }
 
 // Geometric mean of ratio = time(library 0) / time(library li) over all rows, as printed in the
@@ -300,38 +327,93 @@ static double geomeanRatio(int li, int h) {
 }
 
 // ratio = time(first library) / time(other library): > 1 means the other library is faster.
-static void printComparison(const std::vector<Lib>& libs) {
+// comment: the rows as '#' lines too (default output); --compare: plain rows.
+static void printComparison(const std::vector<Lib>& libs, bool comment) {
   const int nl = (int)libs.size();
   const char* half[2] = {"oop", "ip"};
   printf("# Comparison: ratio = time(%s) / time(other library); ratio > 1 means the other library is faster\n",
          libs[0].name.c_str());
+  const bool rooted = O.coll->rooted;  // a root column only where there is a root
   printf("# %10s  %8s  %6s", "size", "type", "redop");
+  if (rooted) printf("  %4s", "root");
   for (int h = 0; h < 2; h++) {
     printf("  %14s", (libs[0].name + " " + half[h] + " us").c_str());
     for (int l = 1; l < nl; l++)
       printf("  %14s  %7s", (libs[l].name + " " + half[h] + " us").c_str(), "ratio");
   }
   printf("\n");
-  std::vector<double> logSum(2 * nl, 0.0);
-  int n = 0;
   for (const Row& r : g_rows) {
-    printf("%12zu  %8s  %6s", r.bytes, r.type->name, r.op->name);
+    if (comment) printf("#%11zu", r.bytes);
+    else printf("%12zu", r.bytes);
+    printf("  %8s  %6s", r.type->name, r.op->name);
+    if (rooted) printf("  %4d", r.root);
     for (int h = 0; h < 2; h++) {
       const double base = r.r[0][h].us;
       printf("  %14.2f", base);
       for (int l = 1; l < nl; l++) {
-        const double x = r.r[l][h].us, ratio = x > 0 ? base / x : 0;
-        printf("  %14.2f  %7.3f", x, ratio);
-        if (ratio > 0) logSum[2 * l + h] += log(ratio);
+        const double x = r.r[l][h].us;
+        printf("  %14.2f  %7.3f", x, x > 0 ? base / x : 0);
       }
     }
     printf("\n");
-    n++;
   }
-  for (int l = 1; l < nl && n; l++)
-    printf("# geomean ratio %s/%s over %d sizes: out-of-place %.3f  in-place %.3f\n", libs[0].name.c_str(),
-           libs[l].name.c_str(), n, exp(logSum[2 * l] / n), exp(logSum[2 * l + 1] / n));
+  for (int l = 1; l < nl && !g_rows.empty(); l++)
+    printf("# geomean ratio %s/%s over %zu sizes: out-of-place %.3f  in-place %.3f\n", libs[0].name.c_str(),
+           libs[l].name.c_str(), g_rows.size(), geomeanRatio(l, 0), geomeanRatio(l, 1));
   printf("#\n");
+}
+
+// The start of the table (every thread of process 0 has its communicators by now).
+static void printTableStart(const std::vector<Lib>& libs) {
+  if (libs.size() == 1 || !O.compare) printLibHeader(libs[O.table]);
+}
+
+// One measured size (global thread 0): the table library's row, or with --compare a progress
+// comment (the tables print at the end).
+static void printMeasured(const std::vector<Lib>& libs, const Row& row) {
+  if (libs.size() == 1 || !O.compare) {
+    printRow(row, O.table);
+    return;
+  }
+  printf("# [progress] %zu B %s %s", row.bytes, row.type->name, row.op->name);
+  if (O.coll->rooted) printf(" root %d", row.root);
+  printf(":");
+  for (size_t li = 0; li < libs.size(); li++)
+    printf("  %s %.2f/%.2f us", libs[li].name.c_str(), row.r[li][0].us, row.r[li][1].us);
+  printf("\n");
+}
+
+// The end of the output (process 0). Returns false when the run failed as nccl-tests fails it:
+// wrong values (in any library), or the table library's average busbw below 90 % of
+// NCCL_TESTS_MIN_BW.
+static bool printTableEnd(const std::vector<Lib>& libs) {
+  const int nl = (int)libs.size();
+  if (nl > 1 && O.compare) {
+    for (int li = 0; li < nl; li++) {
+      printLibHeader(libs[li]);
+      for (const Row& r : g_rows) printRow(r, li);
+      printLibFooter(li);
+    }
+    printComparison(libs, false);
+  } else {
+    printLibFooter(O.table);
+    if (nl > 1) {
+      printf("# The other libraries (as comments; columns as in the table above):\n");
+      for (int li = 0; li < nl; li++) {
+        if (li == O.table) continue;
+        const LibSummary s = libSummary(li);
+        printLibLine(libs[li]);
+        printf("\n");
+        for (const Row& r : g_rows) printRow(r, li, true);
+        printf("# library %s: %lld results with wrong values%s, average busbw %g\n", libs[li].name.c_str(), s.bad,
+               s.bad ? " (FAILED)" : "", s.bw);
+        printf("#\n");
+      }
+      printComparison(libs, true);
+    }
+  }
+  printf("# Collective test concluded: %s\n#\n", O.prog.c_str());
+  return g_errors == 0 && !libSummary(O.table).bwFail;
 }
 
 // ------------------------------------------------------------------------------------------
@@ -477,7 +559,7 @@ static std::string jsonDocument(const Proc& P, bool complete) {
   j.key("start_time"); j.str(g_jsonStart);
   j.key("args"); j.beginArray(); for (const std::string& a : g_args) j.str(a); j.endArray();
   j.key("env"); j.beginArray(); for (const std::string& e : g_env) j.str(e); j.endArray();
-  j.key("nccl_version"); j.integer(nl ? P.libs[0].version : 0);
+  j.key("nccl_version"); j.integer(nl ? P.libs[O.table].version : 0);  // the table library's, as the text
   j.key("generator"); j.str("rccl-tests-compat (nccl-tests 2.19.6 format)");
   j.key("config");
   j.beginObject();
@@ -533,6 +615,7 @@ static std::string jsonDocument(const Proc& P, bool complete) {
   }
   j.key("timeout"); j.integer(O.timeout);
   j.key("local_register"); j.integer(O.reg);
+  if (O.coll->rooted) { j.key("root"); j.integer(O.root); }  // -r; -1: every rank in turn
   j.key("nccl_headers"); j.integer(NCCL_VERSION_CODE);
   j.endObject();
 
@@ -564,6 +647,9 @@ static std::string jsonDocument(const Proc& P, bool complete) {
   j.endArray();
   j.key("ratio_definition");
   j.str(nl ? "time(" + P.libs[0].name + ") / time(library): > 1 means the library is faster than " + P.libs[0].name : "");
+  // The library of the nccl-tests keys (results' out_of_place/in_place, out_of_bounds,
+  // average_bus_bandwidth, nccl_version): the one whose table the text output shows.
+  j.key("table_library"); j.str(nl ? P.libs[O.table].name : "");
 
   auto half = [&](const Half& x) {
     j.beginObject();
@@ -578,14 +664,14 @@ static std::string jsonDocument(const Proc& P, bool complete) {
   j.beginArray();
   for (const Row& r : g_rows) {
     char root[16];
-    snprintf(root, sizeof root, "%6i", -1);
+    snprintf(root, sizeof root, "%6i", r.root);
     j.beginObject();
     j.key("size"); j.integer((long long)r.bytes);
     j.key("count"); j.integer((long long)r.count);
     j.key("type"); j.str(r.type->name);
     j.key("redop"); j.str(r.op->name);
     j.key("root"); j.str(root);
-    for (int h = 0; h < 2; h++) { j.key(halfName[h]); half(r.r[0][h]); }  // the first library
+    for (int h = 0; h < 2; h++) { j.key(halfName[h]); half(r.r[O.table][h]); }  // the table library
     j.key("actual_iterations"); j.integer(O.iters);
     j.key("experiment_name"); j.str("");
     j.key("cycle"); j.integer(r.cycle);
@@ -615,14 +701,13 @@ static std::string jsonDocument(const Proc& P, bool complete) {
   }
   j.endArray();
 
-  // nccl-tests footer: out-of-bounds over all libraries, average busbw of the first library.
-  long long bad = 0;
-  for (const LibSummary& x : sum) bad += x.bad;
+  // nccl-tests footer, of the table library (as the text's); every library's in "libraries".
+  const LibSummary tab = nl ? sum[O.table] : LibSummary();  // no libraries yet: a failed setup
   j.key("out_of_bounds");
-  j.beginObject(); j.key("count"); j.integer(bad); j.key("okay"); j.str(jsonTrueFalse(bad == 0)); j.endObject();
+  j.beginObject(); j.key("count"); j.integer(tab.bad); j.key("okay"); j.str(jsonTrueFalse(tab.bad == 0)); j.endObject();
   j.key("average_bus_bandwidth");
-  j.beginObject(); j.key("bandwidth"); j.num(nl ? sum[0].bw : 0); j.key("okay");
-  if (nl && sum[0].bwChecked) j.str(jsonTrueFalse(!sum[0].bwFail)); else j.str("unchecked");
+  j.beginObject(); j.key("bandwidth"); j.num(tab.bw); j.key("okay");
+  if (tab.bwChecked) j.str(jsonTrueFalse(!tab.bwFail)); else j.str("unchecked");
   j.endObject();
   j.key("geomean_ratio");
   j.beginObject();
@@ -692,24 +777,25 @@ static size_t nextSize(size_t s) {
   return s + std::max<size_t>(O.stepBytes, 1);
 }
 
-static void timeTest(Thr& t, const TypeDesc* type, const OpDesc* op) {
+static void timeTest(Thr& t, const TypeDesc* type, const OpDesc* op, int root) {
   const int nl = (int)t.p->libs.size();
   t.barrier();
   for (int li = 0; li < nl; li++)  // warm-up for all sizes (step factor 2), each library
     for (size_t s = O.minBytes; s <= O.maxBytes; s = s ? s * 2 : 1) {
-      Cur c = setup(s, type, op);
+      Cur c = setup(s, type, op, root);
       for (int w = 0; w < O.warmup; w++) startColl(t, li, c, false, w, false);
       completeColl(t, li);
     }
   for (int cyc = 0; cyc < O.cycles; cyc++)
     for (size_t s = O.minBytes; s <= O.maxBytes; s = nextSize(s)) {
-      Cur c = setup(s, type, op);
+      Cur c = setup(s, type, op, root);
       Row row;
       row.bytes = std::max(c.sendBytes, c.recvBytes);
       row.count = c.lay.count;
       row.type = type;
       row.op = op;
       row.cycle = cyc;
+      row.root = root;
       for (int li = 0; li < nl; li++) {  // interleaved per size, so drift hits every library
         row.r[li][0] = benchTime(t, li, c, false);
         row.r[li][1] = benchTime(t, li, c, true);
@@ -719,14 +805,7 @@ static void timeTest(Thr& t, const TypeDesc* type, const OpDesc* op) {
         std::lock_guard<std::mutex> lk(g_rowsMu);
         g_rows.push_back(row);
       }
-      if (nl == 1) {
-        printRow(row, 0);
-      } else {
-        printf("# [progress] %zu B %s %s:", row.bytes, type->name, op->name);
-        for (int li = 0; li < nl; li++)
-          printf("  %s %.2f/%.2f us", t.p->libs[li].name.c_str(), row.r[li][0].us, row.r[li][1].us);
-        printf("\n");
-      }
+      printMeasured(t.p->libs, row);
       fflush(stdout);
       jsonWrite(false, false);
     }
@@ -867,11 +946,16 @@ static void perfThread(Thr& t) {
   if (t.isMain()) {
     printDevices(P);
     printf("#\n");
-    if (P.libs.size() == 1) printLibHeader(P.libs[0]);
+    printTableStart(P.libs);
     fflush(stdout);
   }
+  // Rooted collectives: the -r root, or every rank in turn with -r -1 (nccl-tests); else -1.
+  const int n = P.topo.nranks();
+  const int root0 = !O.coll->rooted ? -1 : O.root < 0 ? 0 : O.root;
+  const int root1 = !O.coll->rooted ? -1 : O.root < 0 ? n - 1 : O.root;
   for (const TypeDesc* type : g_types)
-    for (const OpDesc* op : g_ops) timeTest(t, type, op);
+    for (const OpDesc* op : g_ops)
+      for (int root = root0; root <= root1; root++) timeTest(t, type, op, root);
   deregisterBufs(t);
   destroyComms(t);
   for (int i = 0; i < P.topo.ngpus; i++) {
@@ -893,6 +977,41 @@ static void resolveTypesOps(Proc& P) {
   CHECK(!g_types.empty() && !g_ops.empty(), "no datatype or op to test");
 }
 
+// The header of the run (process 0), as nccl-tests' plus the libraries.
+static void printRunHeader(const std::vector<Lib>& libs) {
+  const int nl = (int)libs.size();
+  printf("# rccl-tests-compat (nccl-tests 2.19.6 format) nccl-headers=%d\n", NCCL_VERSION_CODE);
+  printf("# Collective test starting: %s\n", O.prog.c_str());
+  printf("# nThread %d nGpus %d minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d "
+         "agg iters: %d validation: %d graph: %d\n",
+         O.topo.nthreads, O.topo.ngpus, O.minBytes, O.maxBytes,
+         O.stepFactor > 1 ? (size_t)O.stepFactor : O.stepBytes, O.stepFactor > 1 ? "factor" : "bytes",
+         O.warmup, O.iters, O.agg, O.check, O.graphs);
+  printf("# nProcs %d (forked, no MPI)  nRanks %d  libraries:", O.topo.nprocs, O.topo.nranks());
+  for (const Lib& L : libs) printf(" %s", L.name.c_str());
+  printf("\n");
+  if (O.blocking) printf("# Blocking Enabled: -z %d\n", O.blocking);
+  if (O.parallelInit) printf("# Parallel Init Enabled: threads call into NcclInitRank concurrently\n");
+  if (O.reg == 1) printf("# Buffer registration: -R 1, cudaMalloc buffers registered with ncclCommRegister\n");
+  if (O.reg == 2)
+    printf("# Buffer registration: -R 2, ncclMemAlloc buffers (library %s) registered as symmetric windows "
+           "(ncclCommWindowRegister) with every library\n", libs[0].name.c_str());
+  if (nl > 1) {
+    for (const Lib& L : libs) {
+      printf("# library %s: %s ncclGetVersion=%d", L.name.c_str(), L.path.c_str(), L.version);
+      for (const auto& kv : L.env) printf(" %s=%s", kv.first.c_str(), kv.second.c_str());
+      printf("\n");
+    }
+    if (O.compare)
+      printf("# --compare: every library's table, then the comparison, print at the end; library %s decides "
+             "NCCL_TESTS_MIN_BW and fills the JSON top level\n", libs[O.table].name.c_str());
+    else
+      printf("# Table: library %s (--table NAME picks another); the other libraries and the comparison "
+             "follow it as '#' lines (--compare: as plain tables)\n", libs[O.table].name.c_str());
+  }
+  printf("#\n");
+}
+
 static Shared* g_shared = nullptr;
 
 static int perfProc(int proc) {
@@ -905,53 +1024,21 @@ static int perfProc(int proc) {
   checkRegSymbols(P);
   resolveTypesOps(P);
   g_bufs.assign(O.topo.nthreads, Bufs());
-  const int nl = (int)P.libs.size();
   if (proc == 0) {
-    printf("# rccl-tests-compat (nccl-tests 2.19.6 format) nccl-headers=%d\n", NCCL_VERSION_CODE);
-    printf("# Collective test starting: %s\n", O.prog.c_str());
-    printf("# nThread %d nGpus %d minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d "
-           "agg iters: %d validation: %d graph: %d\n",
-           O.topo.nthreads, O.topo.ngpus, O.minBytes, O.maxBytes,
-           O.stepFactor > 1 ? (size_t)O.stepFactor : O.stepBytes, O.stepFactor > 1 ? "factor" : "bytes",
-           O.warmup, O.iters, O.agg, O.check, O.graphs);
-    printf("# nProcs %d (forked, no MPI)  nRanks %d  libraries:", O.topo.nprocs, O.topo.nranks());
-    for (const Lib& L : P.libs) printf(" %s", L.name.c_str());
-    printf("\n");
-    if (O.blocking) printf("# Blocking Enabled: -z %d\n", O.blocking);
-    if (O.parallelInit) printf("# Parallel Init Enabled: threads call into NcclInitRank concurrently\n");
-    if (O.reg == 1) printf("# Buffer registration: -R 1, cudaMalloc buffers registered with ncclCommRegister\n");
-    if (O.reg == 2)
-      printf("# Buffer registration: -R 2, ncclMemAlloc buffers (library %s) registered as symmetric windows "
-             "(ncclCommWindowRegister) with every library\n", P.libs[0].name.c_str());
-    if (nl > 1)
-      for (const Lib& L : P.libs) {
-        printf("# library %s: %s ncclGetVersion=%d", L.name.c_str(), L.path.c_str(), L.version);
-        for (const auto& kv : L.env) printf(" %s=%s", kv.first.c_str(), kv.second.c_str());
-        printf("\n");
-      }
-    printf("#\n");
+    printRunHeader(P.libs);
     fflush(stdout);
   }
   runThreads(P, perfThread);
   if (proc != 0) return g_errors ? 1 : 0;
-  bool ok = true;
-  if (nl == 1) {
-    ok &= printLibFooter(0);
-  } else {
-    for (int li = 0; li < nl; li++) {
-      printLibHeader(P.libs[li]);
-      for (const Row& r : g_rows) printRow(r, li);
-      ok &= printLibFooter(li);
-    }
-    printComparison(P.libs);
-  }
-  printf("# Collective test concluded: %s\n#\n", O.prog.c_str());
+  const bool ok = printTableEnd(P.libs);
   jsonWrite(true, true);
-  return ok && !g_errors ? 0 : 1;
+  return ok ? 0 : 1;
 }
 
 static void usage(const char* prog) {
   printf("USAGE: %s [options]   (nccl-tests 2.19.6 flags, plus the rccl-tests-compat ones)\n"
+         "Exit status: 0 ok; 1 wrong values or NCCL_TESTS_MIN_BW not met; 2 usage, setup, CUDA or NCCL\n"
+         "error; 124 timeout; 128+N killed by signal N.\n"
          "  -t,--nthreads N        threads per process (1)\n"
          "  -g,--ngpus N           GPUs per thread (1); one thread drives them in ncclGroupStart/End\n"
          "  -b,--minbytes S        min size, K/M/G suffixes (32M)\n"
@@ -967,7 +1054,7 @@ static void usage(const char* prog) {
          "  -o,--op OP             sum|prod|max|min|avg|mulsum|all, or a comma list (sum)\n"
          "  -d,--datatype T        int8|uint8|int32|uint32|int64|uint64|half|float|double|bfloat16|\n"
          "                         f8e4m3|f8e5m2|all, or a comma list (float)\n"
-         "  -r,--root N            accepted, unused (no rooted collective here)\n"
+         "  -r,--root N            root rank of rooted collectives (broadcast); -1: every rank in turn (0)\n"
          "  -z,--blocking 0..3     0 async; 1 sync+barrier per op; 2 sync per op; 3 sync per iteration (0)\n"
          "  -y,--stream_null 0/1   use the NULL stream (0)\n"
          "  -G,--cudagraph N       capture the -n iterations in a CUDA graph, launch it N times (0)\n"
@@ -984,14 +1071,20 @@ static void usage(const char* prog) {
          "                         NAME[VAR=VALUE;...]=PATH sets variables while that library loads and\n"
          "                         creates its communicators (when rcclx reads its switches; a copy of the\n"
          "                         file runs beside the original with other settings)\n"
-         "  --coll C               all_reduce|all_gather|reduce_scatter|alltoall (default: from the program name)\n"
+         "  --table NAME           the library whose nccl-tests table stdout shows (default: the last in\n"
+         "                         --libs); the other libraries and the comparison follow as '#' lines\n"
+         "  --compare              print every library's table, then the comparison, as plain rows at\n"
+         "                         the end (the earlier layout; not one nccl-tests table)\n"
+         "  --coll C               %s\n"
+         "                         (default: from the program name)\n"
          "  --capture-mode M       global|thread|relaxed stream capture for -G (global; thread with -t > 1)\n",
-         prog);
+         prog, collNames("|").c_str());
 }
 
-int main(int argc, char** argv) {
-  setlinebuf(stdout);
-  setDefaultEnv();
+// The command line into O; opens the JSON file (-J). A usage error (unknown option, missing
+// argument, bad value, invalid root, unknown --table) ends the program with status 2. Returns
+// false after --help.
+static bool parseArgs(int argc, char** argv) {
   std::string a0 = argv[0];
   O.prog = basename(&a0[0]);
   O.coll = findColl(O.prog.c_str());
@@ -1010,65 +1103,93 @@ int main(int argc, char** argv) {
       {"output_file", required_argument, 0, 'J'}, {"output-file", required_argument, 0, 'J'},
       {"local_register", required_argument, 0, 'R'},
       {"libs", required_argument, 0, 1}, {"coll", required_argument, 0, 2},
-      {"capture-mode", required_argument, 0, 3}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+      {"capture-mode", required_argument, 0, 3}, {"table", required_argument, 0, 4},
+      {"compare", no_argument, 0, 5}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+  // Usage errors (unknown option, missing argument, bad value) end the program with status 2.
   auto size = [](const char* s, const char* what) {
     double v = parseSize(s);
-    if (v < 0) { fprintf(stderr, "invalid size '%s' for %s\n", s, what); exit(1); }
+    if (v < 0) usageError("invalid size '%s' for %s (bytes, or with a K/M/G suffix)", s, what);
     return (size_t)v;
   };
+  const long long kInt = 0x7fffffff;
+  auto num = [&](const char* v, char opt, long long lo, long long hi) {
+    const char name[3] = {'-', opt, 0};
+    return (int)parseIntArg(v, name, lo, hi);
+  };
+  std::string table;
   int c;
   while ((c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:N:p:c:o:d:r:z:y:T:G:C:a:P:J:R:h", longopts, nullptr)) != -1) {
     const char* v = optarg;
     switch (c) {
-      case 't': O.topo.nthreads = atoi(v); break;
-      case 'g': O.topo.ngpus = atoi(v); break;
-      case 'b': O.minBytes = size(v, "minbytes"); break;
-      case 'e': O.maxBytes = size(v, "maxbytes"); break;
-      case 'i': O.stepBytes = size(v, "stepbytes"); break;
-      case 'f': O.stepFactor = atoi(v); break;
-      case 'n': O.iters = atoi(v); break;
-      case 'm': O.agg = atoi(v); break;
-      case 'w': O.warmup = atoi(v); break;
-      case 'N': O.cycles = atoi(v); break;
-      case 'p': O.parallelInit = atoi(v); break;
-      case 'c': O.check = atoi(v); break;
+      case 't': O.topo.nthreads = num(v, 't', 1, kMaxThreads); break;
+      case 'g': O.topo.ngpus = num(v, 'g', 1, kMaxGpusPerThread); break;
+      case 'b': O.minBytes = size(v, "-b/--minbytes"); break;
+      case 'e': O.maxBytes = size(v, "-e/--maxbytes"); break;
+      case 'i': O.stepBytes = size(v, "-i/--stepbytes"); break;
+      case 'f': O.stepFactor = num(v, 'f', 0, kInt); break;
+      case 'n': O.iters = num(v, 'n', 1, kInt); break;
+      case 'm': O.agg = num(v, 'm', 1, kInt); break;
+      case 'w': O.warmup = num(v, 'w', 0, kInt); break;
+      case 'N': O.cycles = num(v, 'N', 1, kInt); break;
+      case 'p': O.parallelInit = num(v, 'p', 0, 1); break;
+      case 'c': O.check = num(v, 'c', 0, kInt); break;
       case 'o': O.opArg = v; break;
       case 'd': O.typeArg = v; break;
-      case 'r': break;
-      case 'z': O.blocking = atoi(v); break;
-      case 'y': O.nullStream = atoi(v); break;
-      case 'T': O.timeout = atoi(v); break;
-      case 'G': O.graphs = atoi(v); break;
-      case 'C': O.cputime = atoi(v); break;
-      case 'a': O.average = atoi(v); break;
-      case 'P': O.topo.nprocs = atoi(v); break;
+      case 'r': O.root = num(v, 'r', -1, kMaxRanks - 1); break;
+      case 'z': O.blocking = num(v, 'z', 0, 3); break;
+      case 'y': O.nullStream = num(v, 'y', 0, 1); break;
+      case 'T': O.timeout = num(v, 'T', 0, kInt); break;
+      case 'G': O.graphs = num(v, 'G', 0, kInt); break;
+      case 'C': O.cputime = num(v, 'C', 0, 1); break;
+      case 'a': O.average = num(v, 'a', 0, 3); break;
+      case 'P': O.topo.nprocs = num(v, 'P', 1, kMaxThreads); break;
       case 'J': O.jsonFile = v; break;
-      case 'R': O.reg = atoi(v); break;
+      case 'R': O.reg = num(v, 'R', 0, 2); break;
       case 1: O.libs = v; break;
-      case 2: O.coll = findColl(v); if (!O.coll) { fprintf(stderr, "unknown --coll %s\n", v); return 1; } break;
+      case 2: O.coll = findColl(v); if (!O.coll) usageError("unknown --coll '%s': need %s", v, collNames(", ").c_str()); break;
       case 3: O.capture = v; break;
-      case 'h': usage(O.prog.c_str()); return 0;
-      default: usage(O.prog.c_str()); return 1;
+      case 4: table = v; break;
+      case 5: O.compare = true; break;
+      case 'h': usage(O.prog.c_str()); return false;
+      default:  // getopt has printed what is wrong
+        fprintf(stderr, "%s: --help lists the options\n", O.prog.c_str());
+        exit(2);
     }
   }
-  if (optind < argc) { fprintf(stderr, "unexpected argument '%s'\n", argv[optind]); return 1; }
-  if (!O.coll) { fprintf(stderr, "%s: cannot tell the collective from the program name; use --coll\n", O.prog.c_str()); return 1; }
-  if (O.minBytes > O.maxBytes) { fprintf(stderr, "invalid sizes: minbytes %zu > maxbytes %zu\n", O.minBytes, O.maxBytes); return 1; }
-  if (O.iters < 1 || O.agg < 1 || O.warmup < 0 || O.check < 0 || O.graphs < 0 || O.cycles < 1 ||
-      O.blocking < 0 || O.blocking > 3 || O.average < 0 || O.average > 3 || O.reg < 0 || O.reg > 2) {
-    fprintf(stderr, "invalid option value (need -n >= 1, -m >= 1, -N >= 1, -z 0..3, -a 0..3, -R 0..2)\n");
-    return 1;
-  }
-  if (O.graphs && O.nullStream) { fprintf(stderr, "-G cannot capture the NULL stream (-y 1)\n"); return 1; }
-  if (!validTypeList(O.typeArg)) { fprintf(stderr, "unknown datatype in '%s'\n", O.typeArg.c_str()); return 1; }
-  if (!validOpList(O.opArg)) { fprintf(stderr, "unknown op in '%s'\n", O.opArg.c_str()); return 1; }
+  if (optind < argc) usageError("unexpected argument '%s'", argv[optind]);
+  if (!O.coll) usageError("%s: cannot tell the collective from the program name; use --coll", O.prog.c_str());
+  if (O.minBytes > O.maxBytes) usageError("invalid sizes: minbytes %zu > maxbytes %zu", O.minBytes, O.maxBytes);
+  if (O.coll->rooted && O.root >= O.topo.nranks())
+    usageError("invalid root %d: need -1 (every rank) or 0..%d", O.root, O.topo.nranks() - 1);
+  if (O.graphs && O.nullStream) usageError("-G cannot capture the NULL stream (-y 1)");
+  if (!validTypeList(O.typeArg)) usageError("unknown datatype in '%s'", O.typeArg.c_str());
+  if (!validOpList(O.opArg)) usageError("unknown op in '%s'", O.opArg.c_str());
   captureMode(O.capture, O.topo.nthreads);  // validates the name
-  parseLibs(O.libs);                        // validates the list before forking
+  const std::vector<Lib> libs = parseLibs(O.libs);  // validates the list before forking
+  O.table = (int)libs.size() - 1;
+  if (!table.empty()) {
+    std::string names;
+    O.table = -1;
+    for (size_t i = 0; i < libs.size(); i++) {
+      if (libs[i].name == table) O.table = (int)i;
+      names += (i ? ", " : "") + libs[i].name;
+    }
+    if (O.table < 0) usageError("--table %s: no library of that name in --libs (%s)", table.c_str(), names.c_str());
+  }
   if (!O.jsonFile.empty()) {
     g_args.assign(argv, argv + argc);
     g_env = relevantEnv();  // after setDefaultEnv(): what the libraries see
     jsonOpen(O.jsonFile);
   }
+  return true;
+}
+
+#ifndef RCCLX_PERF_NO_MAIN  // test/report_test.cu includes this file with its own main()
+int main(int argc, char** argv) {
+  setlinebuf(stdout);
+  setDefaultEnv();
+  if (!parseArgs(argc, argv)) return 0;
   g_shared = createShared(O.topo, 0);
   return launch(O.topo.nprocs, O.timeout, perfProc);
 }
+#endif
