@@ -45,6 +45,9 @@ fn main() {
         assert!(!require, "RCCLX_NO_KERNELS=1 and RCCLX_REQUIRE_KERNELS=1 contradict each other");
         println!("cargo:warning=rcclx: RCCLX_NO_KERNELS=1: no GPU kernels built; the library will only forward");
         report::write_if_changed(&out_dir.join("kernels.rs"), &report::code_object_table(&[]));
+        // The empty table replaced the built one: a later build with kernels must not take the
+        // stamp of the last compile as "unchanged" (it would keep this empty table).
+        let _ = std::fs::remove_file(out_dir.join("kernels.stamp"));
         report::write_if_changed(&out_dir.join("kernel-resources.txt"), "kernels disabled by RCCLX_NO_KERNELS=1\n");
         return;
     }

@@ -3,7 +3,8 @@
 #
 #   .tools/cuda/nvidia/cu13/bin/nvcc   nvcc 13.0.x from PyPI  -> sm_90 cubin + compute_90 PTX
 #   clang++-19, lld-19, llvm-19        Debian apt             -> gfx942 (MI300) code object
-#   .tools/zig/ziglang/zig             ziglang 0.17.1 (clang 22) from PyPI -> gfx950 (MI350)
+#   .tools/zig/ziglang/zig             ziglang 0.17.1 (clang 22) from PyPI -> gfx950 (MI350), and
+#                                      the wheel's linker (glibc 2.28: python/zig-link.sh)
 #   .tools/zigbin/lld                  wrapper so clang's AMDGPU link step finds zig's lld
 #
 # Idempotent: a step whose result already exists is skipped. Needs pip, and root (or sudo)
@@ -12,6 +13,7 @@
 # Debian's clang-19 does not know gfx950, zig's clang 22 does.
 #
 # Usage: bash ci/install-toolchains.sh      (env SKIP_APT=1 skips the apt step)
+#        bash ci/install-toolchains.sh zig  (zig only: what ci/wheel.sh needs to link the wheel)
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -21,12 +23,17 @@ mkdir -p "$TOOLS"
 PIP=(python3 -m pip)
 if ! "${PIP[@]}" --version >/dev/null 2>&1; then PIP=(pip); fi
 
+ONLY="${1:-}"
+case "$ONLY" in "" | zig) ;; *) echo "usage: bash ci/install-toolchains.sh [zig]" >&2; exit 2 ;; esac
+
 installed=()
 skipped=()
 
 # --- 1. nvcc 13.0.x (pinned: see header) -----------------------------------------------------
 NVCC="$TOOLS/cuda/nvidia/cu13/bin/nvcc"
-if [ -x "$NVCC" ] && "$NVCC" --version 2>/dev/null | grep -q 'release 13\.0'; then
+if [ "$ONLY" = zig ]; then
+  :
+elif [ -x "$NVCC" ] && "$NVCC" --version 2>/dev/null | grep -q 'release 13\.0'; then
   skipped+=("nvcc ($NVCC)")
 else
   rm -rf "$TOOLS/cuda"
@@ -37,7 +44,9 @@ else
 fi
 
 # --- 2. clang-19 + lld-19 + llvm-19 (gfx942; llvm-readelf-19 for checks) ---------------------
-if [ "${SKIP_APT:-0}" = 1 ]; then
+if [ "$ONLY" = zig ]; then
+  :
+elif [ "${SKIP_APT:-0}" = 1 ]; then
   skipped+=("apt clang-19/lld-19/llvm-19 (SKIP_APT=1)")
 elif command -v clang++-19 >/dev/null && command -v ld.lld-19 >/dev/null \
      && command -v llvm-readelf-19 >/dev/null; then
@@ -82,6 +91,6 @@ fi
 echo "install-toolchains: done (tools in $TOOLS)"
 for s in "${installed[@]+"${installed[@]}"}"; do echo "  installed: $s"; done
 for s in "${skipped[@]+"${skipped[@]}"}"; do echo "  already present: $s"; done
-echo "  nvcc:  $("$NVCC" --version | tail -n 2 | head -n 1)"
+if [ -x "$NVCC" ]; then echo "  nvcc:  $("$NVCC" --version | tail -n 2 | head -n 1)"; fi
 if command -v clang++-19 >/dev/null; then echo "  clang: $(clang++-19 --version | head -n 1)"; fi
 echo "  zig:   $("$ZIG" version) ($("$ZIG" cc --version 2>/dev/null | head -n 1))"

@@ -14,9 +14,17 @@
 #   6. cargo test --release --workspace
 #                                      unit tests, tests/*.rs and gpu-tests' CPU-only checks
 #                                      (all of them: --no-fail-fast), with the paths from step 2
-#   7. bash ci/wheel.sh                the Python wheel (python/): built from step 4's target/,
-#                                      installed in a fresh venv with the stock NCCL wheel, its
-#                                      CLI and ctypes loading checked
+#   7. bash ci/wheel.sh                the Python wheel (python/), manylinux_2_28: step 4's
+#                                      library linked again by zig against glibc 2.28 (the rcclx
+#                                      crate is compiled again for that linker, about 1 min; the
+#                                      kernels are reused), stripped (debug info kept in
+#                                      target/release/librcclx.so.debug), `auditwheel show` must
+#                                      say manylinux_2_28 or older; installed in a fresh venv with
+#                                      the stock NCCL wheel, its CLI (`info`: the library's JSON)
+#                                      and ctypes loading checked
+#   8. rccl-tests-compat/build.sh, then its selftest's host section: the benchmark and checker
+#                                      build (nvcc), usage errors exit 2, output in nccl-tests'
+#                                      format, JSON read by bench/ratios.py (no GPU needed)
 #
 # Environment: RCCLX_NO_KERNELS=1 builds without GPU kernels (forwarding only) instead of
 # requiring them; SKIP_APT=1 is passed on to install-toolchains.sh. Extra arguments are passed
@@ -152,7 +160,16 @@ TEST_COUNTS="$(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /
   END { printf "%d passed, %d failed, %d ignored", p, f, g }' "$TEST_LOG")"
 
 # 7. The Python package.
-step 0 "python wheel (ci/wheel.sh)" bash ci/wheel.sh
+step 0 "python wheel, manylinux_2_28 (ci/wheel.sh)" bash ci/wheel.sh
+
+# 8. The benchmark and checker (nvcc): they build, and their host-only checks (options, usage
+# errors exit 2, output in nccl-tests' format, JSON readable by bench/) pass without a GPU.
+if [ "${RCCLX_NO_KERNELS:-0}" = 1 ]; then
+  note "RCCLX_NO_KERNELS=1: no nvcc, the benchmark is not built"
+else
+  step 0 "benchmark build and host checks (rccl-tests-compat)" \
+    bash -c 'bash rccl-tests-compat/build.sh && SECTIONS=host bash rccl-tests-compat/selftest.sh'
+fi
 
 summary
 exit "$FAILED"

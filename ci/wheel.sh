@@ -1,40 +1,54 @@
 #!/usr/bin/env bash
 # Build the Python wheel of rcclx (python/) and test it in a fresh virtual environment. No GPU.
 #
-#   1. build venv       setuptools + setuptools-rust (pinned) in $WORK/build-venv
+#   1. build venv       setuptools + setuptools-rust + auditwheel (pinned) in $WORK/build-venv;
+#                       zig (ci/install-toolchains.sh zig) if .tools/ has none
 #   2. wheel            pip wheel --no-build-isolation ./python: setuptools-rust runs
-#                       `cargo rustc --lib --release --crate-type cdylib` in the repository's
-#                       target/ (RCCLX_REQUIRE_KERNELS=1: the kernels of all three GPU targets must
-#                       be in it). Kernels already built by `cargo build --release` (ci/test.sh)
-#                       are reused, not compiled again: see "Why no build isolation" below.
-#   3. wheel contents   py3-none-linux_<arch>; rcclx/librcclx.so is cargo's file, with kernels
-#   4. fresh venv       pip install the wheel and nvidia-nccl-cu13==2.28.9 (PyPI)
-#   5. CLI              python -m rcclx env / info, the `rcclx` script, eval of the env lines
-#   6. run              python -m rcclx run -- python -c '...': LD_PRELOAD names the bundled
+#                       `cargo rustc --lib --release --crate-type cdylib -- -C linker=zig-link.sh`
+#                       in the repository's target/: the library linked by zig against glibc 2.28
+#                       (RCCLX_REQUIRE_KERNELS=1: the kernels of all three GPU targets must be in
+#                       it). Kernels already built by `cargo build --release` (ci/test.sh) are
+#                       reused, not compiled again (see "Why no build isolation" below); the rcclx
+#                       crate itself is compiled again (its linker differs).
+#   3. wheel contents   py3-none-manylinux_2_28_<arch>; rcclx/librcclx.so is cargo's file stripped
+#                       (same code), with kernels, naming target/release/librcclx.so.debug (its
+#                       debug info, CRC checked); LICENSE-MIT and LICENSE-APACHE in the metadata
+#   4. auditwheel show  the wheel's policy is manylinux_2_28 or older (the glibc it needs)
+#   5. fresh venv       pip install the wheel and nvidia-nccl-cu13==2.28.9 (PyPI)
+#   6. CLI              python -m rcclx env / info (the library's JSON: commit, GPU targets, the
+#                       stock library's path and version, settings), the warnings for a missing
+#                       RCCLX_UPSTREAM_LIB, the `rcclx` script, eval of the env lines
+#   7. run              python -m rcclx run -- python -c '...': LD_PRELOAD names the bundled
 #                       library, rcclx.is_active(), ncclGetVersion through the preload = 22809,
 #                       rcclx.stats(); the exit status of the command is passed through
-#   7. ctypes smoke     the bundled library loaded by path (as vLLM does), RCCLX_UPSTREAM_LIB = the
+#   8. ctypes smoke     the bundled library loaded by path (as vLLM does), RCCLX_UPSTREAM_LIB = the
 #                       wheel's libnccl.so.2: rcclxGetVersion, ncclGetVersion (22809),
-#                       rcclxRouteName(0), rcclxGetProcessRouteStats, rcclx.stats(group=...)
+#                       rcclxRouteName(0) = forwarded, rcclxGetProcessRouteStats,
+#                       rcclx.stats(group=...)
 #
 # Ends with PASS/FAIL per check and "N passed, N failed"; exit status 1 if any check failed.
 #
 # Why no build isolation: the build requirements come pinned from this script's build venv
-# (step 1), and the build then sees this shell's RCCLX_* and target/, so cargo only relinks the
-# library that ci/test.sh built.
+# (step 1), and the build then sees this shell's RCCLX_* and target/, so cargo compiles only the
+# rcclx crate again (for its linker), not its dependencies or the kernels that ci/test.sh built.
 #
 # Environment: RCCLX_NO_KERNELS=1 builds without kernels (as ci/test.sh); WHEEL_OUT=DIR copies
-# the wheel there; KEEP=1 keeps the work folder ($WORK: venvs, wheel, logs).
-# Needs: cargo, python3 >= 3.9 with venv (or pip, for virtualenv), network access to PyPI.
+# the wheel and librcclx.so.debug there; KEEP=1 keeps the work folder ($WORK: venvs, wheel, logs).
+# Needs: cargo, python3 >= 3.9 with venv (or pip, for virtualenv), objcopy (binutils), network
+# access to PyPI.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
 START=$SECONDS
 PY="${PYTHON:-python3}"
-NCCL_PIN="nvidia-nccl-cu13==2.28.9"
+NCCL_VERSION=2.28.9
+NCCL_PIN="nvidia-nccl-cu13==$NCCL_VERSION"
 NCCL_CODE=22809
-BUILD_PINS=(setuptools==80.9.0 setuptools-rust==1.13.0)
+BUILD_PINS=(setuptools==80.9.0 setuptools-rust==1.13.0 auditwheel==6.8.2)
+# The newest glibc the wheel may need: manylinux_2_28, the baseline of PyTorch's and NCCL's wheels.
+GLIBC_MINOR=28
+ZIG="${RCCLX_WHEEL_ZIG:-$REPO/.tools/zig/ziglang/zig}"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/rcclx-wheel.XXXXXX")"
 cleanup() { if [ "${KEEP:-0}" = 1 ]; then echo "work folder kept: $WORK"; else rm -rf "$WORK"; fi; }
 trap cleanup EXIT
@@ -72,7 +86,7 @@ check() {
   fi
 }
 
-for tool in cargo "$PY"; do
+for tool in cargo "$PY" objcopy; do
   command -v "$tool" >/dev/null || { echo "ci/wheel.sh: $tool is required" >&2; exit 1; }
 done
 echo "rcclx ci/wheel.sh in $REPO ($("$PY" --version 2>&1), $(cargo --version), $(nproc) cores)"
@@ -103,18 +117,25 @@ BVENV="$WORK/build-venv"
 build_venv() {
   make_venv "$BVENV" || return 1
   "$BVENV/bin/python" -m pip install --disable-pip-version-check -q "${BUILD_PINS[@]}" || return 1
-  "$BVENV/bin/python" -m pip list --disable-pip-version-check 2>/dev/null | grep -Ei '^(setuptools|setuptools-rust) '
+  "$BVENV/bin/python" -m pip list --disable-pip-version-check 2>/dev/null | grep -Ei '^(setuptools|setuptools-rust|auditwheel) '
+  # zig links the library against glibc 2.28 (python/setup.py, python/zig-link.sh).
+  if [ ! -x "$ZIG" ] && [ -z "${RCCLX_WHEEL_ZIG:-}" ]; then
+    bash ci/install-toolchains.sh zig || return 1
+  fi
+  [ -x "$ZIG" ] || { echo "  FAIL: no zig at $ZIG"; return 1; }
+  echo "  zig $("$ZIG" version): $ZIG"
 }
-check 1 "build venv (${BUILD_PINS[*]})" build_venv
+check 1 "build venv (${BUILD_PINS[*]}), zig" build_venv
 
 BUILD_LOG="$WORK/build.log"
 build_wheel() {
   local rc=0 marker="$WORK/before-build"
   touch "$marker"
   # -v: setuptools-rust prints the cargo command and cargo's progress (into the log).
-  "$BVENV/bin/python" -m pip wheel --disable-pip-version-check --no-build-isolation --no-deps -v \
-    -w "$WORK/dist" ./python > "$BUILD_LOG" 2>&1 || rc=$?
-  grep -E '^ *(cargo rustc|Compiling|Finished|Created wheel|error)' "$BUILD_LOG" | sed 's/^ */  /' | cut -c1-200 || true
+  RCCLX_WHEEL_ZIG="$ZIG" "$BVENV/bin/python" -m pip wheel --disable-pip-version-check \
+    --no-build-isolation --no-deps -v -w "$WORK/dist" ./python > "$BUILD_LOG" 2>&1 || rc=$?
+  grep -E '^ *(cargo rustc|Compiling|Finished|Created wheel|error|rcclx setup.py)' "$BUILD_LOG" \
+    | sed 's/^ */  /' | cut -c1-240 || true
   local target="${CARGO_TARGET_DIR:-target}"
   if [ -n "$(find "$target/release/build" -path '*/rcclx-*/out/rcclx.*' -newer "$marker" 2>/dev/null | head -n 1)" ]; then
     echo "  the GPU kernels were compiled in this build (their inputs changed since the last cargo build)"
@@ -130,52 +151,105 @@ build_wheel() {
 check 1 "pip wheel ./python (cargo, RCCLX_REQUIRE_KERNELS=${RCCLX_REQUIRE_KERNELS:-0})" build_wheel
 WHEELS=("$WORK"/dist/rcclx-*.whl)
 WHEEL="${WHEELS[0]}"
+DEBUG_FILE="${CARGO_TARGET_DIR:-target}/release/librcclx.so.debug"
 echo "  wheel: $(basename "$WHEEL") ($(stat -c %s "$WHEEL") bytes)"
-if [ -n "${WHEEL_OUT:-}" ]; then mkdir -p "$WHEEL_OUT" && cp "$WHEEL" "$WHEEL_OUT/" && echo "  copied to $WHEEL_OUT/"; fi
+echo "  debug info: $DEBUG_FILE ($(stat -c %s "$DEBUG_FILE" 2>/dev/null || echo missing) bytes)"
+if [ -n "${WHEEL_OUT:-}" ]; then
+  mkdir -p "$WHEEL_OUT" && cp "$WHEEL" "$WHEEL_OUT/" && cp "$DEBUG_FILE" "$WHEEL_OUT/" \
+    && echo "  wheel and librcclx.so.debug copied to $WHEEL_OUT/"
+fi
 
 # --- 3: contents ---------------------------------------------------------------------------
 wheel_contents() {
-  "$PY" - "$WHEEL" "$REPO" "${RCCLX_REQUIRE_KERNELS:-0}" <<'EOF'
-import hashlib, os, re, sys, zipfile
-whl, repo, require = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+  "$PY" - "$WHEEL" "$REPO" "${RCCLX_REQUIRE_KERNELS:-0}" "$GLIBC_MINOR" <<'EOF'
+import os, re, struct, sys, zipfile, zlib
+whl, repo, require, glibc_minor = sys.argv[1], sys.argv[2], sys.argv[3] == "1", int(sys.argv[4])
 bad = []
 name = os.path.basename(whl)
-if not re.fullmatch(r"rcclx-[0-9][^-]*-py3-none-linux_[a-z0-9_]+\.whl", name):
-    bad.append(f"unexpected wheel name/tag {name}")
+m = re.fullmatch(r"rcclx-([0-9][^-]*)-py3-none-manylinux_2_(\d+)_[a-z0-9_]+\.whl", name)
+if not m or int(m.group(2)) > glibc_minor:
+    bad.append(f"unexpected wheel name/tag {name} (want py3-none-manylinux_2_N_<arch>, N <= {glibc_minor})")
 z = zipfile.ZipFile(whl)
 names = set(z.namelist())
-for want in ("rcclx/__init__.py", "rcclx/__main__.py", "rcclx/_capi.py", "rcclx/_version.py", "rcclx/librcclx.so"):
+dist_info = f"rcclx-{m.group(1)}.dist-info" if m else "rcclx-?.dist-info"
+for want in ("rcclx/__init__.py", "rcclx/__main__.py", "rcclx/_capi.py", "rcclx/_version.py", "rcclx/librcclx.so",
+             f"{dist_info}/licenses/LICENSE-MIT", f"{dist_info}/licenses/LICENSE-APACHE"):
     if want not in names:
         bad.append(f"missing {want}")
+for lic, line in (("LICENSE-MIT", b"MIT License"), ("LICENSE-APACHE", b"Apache License")):
+    path = f"{dist_info}/licenses/{lic}"
+    if path in names and line not in z.read(path)[:200]:
+        bad.append(f"{path} is not the license text")
 so = z.read("rcclx/librcclx.so") if "rcclx/librcclx.so" in names else b""
 info = z.getinfo("rcclx/librcclx.so") if so else None
 if so[:4] != b"\x7fELF":
     bad.append("rcclx/librcclx.so is not an ELF file")
 if info and not (info.external_attr >> 16) & 0o111:
     bad.append("rcclx/librcclx.so is not executable in the wheel")
-# setuptools-rust copied cargo's output: it is the same file as target/release/librcclx.so.
+
+
+def sections(data):
+    """{name: bytes} of an ELF64 little-endian file's sections (empty for NOBITS)."""
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    hdrs = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    strtab = hdrs[shstrndx][4]
+    out = {}
+    for nm, kind, _, _, off, size, *_ in hdrs:
+        n = data[strtab + nm:data.index(b"\0", strtab + nm)].decode()
+        out[n] = b"" if kind == 8 else data[off:off + size]
+    return out
+
+
+# setuptools-rust copied cargo's output and setup.py stripped it: the wheel's code and data are
+# target/release/librcclx.so's; its debug info is in target/release/librcclx.so.debug, which the
+# wheel's library names (.gnu_debuglink: the file name, then the file's CRC-32).
 target = os.environ.get("CARGO_TARGET_DIR") or os.path.join(repo, "target")
 built = os.path.join(target, "release", "librcclx.so")
-same = os.path.isfile(built) and hashlib.sha256(open(built, "rb").read()).digest() == hashlib.sha256(so).digest()
-if not same:
-    bad.append(f"rcclx/librcclx.so differs from {built}")
+debug = built + ".debug"
+same = stripped = False
+if so[:4] == b"\x7fELF" and os.path.isfile(built):
+    mine, theirs = sections(so), sections(open(built, "rb").read())
+    code = (".text", ".rodata", ".data", ".data.rel.ro", ".dynsym", ".dynstr")
+    same = all(mine.get(s) == theirs.get(s) for s in code) and ".text" in mine
+    if not same:
+        bad.append(f"rcclx/librcclx.so's {code} differ from {built}'s")
+    debug_sections = sorted(s for s in mine if s.startswith(".debug") or s == ".symtab")
+    stripped = not debug_sections
+    if not stripped:
+        bad.append(f"rcclx/librcclx.so is not stripped: {debug_sections}")
+    link = mine.get(".gnu_debuglink", b"")
+    fname = link.split(b"\0", 1)[0].decode()
+    if fname != "librcclx.so.debug":
+        bad.append(f"rcclx/librcclx.so's .gnu_debuglink names {fname!r}, not librcclx.so.debug")
+    elif not os.path.isfile(debug):
+        bad.append(f"{debug} is missing")
+    else:
+        dbg = open(debug, "rb").read()
+        if struct.unpack_from("<I", link, len(link) - 4)[0] != zlib.crc32(dbg):
+            bad.append(f"the CRC in rcclx/librcclx.so's .gnu_debuglink is not {debug}'s")
+        if ".debug_info" not in sections(dbg):
+            bad.append(f"{debug} has no .debug_info")
+elif not os.path.isfile(built):
+    bad.append(f"{built} is missing")
 # With RCCLX_REQUIRE_KERNELS=1 the code objects of all three targets are embedded: an NVIDIA
 # fatbin (magic 0xBA55ED50) and AMDGPU ELF images (ELFOSABI_AMDGPU_HSA, e_machine EM_AMDGPU = 224)
 # whose e_flags name the GPU (EF_AMDGPU_MACH 0x4c = gfx942, 0x4f = gfx950).
-import struct
 mach = {0x4C: "gfx942", 0x4F: "gfx950"}
 kernels = {"sm_90": so.count(struct.pack("<I", 0xBA55ED50)) > 0, "gfx942": False, "gfx950": False}
 i = so.find(b"\x7fELF", 1)
 while i != -1 and i + 64 <= len(so):
     if so[i + 4] == 2 and so[i + 7] == 0x40 and struct.unpack_from("<H", so, i + 18)[0] == 224:
-        target = mach.get(struct.unpack_from("<I", so, i + 48)[0] & 0xFF)
-        if target:
-            kernels[target] = True
+        gpu = mach.get(struct.unpack_from("<I", so, i + 48)[0] & 0xFF)
+        if gpu:
+            kernels[gpu] = True
     i = so.find(b"\x7fELF", i + 1)
 if require and not all(kernels.values()):
     bad.append(f"kernel code objects missing: {kernels}")
-print(f"  {name}: {len(names)} files; librcclx.so {len(so)} bytes, same as {built}: {same}; "
-      f"embedded code objects: {kernels}")
+print(f"  {name}: {len(names)} files; librcclx.so {len(so)} bytes, stripped: {stripped}, same code as "
+      f"{built}: {same}; embedded code objects: {kernels}")
+print(f"  {built}: {os.path.getsize(built) if os.path.isfile(built) else '?'} bytes; {debug}: "
+      f"{os.path.getsize(debug) if os.path.isfile(debug) else '?'} bytes")
 for b in bad:
     print("  FAIL:", b)
 sys.exit(1 if bad else 0)
@@ -183,7 +257,20 @@ EOF
 }
 check 0 "wheel contents" wheel_contents
 
-# --- 4: install ----------------------------------------------------------------------------
+# --- 4: auditwheel -------------------------------------------------------------------------
+audit() {
+  local out policy
+  out="$("$BVENV/bin/auditwheel" show "$WHEEL" 2>&1)" || { echo "$out" | sed 's/^/  /'; return 1; }
+  echo "$out" | sed 's/^/  /'
+  # "... is consistent with the following platform tag: "manylinux_2_28_x86_64"."
+  policy="$(echo "$out" | tr -d '\n' | sed -n 's/.*following platform tag: *"manylinux_2_\([0-9]*\)_.*/\1/p')"
+  [ -n "$policy" ] || { echo "  FAIL: auditwheel names no manylinux platform tag"; return 1; }
+  [ "$policy" -le "$GLIBC_MINOR" ] || { echo "  FAIL: the wheel needs manylinux_2_$policy, newer than manylinux_2_$GLIBC_MINOR"; return 1; }
+  echo "  policy manylinux_2_$policy: installs where glibc >= 2.$policy (PyTorch's and NCCL's wheels: 2.28)"
+}
+check 0 "auditwheel show: manylinux_2_$GLIBC_MINOR or older" audit
+
+# --- 5: install ----------------------------------------------------------------------------
 VENV="$WORK/venv"
 VPY="$VENV/bin/python"
 install_wheel() {
@@ -198,7 +285,7 @@ STOCK="$SITE/nvidia/nccl/lib/libnccl.so.2"
 echo "  bundled: $LIB"
 echo "  stock:   $STOCK"
 
-# --- 5: CLI --------------------------------------------------------------------------------
+# --- 6: CLI --------------------------------------------------------------------------------
 cli_env() {
   local out
   out="$(cd "$WORK" && env -u LD_PRELOAD -u RCCLX_UPSTREAM_LIB "$VPY" -m rcclx env)"
@@ -229,18 +316,75 @@ sys.exit(not (e["LD_PRELOAD"] == lib + ":/x/libother.so" and e["RCCLX_UPSTREAM_L
 check 0 "python -m rcclx env" cli_env
 
 cli_info() {
-  "$VPY" -m rcclx info | sed 's/^/  /' || return 1
+  local out rc=0 crate
+  crate="$(sed -n '/^\[package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' Cargo.toml)"
+  # As a user runs it: the library loaded in a child process, with the stock library of this venv.
+  out="$(cd "$WORK" && env -u LD_PRELOAD -u RCCLX_UPSTREAM_LIB "$VPY" -m rcclx info 2>"$WORK/info.err")" || rc=$?
+  [ "$rc" = 0 ] || { echo "  FAIL: exit status $rc"; sed 's/^/    /' "$WORK/info.err"; return 1; }
+  echo "$out" | WANT_VERSION="$crate" WANT_LIB="$LIB" WANT_STOCK="$STOCK" WANT_STOCK_VERSION="$NCCL_VERSION" \
+    WANT_COMMIT="$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)" \
+    WANT_TARGETS="$([ "${RCCLX_REQUIRE_KERNELS:-0}" = 1 ] && echo gfx942,gfx950,sm_90)" "$VPY" -c '
+import json, os, sys
+e = os.environ
+d = json.load(sys.stdin)
+shown = {k: (f"{{... {len(v)} variables}}" if k == "settings" else v) for k, v in d.items()}
+print("\n".join("  " + line for line in json.dumps(shown, indent=2).splitlines()))
+bad = []
+def want(what, ok):
+    if not ok:
+        bad.append(what)
+want("version " + e["WANT_VERSION"], d.get("version") == e["WANT_VERSION"] and "library_version" not in d)
+want("library_loaded", d.get("library_loaded") is True and d.get("library") == e["WANT_LIB"])
+want("commit " + e["WANT_COMMIT"], d.get("commit") == e["WANT_COMMIT"])
+want("gpu_targets " + e["WANT_TARGETS"], ",".join(sorted(d.get("gpu_targets") or [])) == e["WANT_TARGETS"])
+stock = d.get("stock_library") or {}
+want("stock_library path", stock.get("path") and os.path.samefile(stock["path"], e["WANT_STOCK"]))
+want("stock_library version " + e["WANT_STOCK_VERSION"], stock.get("version") == e["WANT_STOCK_VERSION"])
+want("disabled false", d.get("disabled") is False)
+settings = d.get("settings") or {}
+want("settings", isinstance(settings, dict) and "RCCLX_DISABLE" in settings
+     and all(set(v) == {"value", "default"} for v in settings.values()))
+want("settings: RCCLX_UPSTREAM_LIB in effect", (settings.get("RCCLX_UPSTREAM_LIB") or {}).get("value") == stock.get("path"))
+for b in bad:
+    print("  FAIL: info:", b)
+sys.exit(1 if bad else 0)
+' || return 1
+
+  # RCCLX_UPSTREAM_LIB naming a missing file: info reports that path with an error, env passes it
+  # through, both warn on stderr.
+  local missing=/nonexistent/libnccl.so.2
+  out="$(cd "$WORK" && env -u LD_PRELOAD RCCLX_UPSTREAM_LIB=$missing "$VPY" -m rcclx info 2>"$WORK/info.err")" || rc=$?
+  [ "$rc" = 0 ] || { echo "  FAIL: info with a missing RCCLX_UPSTREAM_LIB: exit status $rc"; return 1; }
+  echo "$out" | "$VPY" -c "import json, sys; s = json.load(sys.stdin)['stock_library']; sys.exit(not (s['path'] == '$missing' and 'error' in s and 'version' not in s))" \
+    || { echo "  FAIL: info with RCCLX_UPSTREAM_LIB=$missing: stock_library is not {path, error}"; return 1; }
+  grep -q "RCCLX_UPSTREAM_LIB names $missing, which does not exist" "$WORK/info.err" \
+    || { echo "  FAIL: info: no warning for RCCLX_UPSTREAM_LIB=$missing"; return 1; }
+  out="$(cd "$WORK" && env -u LD_PRELOAD RCCLX_UPSTREAM_LIB=$missing "$VPY" -m rcclx env 2>"$WORK/env.err")" || rc=$?
+  [ "$rc" = 0 ] && echo "$out" | grep -qx "export RCCLX_UPSTREAM_LIB=$missing" \
+    && grep -q "RCCLX_UPSTREAM_LIB names $missing, which does not exist" "$WORK/env.err" \
+    || { echo "  FAIL: env with RCCLX_UPSTREAM_LIB=$missing: exit status $rc, no warning or no line"; return 1; }
+  echo "  RCCLX_UPSTREAM_LIB=$missing: info reports the path and the error, env and info warn:"
+  sed 's/^/    /' "$WORK/env.err"
+
+  # Without a loadable library, info still prints what it knows and exits 1.
+  rc=0
+  echo "not a shared library" > "$WORK/bogus.so"
+  out="$(cd "$WORK" && BOGUS="$WORK/bogus.so" "$VPY" -c 'import os, sys, rcclx.__main__ as m
+m.library_path = lambda: os.environ["BOGUS"]
+sys.exit(m.main(["info"]))' 2>"$WORK/info.err")" || rc=$?
+  [ "$rc" = 1 ] && echo "$out" | "$VPY" -c "import json, sys; d = json.load(sys.stdin); sys.exit(not (d['library_loaded'] is False and d['error'] and d['version']))" \
+    || { echo "  FAIL: info with a library that does not load: exit status $rc (want 1) or no JSON"; return 1; }
+  echo "  a library that does not load: exit status 1, JSON with the error: $(grep -m1 '^rcclx: loading' "$WORK/info.err" | cut -c1-150)"
+
   "$VENV/bin/rcclx" --version | grep -qx "rcclx $("$VPY" -c 'import rcclx; print(rcclx.__version__)')" \
     || { echo "  FAIL: rcclx --version"; return 1; }
   # The package version is the crate's.
-  local crate
-  crate="$(sed -n '/^\[package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' Cargo.toml)"
   "$VPY" -c "import rcclx, sys; sys.exit(rcclx.__version__ != '$crate')" || { echo "  FAIL: __version__ != $crate"; return 1; }
   echo "  rcclx.__version__ = $crate (Cargo.toml), \`rcclx --version\` agrees"
 }
-check 0 "python -m rcclx info, rcclx --version, __version__" cli_info
+check 0 "python -m rcclx info (the library's JSON), warnings, rcclx --version, __version__" cli_info
 
-# --- 6: run --------------------------------------------------------------------------------
+# --- 7: run --------------------------------------------------------------------------------
 INSIDE='
 import ctypes, os, sys
 import rcclx
@@ -281,7 +425,7 @@ run_status() {
 }
 check 0 "python -m rcclx run: exit status passed through" run_status
 
-# --- 7: ctypes smoke test ------------------------------------------------------------------
+# --- 8: ctypes smoke test ------------------------------------------------------------------
 SMOKE='
 import ctypes, os, sys
 import rcclx
@@ -300,13 +444,13 @@ lib.rcclxGetUpstreamPath.restype = c_char_p
 up = lib.rcclxGetUpstreamPath().decode()
 assert os.path.samefile(up, os.environ["RCCLX_UPSTREAM_LIB"]), up
 lib.rcclxRouteName.restype = c_char_p
-assert lib.rcclxRouteName(0) == b"allreduce.ll", lib.rcclxRouteName(0)
+assert lib.rcclxRouteName(0) == b"forwarded", lib.rcclxRouteName(0)  # index 0: include/rcclx.h
 count = c_int(-1)
 assert lib.rcclxGetProcessRouteStats(None, 0, byref(count)) == 0 and count.value >= 2, count.value
 arr = (rcclx._capi.rcclxRouteStats * count.value)()
 assert lib.rcclxGetProcessRouteStats(arr, count.value, byref(count)) == 0
 names = [lib.rcclxRouteName(i).decode() for i in range(count.value)]
-assert lib.rcclxRouteName(count.value) is None and names[-1] == "forwarded", names
+assert lib.rcclxRouteName(count.value) is None and "allreduce.ll" in names, names
 assert all(r.calls == 0 and r.bytes == 0 for r in arr)
 lib.rcclxForwardReasonName.restype = c_char_p
 assert lib.rcclxForwardReasonName(0)

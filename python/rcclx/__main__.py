@@ -2,16 +2,29 @@
 
     eval "$(python -m rcclx env)"             # activate rcclx in this shell
     python -m rcclx run -- torchrun ... x.py  # run one command with rcclx active
-    python -m rcclx info                      # paths and versions, as JSON
+    python -m rcclx info                      # version, commit, GPU targets, stock library, settings (JSON)
 """
 
 import argparse
 import json
 import os
 import shlex
+import subprocess
 import sys
 
 from . import __version__, activation_env, library_path, stock_library
+
+
+def _upstream_warning(env):
+    """A warning (str) when the stock library that ``env`` names does not exist, else None."""
+    path = env.get("RCCLX_UPSTREAM_LIB")
+    if path and not os.path.exists(path):
+        source = "RCCLX_UPSTREAM_LIB" if os.environ.get("RCCLX_UPSTREAM_LIB") else "the stock library found"
+        return (f"rcclx: warning: {source} names {path}, which does not exist: rcclx will fail to load "
+                "the stock library and every NCCL call will return ncclSystemError (set "
+                "RCCLX_UPSTREAM_LIB to an existing libnccl.so.2 / librccl.so.1, or unset it to let "
+                "rcclx search)")
+    return None
 
 
 def _env(args):
@@ -24,6 +37,9 @@ def _env(args):
         # On stderr: a comment on stdout would swallow the lines after it in `eval $(...)`.
         print("# rcclx: no stock NCCL/RCCL library found in this Python environment; rcclx will "
               "search for one at run time (set RCCLX_UPSTREAM_LIB to choose it)", file=sys.stderr)
+    warning = _upstream_warning(env)
+    if warning:
+        print(warning, file=sys.stderr)
     for name, value in env.items():
         print(f"export {name}={shlex.quote(value)}")
     return 0
@@ -42,6 +58,9 @@ def _run(args):
     except FileNotFoundError as e:
         print(f"rcclx: {e}", file=sys.stderr)
         return 1
+    warning = _upstream_warning(env)
+    if warning:
+        print(warning, file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
     try:
@@ -57,22 +76,102 @@ def _run(args):
         return 126
 
 
+# Run in a child process by `info`: loads librcclx.so by path (as vLLM does) and prints what
+# rcclxGetInfo returns. A child, so that a library that fails to load, crashes or hangs leaves
+# `info` able to report what it knows.
+_PROBE = """
+import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1])
+f = lib.rcclxGetInfo
+f.restype = ctypes.c_char_p
+text = f()
+sys.stdout.write(text.decode("utf-8", "replace") if text else "")
+"""
+
+
+def _library_info(lib, upstream):
+    """``(rcclxGetInfo's JSON as a dict, None)`` or ``(None, why)``: ``lib`` loaded in a child
+    process with ``RCCLX_UPSTREAM_LIB=upstream`` (when not None)."""
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    if upstream:
+        env["RCCLX_UPSTREAM_LIB"] = upstream
+    try:
+        p = subprocess.run([sys.executable, "-c", _PROBE, lib], env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, f"loading {lib} failed: {e}"
+    err = p.stderr.decode("utf-8", "replace").strip()
+    if err:
+        sys.stderr.write(err + "\n")  # the library's own log lines (NCCL_DEBUG) and Python's errors
+    if p.returncode != 0:
+        how = f"signal {-p.returncode}" if p.returncode < 0 else f"exit status {p.returncode}"
+        last = err.splitlines()[-1] if err else ""
+        return None, f"loading {lib} and calling rcclxGetInfo failed ({how}){': ' + last if last else ''}"
+    try:
+        info = json.loads(p.stdout.decode("utf-8", "replace"))
+    except ValueError as e:
+        return None, f"rcclxGetInfo of {lib} returned no JSON object ({e})"
+    if not isinstance(info, dict):
+        return None, f"rcclxGetInfo of {lib} returned no JSON object"
+    return info, None
+
+
 def _info(args):
+    """Prints, as JSON, what the package knows (version, paths, the activation variables) merged
+    with what the library says about itself (``rcclxGetInfo``: commit, GPU targets, the stock
+    library it loads and its version, the settings in effect). Exit status 1 when the library is
+    missing or cannot be loaded (what is known is still printed)."""
     try:
         lib = library_path()
     except FileNotFoundError as e:
         lib = None
         print(f"rcclx: {e}", file=sys.stderr)
+    env = activation_env() if lib else None
+    # The stock library a job started with `python -m rcclx run` would use: RCCLX_UPSTREAM_LIB when
+    # set, else the one of this Python environment (None: rcclx searches at run time).
+    upstream = os.environ.get("RCCLX_UPSTREAM_LIB") or stock_library()
+    warning = _upstream_warning({"RCCLX_UPSTREAM_LIB": upstream} if upstream else {})
+    if warning:
+        print(warning, file=sys.stderr)
+    loaded, why = _library_info(lib, upstream) if lib else (None, "librcclx.so not found")
+    if loaded is None:
+        print(f"rcclx: {why}", file=sys.stderr)
+
+    stock = {"path": upstream}
+    if loaded is not None and isinstance(loaded.get("stock_library"), dict):
+        stock.update(loaded["stock_library"])  # path and version, or error, as the library loaded it
+    elif upstream is None:
+        stock["error"] = "none found in this Python environment; rcclx searches at run time"
+    if upstream and not os.path.exists(upstream):
+        stock.setdefault("error", f"{upstream} does not exist")
+
     info = {
         "version": __version__,
+        "commit": None,
         "library": lib,
         "library_bytes": os.path.getsize(lib) if lib else None,
-        "stock_library": stock_library(),
+        "library_loaded": loaded is not None,
+        "gpu_targets": None,
+        "stock_library": stock,
+        "disabled": None,
         "python": sys.executable,
-        "env": activation_env() if lib else None,
+        "env": env,
+        "settings": None,
     }
+    if loaded is None:
+        info["error"] = why
+    else:
+        for key, value in loaded.items():
+            if key == "version":
+                if value != __version__:
+                    info["library_version"] = value
+                    print(f"rcclx: warning: the library is version {value}, the package {__version__}",
+                          file=sys.stderr)
+            elif key != "stock_library":
+                info[key] = value
     print(json.dumps(info, indent=2))
-    return 0 if lib else 1
+    return 0 if loaded is not None else 1
 
 
 def main(argv=None):
@@ -85,7 +184,8 @@ def main(argv=None):
     sub.add_parser("env", help='print the export lines that activate rcclx: eval "$(python -m rcclx env)"')
     run = sub.add_parser("run", help="run a command with rcclx active: python -m rcclx run -- CMD...")
     run.add_argument("command", nargs=argparse.REMAINDER, help="the command and its arguments, after --")
-    sub.add_parser("info", help="library paths and versions, as JSON")
+    sub.add_parser("info", help="version, commit, GPU targets, the stock library (path, version) and the "
+                   "settings in effect, as JSON (loads the library)")
     args = parser.parse_args(argv)
     if args.cmd is None:
         parser.print_help()
