@@ -17,34 +17,36 @@ typedef hipStream_t rcclxStream_t;
 typedef cudaStream_t rcclxStream_t;
 #endif
 /* Route indices of rcclxCommGetRouteStats (generated from src/kernel_table.rs): */
-#define RCCLX_ROUTE_ALLREDUCE_LL 0
-#define RCCLX_ROUTE_ALLREDUCE_FLAT 1
-#define RCCLX_ROUTE_ALLREDUCE_TREE 2
-#define RCCLX_ROUTE_ALLGATHER_LL 3
-#define RCCLX_ROUTE_ALLGATHER_FLAT 4
-#define RCCLX_ROUTE_REDUCESCATTER_LL 5
-#define RCCLX_ROUTE_REDUCESCATTER_FLAT 6
-#define RCCLX_ROUTE_ALLTOALL_LL 7
-#define RCCLX_ROUTE_ALLTOALL_FLAT 8
-#define RCCLX_ROUTE_ALLREDUCE_LOWP 9
-#define RCCLX_ROUTE_ALLGATHER_LOWP 10
-#define RCCLX_ROUTE_REDUCESCATTER_LOWP 11
-#define RCCLX_ROUTE_ALLTOALL_LOWP 12
-#define RCCLX_ROUTE_ALLTOALLV_DYNAMIC 13
-#define RCCLX_ROUTE_ALLREDUCE_INT8 14
-#define RCCLX_ROUTE_ALLGATHER_INT8 15
-#define RCCLX_ROUTE_REDUCESCATTER_INT8 16
-#define RCCLX_ROUTE_ALLREDUCE_LOWP_PAIR 17
-#define RCCLX_ROUTE_ALLREDUCE_INT8_PAIR 18
-#define RCCLX_ROUTE_ALLTOALL_INT8 19
-#define RCCLX_ROUTE_FORWARDED 20
-#define RCCLX_ROUTE_COUNT 21
-
+#define RCCLX_ROUTE_FORWARDED 0
+#define RCCLX_ROUTE_ALLREDUCE_LL 1
+#define RCCLX_ROUTE_ALLREDUCE_FLAT 2
+#define RCCLX_ROUTE_ALLREDUCE_TREE 3
+#define RCCLX_ROUTE_ALLGATHER_LL 4
+#define RCCLX_ROUTE_ALLGATHER_FLAT 5
+#define RCCLX_ROUTE_REDUCESCATTER_LL 6
+#define RCCLX_ROUTE_REDUCESCATTER_FLAT 7
+#define RCCLX_ROUTE_ALLTOALL_LL 8
+#define RCCLX_ROUTE_ALLTOALL_FLAT 9
+#define RCCLX_ROUTE_ALLREDUCE_LOWP 10
+#define RCCLX_ROUTE_ALLGATHER_LOWP 11
+#define RCCLX_ROUTE_REDUCESCATTER_LOWP 12
+#define RCCLX_ROUTE_ALLTOALL_LOWP 13
+#define RCCLX_ROUTE_ALLTOALLV_DYNAMIC 14
+#define RCCLX_ROUTE_ALLREDUCE_INT8 15
+#define RCCLX_ROUTE_ALLGATHER_INT8 16
+#define RCCLX_ROUTE_REDUCESCATTER_INT8 17
+#define RCCLX_ROUTE_ALLREDUCE_LOWP_PAIR 18
+#define RCCLX_ROUTE_ALLREDUCE_INT8_PAIR 19
+#define RCCLX_ROUTE_ALLTOALL_INT8 20
+#define RCCLX_ROUTE_BROADCAST_LL 21
+#define RCCLX_ROUTE_BROADCAST_FLAT 22
+#define RCCLX_ROUTE_COUNT 23
 
 /**
- * rcclx version as `MAJOR*10000 + MINOR*100 + PATCH`.
+ * rcclx version as `MAJOR*10000 + MINOR*100 + PATCH` (Cargo.toml's version).
  */
 #define RCCLX_VERSION_CODE 100
+
 
 /**
  * Value of a count in `actualRecvcounts` whose segment was dropped because it did not fit the
@@ -115,6 +117,14 @@ ncclResult_t rcclxGetVersion(int *version);
  * The string lives as long as the process.
  */
 const char *rcclxGetUpstreamPath(void);
+
+/**
+ * What this library is and how it is set up, as one JSON object: `version`, `commit`,
+ * `gpu_targets` (the kernels it carries), `stock_library` (`path`, `version`, or `error`),
+ * `disabled`, and `settings` (every variable rcclx reads: its value, or null and the default).
+ * The string lives as long as the process. `python -m rcclx info` prints it.
+ */
+const char *rcclxGetInfo(void);
 
 /**
  * Copies the statistics of `comm` into `*stats`.

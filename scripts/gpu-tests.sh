@@ -17,7 +17,7 @@
 #                     PyTorch's all_to_all_single path vs rcclx eager and in a CUDA graph (OUTDIR/moebench/)
 #   A2AV_REPLAYS=1000  CUDA graph replays of the a2av step
 #   MOEBENCH_ARGS="..."  extra arguments of bench/moe_a2av.py (e.g. --tokens 256 --rounds 10)
-#   CHECK_COLLS="..."  collectives of the check step (default: all four)
+#   CHECK_COLLS="..."  collectives of the check step (default: every intercepted one)
 #   LOWP_CODECS="fp8 int8", LPBENCH_TYPES="bfloat16 float half", LPBENCH_CYCLES=3  (lowp, lpgraph,
 #                     lpbench steps; lpbench runs the codecs side by side in one process, and
 #                     lpbench-summary.md has the median ratio per size over the cycles and each
@@ -77,17 +77,17 @@ fi
 # all GPUs, then one process per GPU.
 COUNTS=1,7,255,1023,4099,65541,1048581,12582913
 if step check; then
-  for coll in ${CHECK_COLLS:-all_reduce all_gather reduce_scatter alltoall}; do
+  for coll in ${CHECK_COLLS:-all_reduce all_gather reduce_scatter alltoall broadcast}; do
     run check-$coll-1proc 600 "$B/rcclx_check" --libs "$LIBS" -g "$N" --coll $coll -d all -o all --counts "$COUNTS" --inplace both
     run check-$coll-${N}proc 600 "$B/rcclx_check" --libs "$LIBS" -P "$N" -g 1 --coll $coll -d all -o all --counts "$COUNTS" --inplace both
   done
 fi
 if step stress; then
   run stress-random-sizes 600 "$B/rcclx_check" --libs "$LIBS" -P "$N" -g 1 --coll all_reduce -d float -o sum --random-sizes 100000 --counts 1048576
-  run stress-random-sizes-others 600 "$B/rcclx_check" --libs "$LIBS" -P "$N" -g 1 --coll all_gather,reduce_scatter,alltoall -d float -o sum --random-sizes 20000 --counts 524288
+  run stress-random-sizes-others 600 "$B/rcclx_check" --libs "$LIBS" -P "$N" -g 1 --coll all_gather,reduce_scatter,alltoall,broadcast -d float -o sum --random-sizes 20000 --counts 524288
 fi
 if step graph; then
-  run graph-replay 300 "$B/rcclx_check" --libs "$LIBS" -P "$N" -g 1 --coll all_reduce,all_gather,reduce_scatter,alltoall -d bfloat16,float -o sum --counts 1,1023,65536,1048581,3000007 --graph --graph-replays 1000
+  run graph-replay 300 "$B/rcclx_check" --libs "$LIBS" -P "$N" -g 1 --coll all_reduce,all_gather,reduce_scatter,alltoall,broadcast -d bfloat16,float -o sum --counts 1,1023,65536,1048581,3000007 --graph --graph-replays 1000
 fi
 
 # The same C program (NCCL API only) with the stock library alone and with rcclx preloaded:
@@ -146,7 +146,7 @@ if step bench; then
     run bench-ar-P${N}-eager-$dt 300 "$B/all_reduce_perf" --libs "$LIBS" -P "$N" -g 1 -b 1K -e 256M -f 4 -n 50 -w 10 -d $dt -J "$OUT/bench-ar-P${N}-eager-$dt.json"
     run bench-ar-g${N}-graph-$dt 300 "$B/all_reduce_perf" --libs "$LIBS" -g "$N" -b 1K -e 16M -f 4 -n 20 -w 5 -G 50 -d $dt -J "$OUT/bench-ar-g${N}-graph-$dt.json"
     run bench-ar-P${N}-graph-$dt 300 "$B/all_reduce_perf" --libs "$LIBS" -P "$N" -g 1 -b 1K -e 16M -f 4 -n 20 -w 5 -G 50 -d $dt -J "$OUT/bench-ar-P${N}-graph-$dt.json"
-    for c in all_gather reduce_scatter alltoall; do
+    for c in all_gather reduce_scatter alltoall broadcast; do
       run bench-$c-P${N}-eager-$dt 300 "$B/${c}_perf" --libs "$LIBS" -P "$N" -g 1 -b 1K -e 256M -f 4 -n 50 -w 10 -d $dt -J "$OUT/bench-$c-P${N}-eager-$dt.json"
       run bench-$c-P${N}-graph-$dt 300 "$B/${c}_perf" --libs "$LIBS" -P "$N" -g 1 -b 1K -e 16M -f 4 -n 20 -w 5 -G 50 -d $dt -J "$OUT/bench-$c-P${N}-graph-$dt.json"
     done

@@ -6,6 +6,8 @@
 
 use std::sync::OnceLock;
 
+use crate::collective::{COLLS, COUNT, Coll, Shape, Spec};
+
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * 1024;
 
@@ -44,7 +46,7 @@ impl Parse for Option<bool> {
     }
 }
 
-/// A byte count whose absence means "chosen by rank count" (see `intercept::Thresholds`).
+/// A byte count whose absence means "chosen by rank count" (see `intercept::Policies`).
 impl Parse for Option<u64> {
     fn parse(s: &str) -> Option<Self> {
         u64::parse(s).map(Some)
@@ -82,14 +84,18 @@ macro_rules! config_table {
     ( $( $field:ident : $ty:ty = $default:expr, $var:literal, $doc:literal; )* ) => {
         /// Every rcclx setting. Field docs name the variable.
         #[derive(Debug, Clone, PartialEq)]
-        pub struct Config { $( #[doc = concat!("`", $var, "`: ", $doc)] pub $field: $ty, )* }
-
-        impl Default for Config {
-            fn default() -> Self { Self { $( $field: $default, )* } }
+        pub struct Config {
+            $( #[doc = concat!("`", $var, "`: ", $doc)] pub $field: $ty, )*
+            /// The per-collective variables (`collective::Spec` names them).
+            pub per_coll: PerColl,
         }
 
-        /// (variable, default as text, meaning) for docs and the startup log.
-        pub const VARIABLES: &[(&str, &str, &str)] = &[ $( ($var, stringify!($default), $doc), )* ];
+        impl Default for Config {
+            fn default() -> Self { Self { $( $field: $default, )* per_coll: PerColl::default() } }
+        }
+
+        /// The variables of the table, as (variable, default as text, meaning).
+        const SCALARS: &[(&str, &str, &str)] = &[ $( ($var, stringify!($default), $doc), )* ];
 
         impl Config {
             /// Parses every variable through `lookup`. Returns the config and one warning per
@@ -101,16 +107,154 @@ macro_rules! config_table {
                     if let Some(text) = lookup($var) {
                         match <$ty as Parse>::parse(&text) {
                             Some(v) => c.$field = v,
-                            None => warnings.push(format!(
-                                "{}={:?} is not valid ({}); using the default {}",
-                                $var, text, $doc, stringify!($default))),
+                            None => warnings.push(invalid($var, &text, $doc, stringify!($default))),
                         }
                     }
                 )*
+                c.per_coll = PerColl::from_lookup(&lookup, &mut warnings);
+                c.clamp(&mut warnings);
                 (c, warnings)
             }
         }
     };
+}
+
+fn invalid(var: &str, text: &str, doc: &str, default: &str) -> String {
+    format!("{var}={text:?} is not valid ({doc}); using the default ({})", in_words(default))
+}
+
+/// A default as its Rust expression reads (`None`, `false`, `LowpCodec::Fp8`), in the words a
+/// user sets it with.
+fn in_words(default: &str) -> &str {
+    match default {
+        "None" => "unset",
+        "false" => "0",
+        "true" => "1",
+        "LowpCodec::Fp8" => "fp8",
+        d => d,
+    }
+}
+
+/// The settings each collective has, one entry per collective (`Coll` order), from the
+/// variables its `collective::Spec` names.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PerColl {
+    /// `Spec::dda_var`: DDA switched on.
+    pub dda: [bool; COUNT],
+    /// `Spec::max_var` (`None`: by rank count).
+    pub max_bytes: [Option<u64>; COUNT],
+    /// `Spec::one_shot_var` (`None`: by rank count, or no such variable).
+    pub one_shot_max_bytes: [Option<u64>; COUNT],
+    /// `Spec::lowp_var`: low precision switched on for this collective.
+    pub lowp: [bool; COUNT],
+}
+
+impl Default for PerColl {
+    fn default() -> Self {
+        PerColl {
+            dda: [true; COUNT],
+            max_bytes: [None; COUNT],
+            one_shot_max_bytes: [None; COUNT],
+            lowp: [false; COUNT],
+        }
+    }
+}
+
+/// One per-collective setting: which field, its variable, its default and meaning.
+enum Setting {
+    Dda,
+    Max,
+    OneShotMax,
+    Lowp,
+}
+
+impl Setting {
+    /// Every per-collective variable: (collective, setting, variable).
+    fn all() -> impl Iterator<Item = (&'static Spec, Setting, &'static str)> {
+        COLLS.iter().flat_map(|s| {
+            [
+                Some((s, Setting::Dda, s.dda_var)),
+                Some((s, Setting::Max, s.max_var)),
+                s.one_shot_var.map(|v| (s, Setting::OneShotMax, v)),
+                s.lowp_var.map(|v| (s, Setting::Lowp, v)),
+            ]
+            .into_iter()
+            .flatten()
+        })
+    }
+
+    fn default_text(&self) -> &'static str {
+        match self {
+            Setting::Dda => "1",
+            Setting::Max | Setting::OneShotMax => "by rank count",
+            Setting::Lowp => "0",
+        }
+    }
+
+    fn meaning(&self, s: &Spec) -> String {
+        let t = s.title;
+        let bytes = match s.shape {
+            Shape::Whole => "bytes",
+            Shape::PerRank => "bytes (all ranks' blocks)",
+        };
+        match self {
+            Setting::Dda => format!("enable DDA {t}"),
+            Setting::Max if s.two_shot => {
+                format!(
+                    "{t}: DDA (two-shot above the one-shot limit) up to this many {bytes}, stock library above (default by rank count)"
+                )
+            }
+            Setting::Max => format!("{t}: DDA up to this many {bytes}, stock library above (default by rank count)"),
+            Setting::OneShotMax => {
+                format!("{t}: one-shot (flat) up to this many {bytes}, two-shot above (default by rank count)")
+            }
+            Setting::Lowp => format!("1: low precision {t}"),
+        }
+    }
+}
+
+impl PerColl {
+    fn from_lookup(lookup: &impl Fn(&str) -> Option<String>, warnings: &mut Vec<String>) -> PerColl {
+        let mut p = PerColl::default();
+        for (s, setting, var) in Setting::all() {
+            let Some(text) = lookup(var) else { continue };
+            let i = s.coll as usize;
+            let ok = match setting {
+                Setting::Dda => bool::parse(&text).map(|v| p.dda[i] = v),
+                Setting::Lowp => bool::parse(&text).map(|v| p.lowp[i] = v),
+                Setting::Max => u64::parse(&text).map(|v| p.max_bytes[i] = Some(v)),
+                Setting::OneShotMax => u64::parse(&text).map(|v| p.one_shot_max_bytes[i] = Some(v)),
+            };
+            if ok.is_none() {
+                warnings.push(invalid(var, &text, &setting.meaning(s), setting.default_text()));
+            }
+        }
+        p
+    }
+}
+
+/// One variable rcclx reads: name, default as text, meaning (the README's table).
+pub struct Variable {
+    pub name: &'static str,
+    pub default: &'static str,
+    pub meaning: String,
+}
+
+/// Every variable rcclx reads: the table below, each collective's, then those read elsewhere.
+pub fn variables() -> Vec<Variable> {
+    let scalars = SCALARS.iter().map(|&(name, default, meaning)| Variable {
+        name,
+        default: in_words(default),
+        meaning: meaning.into(),
+    });
+    let per_coll = Setting::all().map(|(s, setting, name)| Variable {
+        name,
+        default: setting.default_text(),
+        meaning: setting.meaning(s),
+    });
+    let elsewhere =
+        READ_ELSEWHERE.iter().map(|&(name, default, meaning)| Variable { name, default, meaning: meaning.into() });
+    scalars.chain(per_coll).chain(elsewhere).collect()
 }
 
 config_table! {
@@ -118,26 +262,59 @@ config_table! {
     upstream_lib: Option<String> = None, "RCCLX_UPSTREAM_LIB", "path of the stock libnccl.so.2 / librccl.so.1";
     timeout_ms: u64 = 0, "RCCLX_TIMEOUT_MS", "bound on every device spin-wait, in ms (0: none, like the stock library; ncclCommAbort always ends them)";
     setup_timeout_ms: u64 = 600000, "RCCLX_SETUP_TIMEOUT_MS", "bound on rcclx's setup of a communicator, in ms (0: none); past it the communicator is in error (ncclRemoteError)";
-    dda_all_reduce: bool = true, "RCCL_ENABLE_DDA_ALL_REDUCE", "enable DDA AllReduce";
-    dda_all_gather: bool = true, "RCCL_ENABLE_DDA_ALL_GATHER", "enable DDA AllGather";
-    dda_reduce_scatter: bool = true, "RCCL_ENABLE_DDA_REDUCE_SCATTER", "enable DDA ReduceScatter";
-    dda_all_to_all: bool = true, "RCCL_ENABLE_DDA_ALL_TO_ALL", "enable DDA AllToAll";
-    dda_flat_max_bytes: Option<u64> = None, "RCCL_DDA_ALL_REDUCE_FLAT_MAX_BYTES", "AllReduce: flat (one-shot) up to this many bytes (default by rank count)";
-    dda_tree_max_bytes: Option<u64> = None, "RCCL_DDA_ALL_REDUCE_TREE_MAX_BYTES", "AllReduce: tree (two-shot) up to this many bytes, stock library above (default by rank count)";
-    dda_all_gather_max_bytes: Option<u64> = None, "RCCL_DDA_ALL_GATHER_MAX_BYTES", "AllGather: DDA up to this many output bytes, stock library above (default by rank count)";
-    dda_reduce_scatter_max_bytes: Option<u64> = None, "RCCL_DDA_REDUCE_SCATTER_MAX_BYTES", "ReduceScatter: DDA up to this many input bytes, stock library above (default by rank count)";
-    dda_all_to_all_max_bytes: Option<u64> = None, "RCCL_DDA_ALL_TO_ALL_MAX_BYTES", "AllToAll: DDA up to this many bytes (all blocks), stock library above (default by rank count)";
-    dda_ll_max_bytes: Option<u64> = None, "RCCLX_DDA_LL_MAX_BYTES", "LL one-shot (no barrier) up to this many bytes per rank (AllReduce: the message; others: one rank's block), at most 1M (default by rank count)";
+    dda_ll_max_bytes: Option<u64> = None, "RCCLX_DDA_LL_MAX_BYTES", "LL one-shot (no barrier) up to this many bytes per rank (AllReduce, Broadcast: the message; others: one rank's block), at most 1M (default by rank count)";
     dda_max_blocks: u64 = 128, "RCCL_DDA_MAX_BLOCKS", "grid cap of the DDA kernels (the low-precision ones fill the GPU)";
-    dda_sendbuf_bytes: Option<u64> = None, "RCCL_DDA_SENDBUF_BYTES", "per-rank staging buffer of DDA and FP8 (default 16 MiB, 32 MiB when an FP8 switch is on)";
-    lowp_enable: bool = false, "RCCL_LOW_PRECISION_ENABLE", "1: low precision (FP8) for AllGather, AllReduce, ReduceScatter, AllToAll";
-    lowp_all_gather: bool = false, "RCCL_LOW_PRECISION_ENABLE_ALLGATHER", "1: low precision AllGather";
-    lowp_all_reduce: bool = false, "RCCL_LOW_PRECISION_ENABLE_ALLREDUCE", "1: low precision AllReduce";
-    lowp_reduce_scatter: bool = false, "RCCL_LOW_PRECISION_ENABLE_REDUCESCATTER", "1: low precision ReduceScatter";
-    lowp_all_to_all: bool = false, "RCCL_LOW_PRECISION_ENABLE_ALLTOALL", "1: low precision AllToAll";
+    dda_sendbuf_bytes: Option<u64> = None, "RCCL_DDA_SENDBUF_BYTES", "per-rank staging buffer of DDA and low precision (default 16 MiB, 32 MiB when a low-precision switch is on)";
+    lowp_enable: bool = false, "RCCL_LOW_PRECISION_ENABLE", "1: low precision for every collective that has it (AllReduce, AllGather, ReduceScatter, AllToAll)";
     lowp_codec: LowpCodec = LowpCodec::Fp8, "RCCLX_LOW_PRECISION_CODEC", "`fp8` or `int8`: the wire format of the low-precision collectives (block-scaled, same bytes; int8 has about 4x less error)";
     lowp_min_bytes: Option<u64> = None, "RCCLX_LP_MIN_BYTES", "low precision only for messages of at least this many bytes (default by rank count and collective)";
     fault_inject: Option<String> = None, "RCCLX_FAULT_INJECT", "test only: `alloc`, `ipc` or `peer`, optionally `:RANK` (default every rank): that setup step fails, so the communicator must forward";
+}
+
+/// Largest `RCCLX_DDA_LL_MAX_BYTES` honoured (the LL inbox takes 32 bytes per message byte).
+pub const MAX_LL_BYTES: u64 = 1 << 20;
+/// Smallest staging buffer (`RCCL_DDA_SENDBUF_BYTES`); it is a whole number of 4 KiB pages.
+pub const MIN_STAGING_BYTES: u64 = 64 << 10;
+
+impl Config {
+    /// Brings values the kernels cannot take into range, with one warning each.
+    fn clamp(&mut self, warnings: &mut Vec<String>) {
+        let mut warn = |var: &str, from: u64, to: u64, why: &str| {
+            if from != to {
+                warnings.push(format!("{var}={from} {why}; using {to}"));
+            }
+        };
+        let blocks = self.dda_max_blocks.clamp(1, 1024);
+        warn("RCCL_DDA_MAX_BLOCKS", self.dda_max_blocks, blocks, "is outside 1..=1024");
+        self.dda_max_blocks = blocks;
+        if let Some(ll) = self.dda_ll_max_bytes {
+            let to = ll.min(MAX_LL_BYTES).next_multiple_of(8);
+            warn("RCCLX_DDA_LL_MAX_BYTES", ll, to, "is above 1 MiB or not a multiple of 8");
+            self.dda_ll_max_bytes = Some(to);
+        }
+        if let Some(staging) = self.dda_sendbuf_bytes {
+            let to = staging.max(MIN_STAGING_BYTES) & !4095;
+            warn("RCCL_DDA_SENDBUF_BYTES", staging, to, "is below 64 KiB or not a multiple of 4 KiB");
+            self.dda_sendbuf_bytes = Some(to);
+        }
+    }
+
+    /// Low precision switched on for `coll` (its own switch or `RCCL_LOW_PRECISION_ENABLE`).
+    pub fn lowp_on(&self, coll: Coll) -> bool {
+        coll.spec().lowp_var.is_some() && (self.lowp_enable || self.per_coll.lowp[coll as usize])
+    }
+}
+
+/// The low-precision switches as the environment has them now. They are read again for each
+/// communicator, so they can differ between communicators of one process (RCCLX reads them at
+/// every call; per communicator keeps every rank's decision fixed and graph capture safe).
+/// Reads only those variables; an invalid value was already reported at startup.
+pub fn lowp_switches_now() -> ([bool; COUNT], LowpCodec) {
+    let on = |var: &str| env(var).and_then(|t| bool::parse(&t)).unwrap_or(false);
+    let all = on("RCCL_LOW_PRECISION_ENABLE");
+    let switches = std::array::from_fn(|i| COLLS[i].lowp_var.is_some_and(|v| all || on(v)));
+    let codec = env("RCCLX_LOW_PRECISION_CODEC").and_then(|t| LowpCodec::parse(&t)).unwrap_or_default();
+    (switches, codec)
 }
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
@@ -167,7 +344,9 @@ pub fn secure_env(name: &str) -> Option<std::ffi::OsString> {
     Some(std::ffi::OsString::from_vec(unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes().to_vec()))
 }
 
-/// The process configuration, read from the environment on first use.
+/// The process configuration, read from the environment on first use. Logs, as the stock
+/// library does for its own (`ENV`), each variable set, and warns once per invalid value,
+/// clamped value and unknown name.
 pub fn get() -> &'static Config {
     CONFIG.get_or_init(|| {
         crate::log::init();
@@ -175,9 +354,102 @@ pub fn get() -> &'static Config {
         for w in &warnings {
             tracing::warn!("{w}");
         }
-        tracing::debug!("configuration: {c:?}");
+        let names: Vec<String> = std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()).collect();
+        for w in unknown_names(&names) {
+            tracing::warn!("{w}");
+        }
+        for v in variables() {
+            if let Some(value) = env(v.name) {
+                tracing::info!("{} set by environment to {value}", v.name);
+            }
+        }
         c
     })
+}
+
+/// Variables rcclx reads outside the table above (logging, the GPU runtime, host identity).
+const READ_ELSEWHERE: &[(&str, &str, &str)] = &[
+    ("RCCLX_LOG", "unset", "log filter in tracing's syntax (e.g. `rcclx=trace`); wins over NCCL_DEBUG"),
+    ("RCCLX_GPU_RUNTIME", "cuda, then hip", "`cuda` or `hip`: the only GPU runtime rcclx may load"),
+    ("NCCL_DEBUG", "WARN", "VERSION, WARN, INFO or TRACE, as for the stock library"),
+    (
+        "NCCL_DEBUG_SUBSYS",
+        "INIT,BOOTSTRAP,ENV",
+        "subsystems that log at INFO/TRACE (rcclx's: INIT, COLL, ENV, ALLOC, CALL)",
+    ),
+    ("NCCL_DEBUG_FILE", "stderr", "rcclx writes to this file name plus `.rcclx` (`%h` host, `%p` pid)"),
+    ("NCCL_DEBUG_TIMESTAMP_LEVELS", "WARN", "levels whose lines carry a timestamp"),
+    (
+        "NCCL_DEBUG_TIMESTAMP_FORMAT",
+        "[%F %T] ",
+        "strftime format of the timestamp (`%Nf`: N digits of the second's fraction)",
+    ),
+    (
+        "NCCL_HOSTID",
+        "hostname + boot id",
+        "host identity: ranks with equal ids are on one host (as for the stock library)",
+    ),
+    ("ROCM_PATH", "/opt/rocm", "where the HIP runtime and RCCL are looked for on AMD"),
+];
+
+/// `RCCLX_*` names of the build, the tests and the scripts: never a typo of a library variable.
+const TOOL_NAMES: &[&str] = &[
+    "RCCLX_TARGETS",
+    "RCCLX_REQUIRE_KERNELS",
+    "RCCLX_NO_KERNELS",
+    "RCCLX_NVCC",
+    "RCCLX_CLANG",
+    "RCCLX_ZIG",
+    "RCCLX_LLD_ZIG",
+    "RCCLX_KERNEL_REPORT",
+    "RCCLX_GIT_HASH",
+    "RCCLX_BLESS",
+    "RCCLX_PRINT_IDENTITY",
+    "RCCLX_LIB",
+    "RCCLX_BENCH_LIBS",
+    "RCCLX_ARTIFACTS",
+    "RCCLX_LP_FORCE",
+];
+
+/// One warning per `RCCLX_*` name rcclx does not know, and per `RCCL_*` name two edits or
+/// fewer from one it knows (other `RCCL_*` names are the stock RCCL's own), naming the closest.
+fn unknown_names(names: &[String]) -> Vec<String> {
+    let vars = variables();
+    let known: Vec<&str> = vars.iter().map(|v| v.name).collect();
+    let mut out = Vec::new();
+    for name in names {
+        let ours = name.starts_with("RCCLX_");
+        if !(ours || name.starts_with("RCCL_"))
+            || known.contains(&name.as_str())
+            || TOOL_NAMES.contains(&name.as_str())
+            || name.starts_with("RCCLX_TEST_")
+        {
+            continue;
+        }
+        let Some((closest, d)) = known.iter().map(|k| (*k, edit_distance(name, k))).min_by_key(|x| x.1) else {
+            continue;
+        };
+        if ours || d <= 2 {
+            out.push(format!("{name} is not a variable rcclx reads (did you mean {closest}?); it has no effect"));
+        }
+    }
+    out
+}
+
+/// Levenshtein distance of two ASCII names.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, &ca) in a.iter().enumerate() {
+        let mut diag = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let next = (diag + usize::from(ca != cb)).min(row[j] + 1).min(row[j + 1] + 1);
+            diag = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
 }
 
 #[cfg(test)]
@@ -210,7 +482,7 @@ mod tests {
         assert!(w.is_empty(), "{w:?}");
         assert!(c.disable && c.lowp_enable);
         assert_eq!(c.dda_sendbuf_bytes, Some(32 * MIB));
-        assert_eq!(c.dda_flat_max_bytes, Some(204_800));
+        assert_eq!(c.per_coll.one_shot_max_bytes[Coll::AllReduce as usize], Some(204_800));
         assert_eq!(c.lowp_min_bytes, Some(4096));
         assert_eq!(c.upstream_lib.as_deref(), Some("/x/libnccl.so.2"));
     }
@@ -238,9 +510,60 @@ mod tests {
 
     #[test]
     fn every_variable_is_documented_once() {
-        let mut names: Vec<_> = VARIABLES.iter().map(|v| v.0).collect();
+        let vars = variables();
+        let mut names: Vec<_> = vars.iter().map(|v| v.name).collect();
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), VARIABLES.len());
+        assert_eq!(names.len(), vars.len());
+        assert!(vars.iter().any(|v| v.name == "RCCL_ENABLE_DDA_BROADCAST"));
+    }
+
+    #[test]
+    fn unknown_names_get_the_closest_known_one() {
+        let names = |v: &[&str]| unknown_names(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        let w = names(&["RCCL_LOW_PRECISION_ENABLED", "RCCL_MSCCL_ENABLE", "RCCLX_DISABLED", "RCCLX_TARGETS", "PATH"]);
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(
+            w[0].contains("RCCL_LOW_PRECISION_ENABLED") && w[0].contains("did you mean RCCL_LOW_PRECISION_ENABLE?")
+        );
+        assert!(w[1].contains("RCCLX_DISABLED") && w[1].contains("RCCLX_DISABLE?"));
+        assert!(names(&["RCCL_ENABLE_DDA_BROADCAST", "RCCLX_LOG", "NCCL_DEBUG"]).is_empty());
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
+
+    #[test]
+    fn out_of_range_values_are_clamped_with_a_warning() {
+        let (c, w) = parse(&[
+            ("RCCL_DDA_MAX_BLOCKS", "5000"),
+            ("RCCLX_DDA_LL_MAX_BYTES", "4M"),
+            ("RCCL_DDA_SENDBUF_BYTES", "1000"),
+        ]);
+        assert_eq!(c.dda_max_blocks, 1024);
+        assert_eq!(c.dda_ll_max_bytes, Some(1 << 20));
+        assert_eq!(c.dda_sendbuf_bytes, Some(64 << 10));
+        assert_eq!(w.len(), 3, "{w:?}");
+        assert!(w.iter().all(|x| x.contains("using")), "{w:?}");
+        let (c, w) = parse(&[("RCCL_DDA_MAX_BLOCKS", "0"), ("RCCL_DDA_SENDBUF_BYTES", "100000")]);
+        assert_eq!((c.dda_max_blocks, c.dda_sendbuf_bytes), (1, Some(98304)));
+        assert_eq!(w.len(), 2, "{w:?}");
+    }
+
+    #[test]
+    fn per_collective_variables() {
+        let (c, w) = parse(&[
+            ("RCCL_ENABLE_DDA_ALL_TO_ALL", "0"),
+            ("RCCL_DDA_BROADCAST_MAX_BYTES", "64k"),
+            ("RCCL_DDA_ALL_REDUCE_FLAT_MAX_BYTES", "1M"),
+            ("RCCL_LOW_PRECISION_ENABLE_REDUCESCATTER", "1"),
+            ("RCCL_ENABLE_DDA_BROADCAST", "perhaps"),
+        ]);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].contains("RCCL_ENABLE_DDA_BROADCAST"), "{w:?}");
+        assert!(!c.per_coll.dda[Coll::AllToAll as usize] && c.per_coll.dda[Coll::Broadcast as usize]);
+        assert_eq!(c.per_coll.max_bytes[Coll::Broadcast as usize], Some(64 << 10));
+        assert_eq!(c.per_coll.one_shot_max_bytes[Coll::AllReduce as usize], Some(1 << 20));
+        assert!(c.lowp_on(Coll::ReduceScatter) && !c.lowp_on(Coll::AllReduce));
+        let all = parse(&[("RCCL_LOW_PRECISION_ENABLE", "1")]).0;
+        assert!(Coll::ALL.iter().all(|&k| all.lowp_on(k) == k.spec().lowp_var.is_some()));
     }
 }

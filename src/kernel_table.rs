@@ -282,6 +282,24 @@ pub const FAMILIES: &[Family] = &[
         args: COLL_ARGS,
         min_blocks: 1,
     },
+    Family {
+        coll: "broadcast",
+        algo: "ll",
+        device_fn: "rcclx_broadcast_ll",
+        types: BYTES,
+        ops: NO_OP,
+        args: COLL_ARGS,
+        min_blocks: 1,
+    },
+    Family {
+        coll: "broadcast",
+        algo: "flat",
+        device_fn: "rcclx_broadcast_flat",
+        types: BYTES,
+        ops: NO_OP,
+        args: COLL_ARGS,
+        min_blocks: 1,
+    },
 ];
 
 /// The algorithms of the low-precision families (both codecs, both AllReduce forms).

@@ -12,13 +12,14 @@
 //! | errors | `error` |
 //! | GPU runtime | `gpu` |
 //! | stock library, decision, code objects | `upstream`, `intercept`, `kernels` |
-//! | base | `types`, `config`, `log`, `kernel_table`, `nccl_api` |
+//! | base | `types`, `collective`, `config`, `log`, `kernel_table`, `nccl_api` |
 //!
 //! Only `abi`, `types`, `nccl_api` and `upstream` use C names.
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 pub mod abi;
 pub mod clique;
+pub mod collective;
 pub mod comm;
 pub mod config;
 pub mod dda;

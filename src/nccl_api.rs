@@ -10,6 +10,10 @@
 //! * `forward`: straight to the stock library;
 //! * `ordered(comm, stream)`: forwarded, after rcclx checked the communicator's state and ordered
 //!   the call after the communicator's earlier calls on other streams (`comm::order`);
+//! * `collective(Coll, send, recv, count, datatype, op, root, comm, stream)`: an intercepted
+//!   collective: the export builds its `intercept::CallDesc` from the named arguments
+//!   (expressions for the op and root of collectives without them) and goes to
+//!   `comm::collective`, which runs rcclx's kernel or forwards;
 //! * `hook`: rcclx takes part (`abi::hooks::<name>`).
 //!
 //! Where a macro expands the list, `crate::types::*` and `std::ffi::{c_char, c_int, c_void}`
@@ -62,17 +66,18 @@ macro_rules! nccl_api {
             forward fn ncclRedOpCreatePreMulSum(op: *mut ncclRedOp_t, scalar: *mut c_void, datatype: ncclDataType_t, residence: ncclScalarResidence_t, comm: ncclComm_t) -> ncclResult_t;
             forward fn ncclRedOpDestroy(op: ncclRedOp_t, comm: ncclComm_t) -> ncclResult_t;
 
-            // Collectives. The four rcclx accelerates are hooks; the others are `ordered`: forwarded
-            // after rcclx has ordered them with the communicator's earlier calls (see `comm::order`).
-            hook fn ncclAllReduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: size_t, datatype: ncclDataType_t, op: ncclRedOp_t, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
-            hook fn ncclAllGather(sendbuff: *const c_void, recvbuff: *mut c_void, sendcount: size_t, datatype: ncclDataType_t, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
-            hook fn ncclReduceScatter(sendbuff: *const c_void, recvbuff: *mut c_void, recvcount: size_t, datatype: ncclDataType_t, op: ncclRedOp_t, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
-            hook fn ncclAlltoAll(sendbuff: *const c_void, recvbuff: *mut c_void, count: size_t, datatype: ncclDataType_t, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
+            // Collectives. Those rcclx accelerates are `collective`; the others are `ordered`:
+            // forwarded after rcclx has ordered them with the communicator's earlier calls (see
+            // `comm::order`).
+            collective(AllReduce, sendbuff, recvbuff, count, datatype, op, 0, comm, stream) fn ncclAllReduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: size_t, datatype: ncclDataType_t, op: ncclRedOp_t, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
+            collective(AllGather, sendbuff, recvbuff, sendcount, datatype, ncclRedOp_t::Sum, 0, comm, stream) fn ncclAllGather(sendbuff: *const c_void, recvbuff: *mut c_void, sendcount: size_t, datatype: ncclDataType_t, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
+            collective(ReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, 0, comm, stream) fn ncclReduceScatter(sendbuff: *const c_void, recvbuff: *mut c_void, recvcount: size_t, datatype: ncclDataType_t, op: ncclRedOp_t, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
+            collective(AllToAll, sendbuff, recvbuff, count, datatype, ncclRedOp_t::Sum, 0, comm, stream) fn ncclAlltoAll(sendbuff: *const c_void, recvbuff: *mut c_void, count: size_t, datatype: ncclDataType_t, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
             hook fn ncclAllToAll(sendbuff: *const c_void, recvbuff: *mut c_void, count: size_t, datatype: ncclDataType_t, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
             ordered(comm, stream) fn ncclAllReduceWithBias(sendbuff: *const c_void, recvbuff: *mut c_void, count: size_t, datatype: ncclDataType_t, op: ncclRedOp_t, comm: ncclComm_t, stream: cudaStream_t, acc: *const c_void) -> ncclResult_t;
             ordered(comm, stream) fn ncclReduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: size_t, datatype: ncclDataType_t, op: ncclRedOp_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
-            ordered(comm, stream) fn ncclBcast(buff: *mut c_void, count: size_t, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
-            ordered(comm, stream) fn ncclBroadcast(sendbuff: *const c_void, recvbuff: *mut c_void, count: size_t, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
+            collective(Broadcast, buff, buff, count, datatype, ncclRedOp_t::Sum, root, comm, stream) fn ncclBcast(buff: *mut c_void, count: size_t, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
+            collective(Broadcast, sendbuff, recvbuff, count, datatype, ncclRedOp_t::Sum, root, comm, stream) fn ncclBroadcast(sendbuff: *const c_void, recvbuff: *mut c_void, count: size_t, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
             ordered(comm, stream) fn ncclAlltoAllv(sendbuff: *const c_void, sendcounts: *const size_t, sdispls: *const size_t, recvbuff: *mut c_void, recvcounts: *const size_t, rdispls: *const size_t, datatype: ncclDataType_t, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
             ordered(comm, stream) fn ncclAllToAllv(sendbuff: *const c_void, sendcounts: *const size_t, sdispls: *const size_t, recvbuff: *mut c_void, recvcounts: *const size_t, rdispls: *const size_t, datatype: ncclDataType_t, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
             ordered(comm, stream) fn ncclGather(sendbuff: *const c_void, recvbuff: *mut c_void, count: size_t, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;

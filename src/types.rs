@@ -62,6 +62,18 @@ impl ncclDataType_t {
             _ => return None,
         })
     }
+
+    /// The type's name as NCCL's headers spell it without the `nccl` prefix (`float`, `bfloat16`).
+    pub fn name(self) -> std::borrow::Cow<'static, str> {
+        const NAMES: [&str; 12] = [
+            "int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float", "double", "bfloat16", "fp8e4m3",
+            "fp8e5m2",
+        ];
+        match usize::try_from(self.0).ok().and_then(|i| NAMES.get(i)) {
+            Some(n) => (*n).into(),
+            None => format!("type {}", self.0).into(),
+        }
+    }
 }
 
 /// `ncclRedOp_t`. Values >= `NumOps` are user ops (PreMulSum) created per communicator.
@@ -76,6 +88,18 @@ impl ncclRedOp_t {
     pub const Min: Self = Self(3);
     pub const Avg: Self = Self(4);
     pub const NumOps: c_int = 5;
+
+    /// The op's name (`sum`, `prod`, `max`, `min`, `avg`; a user op by number).
+    pub fn name(self) -> std::borrow::Cow<'static, str> {
+        match self.0 {
+            0 => "sum".into(),
+            1 => "prod".into(),
+            2 => "max".into(),
+            3 => "min".into(),
+            4 => "avg".into(),
+            n => format!("op {n}").into(),
+        }
+    }
 }
 
 /// `ncclScalarResidence_t`.

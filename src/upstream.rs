@@ -32,7 +32,7 @@ pub const MARKER_SYMBOL: &[u8] = b"rcclxGetVersion\0";
 
 /// Generates [`UpstreamFns`] from the export list.
 macro_rules! upstream_fns {
-    ( $( $kind:ident $( ( $c:ident, $s:ident ) )? fn $name:ident ( $( $arg:ident : $ty:ty ),* $(,)? ) -> $ret:ty ; )* ) => {
+    ( $( $kind:ident $( ( $($opt:tt)* ) )? fn $name:ident ( $( $arg:ident : $ty:ty ),* $(,)? ) -> $ret:ty ; )* ) => {
         /// Function pointers of the stock library, one per export; `None` if it lacks the symbol.
         pub struct UpstreamFns {
             $( pub $name: Option<unsafe extern "C" fn($($ty),*) -> $ret>, )*
@@ -69,14 +69,30 @@ fn loaded() -> &'static Result<Upstream, String> {
         crate::log::init();
         let r = load();
         match &r {
-            Ok(u) => tracing::info!(
-                target: crate::log::VERSION_TARGET,
-                "rcclx {}+{} -> {} ({})",
-                env!("CARGO_PKG_VERSION"),
-                env!("RCCLX_GIT_HASH"),
-                u.path.display(),
-                u.version()
-            ),
+            Ok(u) => {
+                let targets: Vec<&str> = crate::kernels::CODE_OBJECTS.iter().map(|c| c.target).collect();
+                let mode = if crate::config::get().disable {
+                    "disabled by RCCLX_DISABLE=1: every call goes to the stock library".to_string()
+                } else if targets.is_empty() {
+                    "built without GPU kernels: every call goes to the stock library".to_string()
+                } else {
+                    format!("kernels for {}", targets.join(", "))
+                };
+                tracing::info!(
+                    target: crate::log::VERSION_TARGET,
+                    "rcclx {}+{} over {} (NCCL {}); {mode}",
+                    env!("CARGO_PKG_VERSION"),
+                    env!("RCCLX_GIT_HASH"),
+                    u.path.display(),
+                    u.version()
+                );
+                if targets.is_empty() && !crate::config::get().disable {
+                    tracing::warn!(
+                        "this librcclx.so was built without GPU kernels (no kernel compiler at build time): \
+                         every call goes to the stock library. Rebuild with `bash scripts/run.sh`"
+                    );
+                }
+            }
             Err(why) => tracing::warn!(
                 "no stock NCCL/RCCL library could be loaded ({why}); every call returns ncclSystemError. \
                  Set RCCLX_UPSTREAM_LIB=/path/to/libnccl.so.2 (or librccl.so.1)"
@@ -148,6 +164,14 @@ fn stock_last_error() -> Vec<u8> {
 }
 
 /// Records `text` as the last error `ncclGetLastError` returns (cut to 511 bytes).
+/// An rcclx error the application must hear of: one WARN line, and the text `ncclGetLastError`
+/// returns (PyTorch puts it into the exception it raises).
+pub fn report_error(text: &str) {
+    // The log line has its own `rcclx:` tag.
+    tracing::warn!("{}", text.strip_prefix("rcclx: ").unwrap_or(text));
+    set_last_error(text);
+}
+
 pub fn set_last_error(text: &str) {
     let stock_then = stock_last_error();
     let mut e = OWN_LAST_ERROR.lock();
@@ -218,9 +242,9 @@ pub fn guarded<R>(call: impl FnOnce() -> R) -> R {
 pub fn trace_entry(name: &'static str) {
     crate::log::init();
     if DEPTH.with(|d| d.get() > 0) {
-        tracing::trace!("{name}: re-entered from the stock library, passed straight back");
+        tracing::trace!(target: crate::log::CALL_TARGET, "{name}: re-entered from the stock library, passed straight back");
     } else {
-        tracing::trace!("{name}");
+        tracing::trace!(target: crate::log::CALL_TARGET, "{name}");
     }
 }
 

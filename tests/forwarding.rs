@@ -171,10 +171,15 @@ fn disable_is_pass_through() {
         let r = s.rcclx(mode, "all", &[("RCCLX_DISABLE", "1".as_ref()), ("RCCLX_LOG", "rcclx=debug".as_ref())]);
         common::assert_same_results(if mode == Mode::Dlopen { &stock_dl } else { &stock }, &r);
         assert_rcclx_present(&r, &s.nccl.lib);
-        // The setting was read and honoured (the configuration line shows it).
+        // The setting was read and honoured (the ENV line and the banner say so).
         assert!(
-            r.rcclx_log().iter().any(|(lvl, m)| *lvl == "DEBUG" && m.contains("disable: true")),
-            "{mode:?}: no `disable: true` in the configuration log line:\n{}",
+            r.rcclx_log().iter().any(|(lvl, m)| *lvl == "INFO" && *m == "RCCLX_DISABLE set by environment to 1"),
+            "{mode:?}: no ENV line for RCCLX_DISABLE:\n{}",
+            r.dump()
+        );
+        assert!(
+            r.rcclx_log().iter().any(|(_, m)| m.starts_with("rcclx ") && m.contains("disabled by RCCLX_DISABLE=1")),
+            "{mode:?}: the banner does not say rcclx is disabled:\n{}",
             r.dump()
         );
         assert!(!r.rcclx_log_unprovoked().iter().any(|(lvl, _)| *lvl == "WARN" || *lvl == "ERROR"), "{}", r.dump());
@@ -252,17 +257,64 @@ fn version_banner_in_the_nccl_debug_file() {
     let name = logs[0].file_name().to_string_lossy().into_owned();
     assert!(!name.contains('%'), "{name}");
     let text = std::fs::read_to_string(logs[0].path()).unwrap();
-    let banner: Vec<&str> = text.lines().filter(|l| l.contains(" RCCLX INFO rcclx ")).collect();
+    let banner: Vec<&str> = text.lines().filter(|l| l.contains(" NCCL INFO rcclx: rcclx ")).collect();
     assert_eq!(banner.len(), 1, "one version banner:\n{text}");
-    let expected = format!("-> {} (2.28.9)", s.nccl.lib.display());
+    let expected = format!("over {} (NCCL 2.28.9)", s.nccl.lib.display());
     assert!(
         banner[0].contains(&format!("rcclx {}+", env!("CARGO_PKG_VERSION"))) && banner[0].contains(&expected),
         "{}",
         banner[0]
     );
-    // host:pid:tid prefix, the tid a number (the OS thread id).
-    let prefix: Vec<&str> = banner[0].split(' ').next().unwrap().split(':').collect();
+    // host:pid:tid [dev] prefix, the tid a number (the OS thread id).
+    let mut words = banner[0].split(' ');
+    let prefix: Vec<&str> = words.next().unwrap().split(':').collect();
     assert_eq!(prefix.len(), 3, "{}", banner[0]);
     assert!(prefix[1].parse::<u32>().is_ok() && prefix[2].parse::<u32>().is_ok(), "{}", banner[0]);
+    let dev = words.next().unwrap();
+    assert!(
+        dev.starts_with('[') && dev.ends_with(']') && dev[1..dev.len() - 1].parse::<i32>().is_ok(),
+        "{}",
+        banner[0]
+    );
     assert!(!r.rcclx_log().iter().any(|(_, m)| m.starts_with("rcclx ")), "the banner went to the file, not stderr");
+}
+
+/// `NCCL_DEBUG_FILE` at TRACE, written by the stock library and by rcclx at once: the stock
+/// library truncates its file and writes it at its own offset, so rcclx writes the same name
+/// plus `.rcclx` (appending). Every line of both files arrives whole, each file holds only its
+/// writer's lines, and rcclx's are in NCCL's format (`NCCL TRACE rcclx: ...`).
+#[test]
+fn both_libraries_log_to_nccl_debug_file_at_trace_without_losing_lines() {
+    let Some(nccl) = common::nccl_2_28() else { return };
+    let s = Setup::new("debug-file-trace", nccl);
+    let pattern = s.dir.join("trace.%p");
+    let env = [
+        ("NCCL_DEBUG", "TRACE".as_ref()),
+        ("NCCL_DEBUG_SUBSYS", "ALL".as_ref()),
+        ("NCCL_DEBUG_FILE", pattern.as_os_str()),
+    ];
+    s.rcclx(Mode::Preload, "all", &env).assert_ok();
+    let files: Vec<std::path::PathBuf> = std::fs::read_dir(&s.dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("trace."))
+        .collect();
+    let own: Vec<&std::path::PathBuf> = files.iter().filter(|p| p.extension().is_some_and(|e| e == "rcclx")).collect();
+    assert_eq!(own.len(), 1, "rcclx's file next to the stock library's: {files:?}");
+    let stock_file = own[0].with_extension("");
+    let mine = std::fs::read(own[0]).unwrap();
+    assert!(!mine.contains(&0) && mine.ends_with(b"\n"), "rcclx's file has NUL bytes or a cut line");
+    let mine = String::from_utf8(mine).unwrap();
+    let calls = mine.lines().filter(|l| common::rcclx_line(l).is_some_and(|(lvl, _)| lvl == "TRACE")).count();
+    assert!(calls >= 10, "rcclx traced {calls} calls:\n{mine}");
+    for l in mine.lines() {
+        assert!(common::rcclx_line(l).is_some(), "not an rcclx line in NCCL's format: {l:?}");
+    }
+    // The stock library's own file (when this stock build writes one) is whole and its own.
+    if let Ok(theirs) = std::fs::read(&stock_file) {
+        assert!(!theirs.contains(&0), "NUL bytes in the stock library's file");
+        let theirs = String::from_utf8_lossy(&theirs);
+        assert!(!theirs.lines().any(|l| common::rcclx_line(l).is_some()), "rcclx wrote into the stock library's file");
+    }
 }

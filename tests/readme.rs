@@ -10,9 +10,9 @@ fn readme() -> String {
 #[test]
 fn every_config_variable_is_documented() {
     let readme = readme();
-    let missing: Vec<&str> = rcclx::config::VARIABLES
+    let missing: Vec<&str> = rcclx::config::variables()
         .iter()
-        .map(|(name, _, _)| *name)
+        .map(|v| v.name)
         .filter(|name| !readme.contains(&format!("| `{name}` |")))
         .collect();
     assert!(missing.is_empty(), "README.md's variable table lacks: {missing:?}");

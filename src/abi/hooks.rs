@@ -1,6 +1,6 @@
 //! Bodies of the `hook` exports: translate C arguments, call the stock library, keep the
-//! side table in step (`comm::lifecycle`) or route the four accelerated collectives
-//! (`comm::collective`). No logic beyond that.
+//! side table in step (`comm::lifecycle`), or route `ncclAllToAll`, RCCL's older name of an
+//! intercepted collective (`comm::collective`). No logic beyond that.
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 use super::table::forward;
@@ -182,70 +182,6 @@ pub unsafe fn ncclGroupSimulateEnd(simInfo: *mut ncclSimInfo_t) -> ncclResult_t 
     lifecycle::group_end(r, true)
 }
 
-fn bufs(send: *const c_void, recv: *mut c_void, stream: Stream) -> Buffers {
-    // SAFETY: the application's `cudaStream_t` / `hipStream_t` for this call (NCCL's contract).
-    let stream = unsafe { crate::gpu::Stream::from_raw(stream) };
-    Buffers { send, recv, stream }
-}
-
-pub unsafe fn ncclAllReduce(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    count: usize,
-    datatype: ncclDataType_t,
-    op: ncclRedOp_t,
-    comm: ncclComm_t,
-    stream: Stream,
-) -> ncclResult_t {
-    let call = CallDesc { coll: Coll::AllReduce, count, dtype: datatype, op };
-    comm::collective(comm, call, bufs(sendbuff, recvbuff, stream), || {
-        forward!(ncclAllReduce(sendbuff, recvbuff, count, datatype, op, comm, stream))
-    })
-}
-
-pub unsafe fn ncclAllGather(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    sendcount: usize,
-    datatype: ncclDataType_t,
-    comm: ncclComm_t,
-    stream: Stream,
-) -> ncclResult_t {
-    let call = CallDesc { coll: Coll::AllGather, count: sendcount, dtype: datatype, op: ncclRedOp_t::Sum };
-    comm::collective(comm, call, bufs(sendbuff, recvbuff, stream), || {
-        forward!(ncclAllGather(sendbuff, recvbuff, sendcount, datatype, comm, stream))
-    })
-}
-
-pub unsafe fn ncclReduceScatter(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    recvcount: usize,
-    datatype: ncclDataType_t,
-    op: ncclRedOp_t,
-    comm: ncclComm_t,
-    stream: Stream,
-) -> ncclResult_t {
-    let call = CallDesc { coll: Coll::ReduceScatter, count: recvcount, dtype: datatype, op };
-    comm::collective(comm, call, bufs(sendbuff, recvbuff, stream), || {
-        forward!(ncclReduceScatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream))
-    })
-}
-
-pub unsafe fn ncclAlltoAll(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    count: usize,
-    datatype: ncclDataType_t,
-    comm: ncclComm_t,
-    stream: Stream,
-) -> ncclResult_t {
-    let call = CallDesc { coll: Coll::AllToAll, count, dtype: datatype, op: ncclRedOp_t::Sum };
-    comm::collective(comm, call, bufs(sendbuff, recvbuff, stream), || {
-        forward!(ncclAlltoAll(sendbuff, recvbuff, count, datatype, comm, stream))
-    })
-}
-
 /// RCCL's older name of `ncclAlltoAll`. Forwards to whichever of the two the stock library
 /// has (NCCL only has `ncclAlltoAll`, old RCCL only `ncclAllToAll`).
 pub unsafe fn ncclAllToAll(
@@ -256,8 +192,10 @@ pub unsafe fn ncclAllToAll(
     comm: ncclComm_t,
     stream: Stream,
 ) -> ncclResult_t {
-    let call = CallDesc { coll: Coll::AllToAll, count, dtype: datatype, op: ncclRedOp_t::Sum };
-    comm::collective(comm, call, bufs(sendbuff, recvbuff, stream), || {
+    let call = CallDesc::new(Coll::AllToAll, count, datatype);
+    // SAFETY: the application's `cudaStream_t` / `hipStream_t` for this call (NCCL's contract).
+    let bufs = Buffers { send: sendbuff, recv: recvbuff, stream: unsafe { crate::gpu::Stream::from_raw(stream) } };
+    comm::collective(comm, call, bufs, || {
         let has_old = crate::upstream::get().map(|u| u.fns.ncclAllToAll.is_some()).unwrap_or(false);
         if has_old {
             forward!(ncclAllToAll(sendbuff, recvbuff, count, datatype, comm, stream))

@@ -7,8 +7,22 @@ use crate::dda::alltoallv::{AllToAllvCall, Segments};
 use crate::types::{Stream, ncclComm_t, ncclDataType_t, ncclResult_t};
 use std::ffi::{c_char, c_int, c_void};
 
-/// rcclx version as `MAJOR*10000 + MINOR*100 + PATCH`.
-pub const RCCLX_VERSION_CODE: c_int = 100;
+/// rcclx version as `MAJOR*10000 + MINOR*100 + PATCH`, from Cargo.toml's version (cbindgen
+/// cannot evaluate it: tests/header.rs writes the header's `#define`).
+/// cbindgen:ignore
+pub const RCCLX_VERSION_CODE: c_int = {
+    const fn num(s: &str) -> c_int {
+        let (b, mut i, mut n) = (s.as_bytes(), 0, 0);
+        while i < b.len() {
+            n = n * 10 + (b[i] - b'0') as c_int;
+            i += 1;
+        }
+        n
+    }
+    num(env!("CARGO_PKG_VERSION_MAJOR")) * 10000
+        + num(env!("CARGO_PKG_VERSION_MINOR")) * 100
+        + num(env!("CARGO_PKG_VERSION_PATCH"))
+};
 
 /// Writes rcclx's own version (`MAJOR*10000 + MINOR*100 + PATCH`) to `version`.
 ///
@@ -41,6 +55,57 @@ pub extern "C" fn rcclxGetUpstreamPath() -> *const c_char {
         .as_ref()
         .map_or(std::ptr::null(), |s| s.as_ptr())
     })
+}
+
+/// What this library is and how it is set up, as one JSON object: `version`, `commit`,
+/// `gpu_targets` (the kernels it carries), `stock_library` (`path`, `version`, or `error`),
+/// `disabled`, and `settings` (every variable rcclx reads: its value, or null and the default).
+/// The string lives as long as the process. `python -m rcclx info` prints it.
+#[unsafe(no_mangle)]
+pub extern "C" fn rcclxGetInfo() -> *const c_char {
+    boundary("rcclxGetInfo", || {
+        static INFO: std::sync::OnceLock<std::ffi::CString> = std::sync::OnceLock::new();
+        INFO.get_or_init(|| std::ffi::CString::new(info_json()).unwrap_or_default()).as_ptr()
+    })
+}
+
+/// The text of `rcclxGetInfo`.
+fn info_json() -> String {
+    let q = |s: &str| {
+        let mut o = String::from('"');
+        for c in s.chars() {
+            match c {
+                '"' => o.push_str("\\\""),
+                '\\' => o.push_str("\\\\"),
+                c if (c as u32) < 0x20 => o.push_str(&format!("\\u{:04x}", c as u32)),
+                c => o.push(c),
+            }
+        }
+        o.push('"');
+        o
+    };
+    let targets: Vec<String> = crate::kernels::CODE_OBJECTS.iter().map(|c| q(c.target)).collect();
+    let stock = match crate::upstream::get() {
+        Ok(u) => format!("{{\"path\": {}, \"version\": {}}}", q(&u.path.to_string_lossy()), q(&u.version())),
+        Err(_) => {
+            format!("{{\"error\": {}}}", q(crate::upstream::load_error().map_or("", |c| c.to_str().unwrap_or(""))))
+        }
+    };
+    let settings: Vec<String> = crate::config::variables()
+        .iter()
+        .map(|v| {
+            let value = crate::config::env(v.name).map_or("null".into(), |x| q(&x));
+            format!("{}: {{\"value\": {value}, \"default\": {}}}", q(v.name), q(v.default))
+        })
+        .collect();
+    format!(
+        "{{\"version\": {}, \"commit\": {}, \"gpu_targets\": [{}], \"stock_library\": {stock}, \"disabled\": {}, \"settings\": {{{}}}}}",
+        q(env!("CARGO_PKG_VERSION")),
+        q(env!("RCCLX_GIT_HASH")),
+        targets.join(", "),
+        crate::config::get().disable,
+        settings.join(", ")
+    )
 }
 
 /// Per-communicator statistics by algorithm, summed over the collectives (a stable summary of

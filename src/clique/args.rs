@@ -29,8 +29,11 @@ pub struct KernelArgs {
     pub seq_slots: u64,
     pub rank: i32,
     pub nranks: i32,
+    /// The root rank of a rooted collective (Broadcast).
+    pub root: i32,
+    pub pad: i32,
 }
-const _: () = assert!(std::mem::size_of::<KernelArgs>() == 280);
+const _: () = assert!(std::mem::size_of::<KernelArgs>() == 288);
 
 /// The caller's buffers and stream for one call.
 #[derive(Clone, Copy, Debug)]
@@ -63,7 +66,7 @@ pub struct AllToAllvArgs {
     pub packed: u32,
     pub pad: u32,
 }
-const _: () = assert!(std::mem::size_of::<AllToAllvArgs>() == 456);
+const _: () = assert!(std::mem::size_of::<AllToAllvArgs>() == 464);
 
 /// `RCCLX_A2AV_SEND_PACKED` / `RCCLX_A2AV_RECV_PACKED`: the segments lie back to back in one buffer.
 pub const A2AV_SEND_PACKED: u32 = 1;
@@ -88,4 +91,27 @@ pub struct Launch {
     /// (blocks, threads per block).
     pub grid: (u32, u32),
     pub args: LaunchArgs,
+}
+
+/// What a kernel is given to do, as the grid functions of `dda` and `lowp` read it. Identical on every rank: it
+/// depends only on the call, the rank count and the agreed sizes (the per-block barriers rely
+/// on that).
+#[derive(Clone, Copy, Debug)]
+pub struct Work {
+    /// Units of the kernel's count: elements for the reducing kernels, bytes for the others.
+    pub count: u64,
+    /// Bytes per unit.
+    pub unit_bytes: u64,
+    pub nranks: u64,
+    /// Bytes of one parity half of a staging buffer.
+    pub half_bytes: u64,
+    pub max_blocks: u32,
+}
+
+/// A kernel's grid: units per window (see each kernel), blocks, threads per block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Grid {
+    pub window: u64,
+    pub blocks: u32,
+    pub threads: u32,
 }

@@ -38,8 +38,8 @@ mod record;
 mod teardown;
 
 pub use args::{
-    A2AV_HEADER_BYTES, A2AV_RECV_PACKED, A2AV_SEND_PACKED, AllToAllvArgs, Buffers, FLAG_STRIDE, KernelArgs, Launch,
-    LaunchArgs, MAX_RANKS, THREADS,
+    A2AV_HEADER_BYTES, A2AV_RECV_PACKED, A2AV_SEND_PACKED, AllToAllvArgs, Buffers, FLAG_STRIDE, Grid, KernelArgs,
+    Launch, LaunchArgs, MAX_RANKS, THREADS, Work,
 };
 
 use std::ffi::{c_int, c_void};
@@ -49,10 +49,9 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::config::Config;
 use crate::error::Error;
 use crate::gpu::{self, Function, IpcMapping, MemKind};
-use crate::intercept::{CommFacts, LowpSwitches, Thresholds};
+use crate::intercept::{CommFacts, Policies};
 use crate::types::{ncclComm_t, ncclResult_t};
 use crate::upstream;
 pub use exchange::{StockTransport, Transport};
@@ -66,8 +65,6 @@ pub use teardown::{pending as ended_not_pooled, wait_pooled};
 /// 2x H200; DDA gains nothing from them).
 pub const DEFAULT_STAGING: u64 = 16 << 20;
 pub const DEFAULT_STAGING_LOWP: u64 = 32 << 20;
-/// Largest `RCCLX_DDA_LL_MAX_BYTES` honoured (the inbox takes 32 bytes per message byte).
-const MAX_LL_BYTES: u64 = 1 << 20;
 
 /// 16-byte LL units per (parity, source) slot of an inbox for messages up to `ll_max` bytes.
 fn ll_units(ll_max: u64) -> u64 {
@@ -79,12 +76,9 @@ pub struct Clique {
     pub rank: usize,
     pub nranks: usize,
     pub device: i32,
-    /// Agreed by every rank (rank 0's values): inputs of `intercept::decide`.
+    /// Agreed by every rank (rank 0's values): the input of `intercept::decide`.
     pub facts: CommFacts,
-    pub thresholds: Thresholds,
     pub max_blocks: u32,
-    /// Largest message (bytes per source rank) the LL inbox holds.
-    pub ll_max_bytes: u64,
     /// Arguments with every per-communicator field filled; per call only buffers and counts change.
     base_args: KernelArgs,
     /// Multiprocessors (SMs or CUs) of each rank's GPU (agreed: equal on every rank).
@@ -288,7 +282,7 @@ impl Setup {
     /// Starts setting up `members` (ranks of one or more cliques, all driven by the calling
     /// thread), exchanging through `transport`, with `sharing`. Never blocks on a peer.
     pub fn with(members: Vec<Member>, mut transport: Box<dyn Transport>, sharing: Sharing) -> Result<Setup, Error> {
-        let cfg = Config::from_lookup(crate::config::env).0;
+        let cfg = crate::config::get();
         let mut locals = Vec::new();
         for member in members {
             crate::log::set_device(member.device);
@@ -299,7 +293,7 @@ impl Setup {
                 record: Record::zeroed(),
                 fault: Fault::parse(cfg.fault_inject.as_deref(), member.rank),
             };
-            describe(&mut l, &cfg, sharing);
+            describe(&mut l, sharing);
             locals.push(l);
         }
         transport.start(locals.iter().map(|l| l.record.as_bytes().to_vec()).collect())?;
@@ -348,7 +342,7 @@ impl Setup {
                         let all_ok = ok.len() == 8 * l.member.nranks && ok.chunks(8).all(|c| c.iter().any(|&b| b != 0));
                         let comm = l.member.comm;
                         let clique = match (all_ok, m) {
-                            (true, Some(m)) => Some(finish(l, m, &r0, self.started)),
+                            (true, Some(m)) => Some(assemble(l, m, &r0, self.started)),
                             _ => {
                                 tracing::info!("comm {comm:p}: rcclx kernels off (a rank could not map its peers)");
                                 None
@@ -428,7 +422,7 @@ fn query(comm: ncclComm_t) -> Result<Member, Error> {
 }
 
 /// Fills this rank's record (step 1; capable = 0 when it cannot take part). Allocates nothing.
-fn describe(l: &mut Local, env_cfg: &Config, sharing: Sharing) {
+fn describe(l: &mut Local, sharing: Sharing) {
     let cfg = crate::config::get();
     let m = l.member;
     let rec = &mut l.record;
@@ -439,30 +433,16 @@ fn describe(l: &mut Local, env_cfg: &Config, sharing: Sharing) {
     rec.pidns = host::pid_namespace();
     rec.device = m.device;
     rec.rank = m.rank as u32;
-    rec.max_blocks = cfg.dda_max_blocks.clamp(1, 1024);
+    rec.max_blocks = cfg.dda_max_blocks;
     rec.shared_gpus = sharing.shared_gpus as u32;
     rec.grid_cap = sharing.grid_cap;
-    let th = Thresholds::for_ranks(cfg, m.nranks);
-    rec.ll_max = th.ll_max_bytes.min(MAX_LL_BYTES).next_multiple_of(8);
-    rec.flat_max = th.flat_max_bytes;
-    rec.tree_max = th.tree_max_bytes;
-    rec.lowp_min = th.lowp_min_bytes;
-    rec.all_gather_max = th.all_gather_max_bytes;
-    rec.reduce_scatter_max = th.reduce_scatter_max_bytes;
-    rec.all_to_all_max = th.all_to_all_max_bytes;
+    let (lowp, codec) = crate::config::lowp_switches_now();
+    let policies = Policies::for_comm(cfg, m.nranks, lowp, codec);
+    rec.policies = policies;
     rec.timeout_ms = cfg.timeout_ms;
-    rec.dda_bits = th.dda.iter().enumerate().fold(0, |b, (i, &on)| b | (on as u32) << i);
-    // The low-precision switches are read again for each communicator, so they can differ
-    // between communicators of one process (RCCLX reads them at every call; per communicator
-    // keeps every rank's decision fixed and graph capture safe).
-    let lp = LowpSwitches::from_config(env_cfg);
-    rec.lowp_bits = lp.all_reduce as u32
-        | (lp.all_gather as u32) << 1
-        | (lp.reduce_scatter as u32) << 2
-        | (lp.all_to_all as u32) << 3
-        | (lp.int8 as u32) << 4;
-    let staging = cfg.dda_sendbuf_bytes.unwrap_or(if lp.any() { DEFAULT_STAGING_LOWP } else { DEFAULT_STAGING });
-    rec.staging_bytes = staging.max(64 * 1024) & !4095;
+    let staging =
+        cfg.dda_sendbuf_bytes.unwrap_or(if policies.any_lowp() { DEFAULT_STAGING_LOWP } else { DEFAULT_STAGING });
+    rec.staging_bytes = staging;
     if !(2..=MAX_RANKS).contains(&m.nranks) {
         return; // the kernels cannot serve this communicator: nothing to learn about the GPU
     }
@@ -496,7 +476,7 @@ fn allocate_for(l: &mut Local) {
         tracing::warn!("comm {:p} rank {}: RCCLX_FAULT_INJECT=alloc: allocation fails", m.comm, m.rank);
         return;
     }
-    match allocate(m.device, rec.staging_bytes as usize, rec.max_blocks, rec.ll_max) {
+    match allocate(m.device, rec.staging_bytes as usize, rec.max_blocks, rec.policies.ll_max) {
         Ok(res) => {
             match (res.staging.ipc_handle(), res.flags.ipc_handle(), res.ll.ipc_handle()) {
                 (Ok(s), Ok(f), Ok(ll)) => {
@@ -647,7 +627,7 @@ fn map_peers(l: &Local, recs: &[Record]) -> Result<PeerPtrs, Error> {
 }
 
 /// The clique of a rank whose every peer mapped everything.
-fn finish(l: Local, m: Mapped, r0: &Record, started: Instant) -> Clique {
+fn assemble(l: Local, m: Mapped, r0: &Record, started: Instant) -> Clique {
     let res = l.res.expect("a rank that mapped its peers has its buffers");
     let kernels = l.kernels.expect("a rank with buffers has its kernels");
     let Member { comm, rank, nranks, device } = l.member;
@@ -655,24 +635,7 @@ fn finish(l: Local, m: Mapped, r0: &Record, started: Instant) -> Clique {
     // Every rank's grid of a call must be the same: the cap is agreed (the verdict checked it).
     let grid_cap = r0.grid_cap;
     let max_blocks = if grid_cap > 0 { r0.max_blocks.min(u64::from(grid_cap)) } else { r0.max_blocks };
-    let thresholds = Thresholds {
-        dda: std::array::from_fn(|i| r0.dda_bits & (1 << i) != 0),
-        ll_max_bytes: r0.ll_max,
-        flat_max_bytes: r0.flat_max,
-        tree_max_bytes: r0.tree_max,
-        all_gather_max_bytes: r0.all_gather_max,
-        reduce_scatter_max_bytes: r0.reduce_scatter_max,
-        all_to_all_max_bytes: r0.all_to_all_max,
-        lowp_min_bytes: r0.lowp_min,
-    };
-    let lowp = LowpSwitches {
-        all_reduce: r0.lowp_bits & 1 != 0,
-        all_gather: r0.lowp_bits & 2 != 0,
-        reduce_scatter: r0.lowp_bits & 4 != 0,
-        all_to_all: r0.lowp_bits & 8 != 0,
-        int8: r0.lowp_bits & 16 != 0,
-    };
-    let facts = CommFacts { nranks, dda: true, lowp, staging_bytes: r0.staging_bytes };
+    let facts = CommFacts { nranks, dda: true, policies: r0.policies };
     let base_args = KernelArgs {
         send: 0,
         recv: 0,
@@ -685,10 +648,12 @@ fn finish(l: Local, m: Mapped, r0: &Record, started: Instant) -> Clique {
         ll: m.ll,
         seq: res.seq.ptr().0,
         status: res.status.device_ptr().0,
-        ll_units: ll_units(r0.ll_max),
+        ll_units: ll_units(r0.policies.ll_max),
         seq_slots: slots,
         rank: rank as i32,
         nranks: nranks as i32,
+        root: 0,
+        pad: 0,
     };
     tracing::info!(
         "comm {comm:p} rank {rank}/{nranks} device {device}: rcclx kernels on (staging {} B, {max_blocks} blocks max{}) in {:?}",
@@ -701,12 +666,10 @@ fn finish(l: Local, m: Mapped, r0: &Record, started: Instant) -> Clique {
         nranks,
         device,
         facts,
-        thresholds,
         max_blocks: max_blocks as u32,
         multiprocessors: r0.multiprocessors as u32,
         block_slots: slots as u32,
         grid_cap,
-        ll_max_bytes: r0.ll_max,
         base_args,
         kernels,
         owned: Mutex::new(Some(Owned { peers: m.peers, lease: Some(m.lease), slab: res })),

@@ -2,6 +2,7 @@
 //! gathered records alone (so every rank reaches the same one).
 
 use super::MAX_RANKS;
+use crate::intercept::Policies;
 
 /// One rank's record (plain bytes on the wire; identical layout everywhere because every rank
 /// runs the same rcclx build, which the magic checks).
@@ -26,35 +27,26 @@ pub struct Record {
     pub staging_ptr: u64,
     pub flags_ptr: u64,
     pub ll_ptr: u64,
-    pub ll_max: u64,
     pub staging_bytes: u64,
     /// The DDA kernels' grid cap (RCCL_DDA_MAX_BLOCKS).
     pub max_blocks: u64,
     /// Multiprocessors (SMs or CUs) of the rank's GPU.
     pub multiprocessors: u64,
     // Rank 0's values below are adopted by everyone, so all ranks decide alike.
-    pub flat_max: u64,
-    pub tree_max: u64,
-    /// Low-precision minimum per collective (`Coll` order).
-    pub lowp_min: [u64; 4],
-    pub all_gather_max: u64,
-    pub reduce_scatter_max: u64,
-    pub all_to_all_max: u64,
     pub timeout_ms: u64,
-    /// DDA switched on, one bit per collective (`Coll` order).
-    pub dda_bits: u32,
-    /// Low-precision switches, one bit per collective (`Coll` order), then bit 4: INT8 codec.
-    pub lowp_bits: u32,
     /// The rank's GPU, the same in every process (a hash of its PCI bus id; `host::gpu_id`).
     pub gpu: u64,
     /// The setup's `Sharing`: 1 if ranks may share a GPU; the grid cap (0: none).
     pub shared_gpus: u32,
     pub grid_cap: u32,
     pub pidns: u64,
+    /// How each collective is routed (rank 0's: every rank decides alike); `ll_max` also sizes
+    /// the LL inboxes, so it must agree.
+    pub policies: Policies,
 }
 
-/// "rcclx_v8": bumped whenever the layout or meaning of a field, or the exchanges, change.
-pub const MAGIC: u64 = 0x7263_636c_785f_7638;
+/// "rcclx_v9": bumped whenever the layout or meaning of a field, or the exchanges, change.
+pub const MAGIC: u64 = 0x7263_636c_785f_7639;
 pub const BYTES: usize = std::mem::size_of::<Record>();
 const _: () = assert!(BYTES.is_multiple_of(8));
 
@@ -114,7 +106,7 @@ pub fn verdict(rank: usize, nranks: usize, recs: &[Record]) -> Result<(), String
             || r.staging_bytes != recs[0].staging_bytes
             || r.max_blocks != recs[0].max_blocks
             || r.multiprocessors != recs[0].multiprocessors
-            || r.ll_max != recs[0].ll_max
+            || r.policies.ll_max != recs[0].policies.ll_max
         {
             return Err(format!("rank {p} differs in GPU arch, multiprocessor count or buffer sizes"));
         }

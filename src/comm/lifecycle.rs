@@ -146,7 +146,7 @@ fn set_up_now(states: &[Arc<State>]) -> ncclResult_t {
     };
     match clique::establish(setup, || states.iter().any(|s| s.is_closed()), setup_limit()) {
         Ok(outcome) => {
-            finish(states, outcome);
+            adopt_outcome(states, outcome);
             ncclResult_t::Success
         }
         Err(_) => {
@@ -183,7 +183,8 @@ pub(super) fn timed_out(states: &[Arc<State>]) {
     }
 }
 
-fn finish(states: &[Arc<State>], outcome: clique::Outcome) {
+/// Each communicator of a finished setup takes its clique (or forwards).
+fn adopt_outcome(states: &[Arc<State>], outcome: clique::Outcome) {
     for (comm, clique) in outcome {
         if let Some(s) = states.iter().find(|s| s.comm() == comm) {
             s.finish_setup(clique);
@@ -230,7 +231,7 @@ fn step(b: &mut Batch) -> bool {
         }
         Ok(None) => false,
         Ok(Some(outcome)) => {
-            finish(&b.states, outcome);
+            adopt_outcome(&b.states, outcome);
             true
         }
         Err(e) => {

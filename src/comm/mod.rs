@@ -39,6 +39,8 @@ pub struct State {
     finalized: AtomicBool,
     /// Setup never heard from a peer (`RCCLX_SETUP_TIMEOUT_MS`): every call is `ncclRemoteError`.
     setup_failed: AtomicBool,
+    /// Its asynchronous error was logged (once; `ncclGetLastError` has it at every call).
+    error_reported: AtomicBool,
     pub(crate) order: order::Order,
 }
 
@@ -51,6 +53,7 @@ impl State {
             closed: AtomicBool::new(false),
             finalized: AtomicBool::new(false),
             setup_failed: AtomicBool::new(false),
+            error_reported: AtomicBool::new(false),
             order: order::Order::default(),
         }
     }
@@ -189,15 +192,19 @@ fn usable(comm: ncclComm_t) -> Usable {
     if !state.set_up() {
         lifecycle::progress();
         if !state.set_up() {
-            tracing::warn!(
-                "comm {comm:p} used before ncclCommGetAsyncError reported it ready (rcclx setup in progress); \
-                 returning ncclInvalidUsage as the stock library does"
-            );
+            crate::upstream::report_error(&format!(
+                "rcclx: comm {comm:p} used before ncclCommGetAsyncError reported it ready (its setup is in \
+                 progress): ncclInvalidUsage, as the stock library answers; poll ncclCommGetAsyncError until \
+                 it returns ncclSuccess"
+            ));
             return Err((state, ncclResult_t::InvalidUsage));
         }
     }
     if state.finalized.load(Relaxed) {
-        tracing::warn!("comm {comm:p} used after ncclCommFinalize; returning ncclInvalidUsage");
+        crate::upstream::report_error(&format!(
+            "rcclx: comm {comm:p} used after ncclCommFinalize: ncclInvalidUsage; a finalized communicator only \
+             takes ncclCommDestroy"
+        ));
         return Err((state, ncclResult_t::InvalidUsage));
     }
     if state.is_closed() {
@@ -205,12 +212,29 @@ fn usable(comm: ncclComm_t) -> Usable {
     }
     let own = state.own_error();
     if !own.is_ok() {
+        let why = if state.setup_failed.load(Relaxed) {
+            format!(
+                "its setup heard from no peer within RCCLX_SETUP_TIMEOUT_MS={} ms",
+                crate::config::get().setup_timeout_ms
+            )
+        } else {
+            format!(
+                "an rcclx kernel waited longer than RCCLX_TIMEOUT_MS={} ms for a peer (it died, or stopped \
+                 calling collectives)",
+                crate::config::get().timeout_ms
+            )
+        };
+        let text = format!("rcclx: comm {comm:p} is in error (ncclRemoteError): {why}; abort it with ncclCommAbort");
+        if !state.error_reported.swap(true, Relaxed) {
+            tracing::warn!("{text}");
+        }
+        crate::upstream::set_last_error(&text);
         return Err((state, own));
     }
     Ok(state.clique().cloned().map(|c| (state, c)))
 }
 
-/// A stock-library operation on `comm` and `stream` (everything but the four intercepted
+/// A stock-library operation on `comm` and `stream` (everything but the intercepted
 /// collectives): ordered after the communicator's earlier operations, then forwarded.
 pub fn ordered(comm: ncclComm_t, stream: crate::gpu::Stream, forward: impl FnOnce() -> ncclResult_t) -> ncclResult_t {
     match usable(comm) {
@@ -249,7 +273,7 @@ pub fn collective(
         Ok(Some(sc)) => sc,
         Ok(None) => {
             if let Some(s) = lookup(comm) {
-                let why = if s.is_closed() { Reason::CommError } else { Reason::NotSetUp };
+                let why = if s.is_closed() { Reason::CommError } else { Reason::NotEligible };
                 s.stats.count(call.coll, Route::Upstream(why), 0);
             }
             return forward();
@@ -261,10 +285,22 @@ pub fn collective(
     };
     crate::log::set_device(clique.device);
     let bytes = call.bytes(clique.nranks).unwrap_or(0);
-    let route = crate::intercept::decide(&call, &clique.facts, &clique.thresholds);
-    tracing::trace!("{:?} count {} {:?} {:?} on comm {comm:p}: {route:?}", call.coll, call.count, call.dtype, call.op);
-    // NULL buffers: the stock library reports the error code it always does.
-    let route = if bufs.send.is_null() || bufs.recv.is_null() { Route::Upstream(Reason::NullBuffer) } else { route };
+    let route = crate::intercept::decide(&call, &clique.facts);
+    // NULL buffers: the stock library reports the error code it always does. A rooted
+    // collective reads the send buffer on its root only (elsewhere it may be NULL).
+    let reads_send = !call.coll.spec().rooted || call.root as usize == clique.rank;
+    let null = (reads_send && bufs.send.is_null()) || bufs.recv.is_null();
+    let route = if null { Route::Upstream(Reason::NullBuffer) } else { route };
+    tracing::info!(
+        target: crate::log::COLL_TARGET,
+        "{} count {} {} {}{} comm {comm:p}: {}",
+        call.coll.spec().title,
+        call.count,
+        call.dtype.name(),
+        call.op.name(),
+        if call.coll.spec().rooted { format!(" root {}", call.root) } else { String::new() },
+        route.describe(call.coll)
+    );
     let algo = match route {
         Route::Own(algo) => algo,
         Route::Upstream(_) => {
@@ -273,7 +309,7 @@ pub fn collective(
         }
     };
     let planned = match algo {
-        Algo::Lowp | Algo::Int8 => crate::lowp::plan(&clique, &call, algo, &bufs),
+        Algo::Fp8 | Algo::Int8 => crate::lowp::plan(&clique, &call, algo, &bufs),
         _ => crate::dda::plan(&clique, algo, &call, &bufs),
     };
     let job = Job { state, clique, what: call.coll.name(), bytes, stream: bufs.stream };
@@ -297,7 +333,10 @@ pub fn alltoallv_dynamic(
                 Some(s) if s.is_closed() => "is finalized, revoked or aborted",
                 Some(_) => "has no rcclx kernels (they need 2-8 ranks on one host with peer access)",
             };
-            tracing::warn!("rcclxAllToAllvDynamic: comm {comm:p} {why}; returning ncclInvalidUsage");
+            crate::upstream::report_error(&format!(
+                "rcclx: rcclxAllToAllvDynamic: comm {comm:p} {why}: ncclInvalidUsage (the counts are in device \
+                 memory, so the stock library cannot stand in)"
+            ));
             return ncclResult_t::InvalidUsage;
         }
         Err((_, code)) => return code,
@@ -307,7 +346,7 @@ pub fn alltoallv_dynamic(
     if let Err(e) = &planned
         && e.code == ncclResult_t::InvalidArgument
     {
-        tracing::warn!("rcclxAllToAllvDynamic on comm {comm:p}: {e}");
+        crate::upstream::report_error(&format!("rcclx: rcclxAllToAllvDynamic on comm {comm:p}: {e}"));
         return e.code; // the caller's mistake: the communicator stays usable
     }
     let job = Job { state, clique, what: "alltoallv", bytes: 0, stream };
@@ -361,9 +400,7 @@ impl Job {
     /// usable, as the stock library's does. Nothing ran on this rank, and a peer that did run
     /// its part times out and reports `ncclRemoteError` (`State::own_error`).
     fn failed(self, e: Error) -> ncclResult_t {
-        let text = format!("{} on comm {:p}: {e}", self.what, self.state.comm());
-        tracing::warn!("{text}");
-        crate::upstream::set_last_error(&format!("rcclx: {text}"));
+        crate::upstream::report_error(&format!("rcclx: {} on comm {:p}: {e}", self.what, self.state.comm()));
         self.state.stats.count_forwarded(Reason::Failed, self.bytes);
         e.code
     }
@@ -373,7 +410,7 @@ impl Job {
 mod tests {
     use super::*;
     use crate::intercept::Coll;
-    use crate::types::{ncclDataType_t, ncclRedOp_t};
+    use crate::types::ncclDataType_t;
 
     /// A handle no stock library made: the side table only uses it as a key.
     fn fake(n: usize) -> ncclComm_t {
@@ -381,7 +418,7 @@ mod tests {
     }
 
     fn call() -> CallDesc {
-        CallDesc { coll: Coll::AllReduce, count: 1024, dtype: ncclDataType_t::Float32, op: ncclRedOp_t::Sum }
+        CallDesc::new(Coll::AllReduce, 1024, ncclDataType_t::Float32)
     }
 
     fn bufs() -> Buffers {
@@ -396,22 +433,27 @@ mod tests {
         assert_eq!(ordered(fake(1), bufs().stream, || ncclResult_t(43)), ncclResult_t(43));
     }
 
+    /// The tests that read `ncclGetLastError`'s text (one per process) take turns.
+    static LAST_ERROR: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+
+    /// What `ncclGetLastError` returns while the stock library reports `stock`.
+    fn last(stock: &std::ffi::CStr) -> String {
+        // SAFETY: a NUL-terminated literal in; a NUL-terminated string out.
+        unsafe { std::ffi::CStr::from_ptr(crate::upstream::last_error(stock.as_ptr())) }.to_string_lossy().into_owned()
+    }
+
     #[test]
     fn a_comm_whose_setup_heard_no_peer_is_in_error() {
+        let _turn = LAST_ERROR.lock();
         let s = insert(fake(7));
         lifecycle::timed_out(std::slice::from_ref(&s));
         // ncclGetLastError gives rcclx's text until the stock library reports a newer error.
-        let text = |p: *const std::ffi::c_char| {
-            // SAFETY: a NUL-terminated string of `last_error` or of this test.
-            unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned()
-        };
-        // SAFETY: NUL-terminated literals.
-        let last = |stock: &std::ffi::CStr| text(unsafe { crate::upstream::last_error(stock.as_ptr()) });
         assert!(last(c"").contains("RCCLX_SETUP_TIMEOUT_MS"));
         assert_eq!(last(c"a newer stock error"), "a newer stock error");
         assert_eq!(last(c""), "", "rcclx's text came back");
         let never = || -> ncclResult_t { panic!("forwarded a call on a communicator in error") };
         assert_eq!(collective(fake(7), call(), bufs(), never), ncclResult_t::RemoteError);
+        assert!(last(c"").contains("is in error (ncclRemoteError): its setup heard from no peer"), "{}", last(c""));
         assert_eq!(ordered(fake(7), bufs().stream, never), ncclResult_t::RemoteError);
         assert_eq!(lifecycle::async_state(fake(7)), ncclResult_t::RemoteError);
         assert_eq!(s.stats.snapshot().reasons[Reason::CommError as usize], 1);
@@ -431,24 +473,41 @@ mod tests {
 
     #[test]
     fn a_finalized_comm_answers_invalid_usage() {
+        let _turn = LAST_ERROR.lock();
         let s = insert(fake(6));
         s.finish_setup(None);
         s.finalize();
         let never = || -> ncclResult_t { panic!("forwarded an operation after ncclCommFinalize") };
         assert_eq!(collective(fake(6), call(), bufs(), never), ncclResult_t::InvalidUsage);
+        assert!(last(c"").contains("used after ncclCommFinalize"), "{}", last(c""));
         assert_eq!(ordered(fake(6), bufs().stream, never), ncclResult_t::InvalidUsage);
         remove(fake(6));
     }
 
     #[test]
     fn a_comm_still_setting_up_answers_invalid_usage() {
+        let _turn = LAST_ERROR.lock();
         let s = insert(fake(4));
         let never = || -> ncclResult_t { panic!("forwarded before setup ended") };
         assert_eq!(collective(fake(4), call(), bufs(), never), ncclResult_t::InvalidUsage);
+        assert!(last(c"").contains("poll ncclCommGetAsyncError"), "{}", last(c""));
         assert!(!s.set_up());
         s.finish_setup(None);
         assert_eq!(collective(fake(4), call(), bufs(), || ncclResult_t(7)), ncclResult_t(7));
         remove(fake(4));
+    }
+
+    #[test]
+    fn the_gpu_resident_alltoallv_without_kernels_says_why() {
+        let _turn = LAST_ERROR.lock();
+        let s = insert(fake(8));
+        s.finish_setup(None);
+        let describe = |_| -> Result<AllToAllvCall, Error> { panic!("described a call rcclx cannot run") };
+        assert_eq!(alltoallv_dynamic(fake(8), bufs().stream, describe), ncclResult_t::InvalidUsage);
+        assert!(last(c"").contains("has no rcclx kernels"), "{}", last(c""));
+        assert_eq!(alltoallv_dynamic(fake(9), bufs().stream, describe), ncclResult_t::InvalidUsage);
+        assert!(last(c"").contains("is not a communicator rcclx knows"), "{}", last(c""));
+        remove(fake(8));
     }
 
     #[test]

@@ -5,17 +5,22 @@ use crate::intercept::{Reason, Route};
 use crate::kernel_table::FAMILIES;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-/// Number of routes: one per kernel family, then "forwarded to the stock library".
+/// Number of routes: "forwarded to the stock library", then one per kernel family.
 pub const ROUTES: usize = FAMILIES.len() + 1;
-/// Index of the forwarded route.
-pub const FORWARDED: usize = FAMILIES.len();
+/// Index of the forwarded route: first, so that a new kernel family (appended to the table)
+/// moves no route's index.
+pub const FORWARDED: usize = 0;
 
-/// Name of route `i`: `<collective>.<algorithm>` (e.g. `allreduce.ll`), or `forwarded`.
+/// The route of kernel family `family` (index in `FAMILIES`).
+pub const fn family_route(family: usize) -> usize {
+    family + 1
+}
+
+/// Name of route `i`: `forwarded`, or `<collective>.<algorithm>` (e.g. `allreduce.ll`).
 pub fn route_name(i: usize) -> Option<String> {
-    match FAMILIES.get(i) {
-        Some(f) => Some(format!("{}.{}", f.coll, f.algo)),
-        None if i == FORWARDED => Some("forwarded".into()),
-        None => None,
+    match i {
+        FORWARDED => Some("forwarded".into()),
+        _ => FAMILIES.get(i - 1).map(|f| format!("{}.{}", f.coll, f.algo)),
     }
 }
 
@@ -59,7 +64,7 @@ impl Snapshot {
     pub fn algos(&self, algos: &[&str]) -> Counter {
         FAMILIES
             .iter()
-            .zip(&self.routes)
+            .zip(&self.routes[family_route(0)..])
             .filter(|(f, _)| algos.contains(&f.algo))
             .fold(Counter::default(), |a, (_, c)| Counter { calls: a.calls + c.calls, bytes: a.bytes + c.bytes })
     }
@@ -105,14 +110,17 @@ impl Stats {
     /// Counts one call of `bytes` that `coll` took on `route`.
     pub fn count(&self, coll: crate::intercept::Coll, route: Route, bytes: u64) {
         match route {
-            Route::Own(algo) => self.count_family(crate::intercept::family(coll, algo).unwrap_or(FORWARDED), bytes),
+            Route::Own(algo) => match crate::intercept::family(coll, algo) {
+                Some(f) => self.count_family(f, bytes),
+                None => self.count_forwarded(Reason::Failed, bytes),
+            },
             Route::Upstream(reason) => self.count_forwarded(reason, bytes),
         }
     }
 
     /// Counts one call of `bytes` run by a kernel of family `family` (index in `FAMILIES`).
     pub fn count_family(&self, family: usize, bytes: u64) {
-        let i = family.min(FORWARDED);
+        let i = family_route(family).min(ROUTES - 1);
         self.routes[i][0].fetch_add(1, Relaxed);
         self.routes[i][1].fetch_add(bytes, Relaxed);
     }
@@ -145,11 +153,11 @@ mod tests {
         let s = Stats::default();
         s.count(Coll::AllReduce, Route::Own(Algo::Flat), 100);
         s.count(Coll::AllReduce, Route::Own(Algo::Flat), 28);
-        s.count(Coll::AllGather, Route::Own(Algo::Lowp), 5);
+        s.count(Coll::AllGather, Route::Own(Algo::Fp8), 5);
         s.count(Coll::AllGather, Route::Upstream(Reason::Size), 7);
         let snap = s.snapshot();
         let flat = crate::intercept::family(Coll::AllReduce, Algo::Flat).unwrap();
-        assert_eq!(snap.routes[flat], Counter { calls: 2, bytes: 128 });
+        assert_eq!(snap.routes[family_route(flat)], Counter { calls: 2, bytes: 128 });
         assert_eq!(snap.routes[FORWARDED], Counter { calls: 1, bytes: 7 });
         assert_eq!(snap.reasons[Reason::Size as usize], 1);
         assert_eq!(snap.algo("lowp"), Counter { calls: 1, bytes: 5 });

@@ -2,15 +2,17 @@
 //! bytes per rank.
 
 use super::blocks_for;
+use crate::clique::{Grid, Work};
 use crate::intercept::Algo;
 
-/// (window bytes, blocks, threads) for `bytes` per rank; identical on every rank.
-pub fn grid(algo: Algo, bytes: u64, half_bytes: u64, max_blocks: u32) -> (u64, u32, u32) {
+/// Window in bytes of a rank's block (Broadcast: of the message), a staging half's worth.
+pub fn grid(algo: Algo, w: &Work) -> Grid {
+    let bytes = w.count;
     if algo == Algo::Ll {
-        let (b, t) = blocks_for(bytes.div_ceil(8), max_blocks);
-        return (bytes, b, t);
+        let (blocks, threads) = blocks_for(bytes.div_ceil(8), w.max_blocks);
+        return Grid { window: bytes, blocks, threads };
     }
-    let window = (half_bytes / 16).max(1) * 16;
-    let (b, t) = blocks_for(bytes.min(window).div_ceil(16), max_blocks);
-    (window, b, t)
+    let window = (w.half_bytes / 16).max(1) * 16;
+    let (blocks, threads) = blocks_for(bytes.min(window).div_ceil(16), w.max_blocks);
+    Grid { window, blocks, threads }
 }

@@ -2,16 +2,18 @@
 //! per (rank, peer) block.
 
 use super::blocks_for;
+use crate::clique::{Grid, Work};
 use crate::intercept::Algo;
 
 /// (window bytes per block, blocks, threads) for blocks of `bytes`; identical on every rank.
 /// A staging half holds one window of every block.
-pub fn grid(algo: Algo, bytes: u64, nranks: u64, half_bytes: u64, max_blocks: u32) -> (u64, u32, u32) {
+pub fn grid(algo: Algo, w: &Work) -> Grid {
+    let bytes = w.count;
     if algo == Algo::Ll {
-        let (b, t) = blocks_for(bytes.div_ceil(8), max_blocks);
-        return (bytes, b, t);
+        let (blocks, threads) = blocks_for(bytes.div_ceil(8), w.max_blocks);
+        return Grid { window: bytes, blocks, threads };
     }
-    let window = (half_bytes / nranks / 16).max(1) * 16;
-    let (b, t) = blocks_for(bytes.min(window).div_ceil(16), max_blocks);
-    (window, b, t)
+    let window = (w.half_bytes / w.nranks / 16).max(1) * 16;
+    let (blocks, threads) = blocks_for(bytes.min(window).div_ceil(16), w.max_blocks);
+    Grid { window, blocks, threads }
 }

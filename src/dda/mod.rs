@@ -1,11 +1,11 @@
 //! Layer `dda`: host side of the Direct Data Access kernels (peers' staging buffers read or
 //! written directly over NVLink / xGMI): the grid and window of a call, and its launch plan.
-//! One file per collective; the kernels are in `hip_kernels/` (one family each in
-//! `src/kernel_table.rs`).
+//! One grid function per collective ([`Work`] in, [`Grid`] out); the kernels are in
+//! `hip_kernels/` (one family each in `src/kernel_table.rs`).
 //!
 //! Layer: above `clique`, `intercept`, `error`; below `comm`.
 
-use crate::clique::{Buffers, Clique, Launch, LaunchArgs, THREADS};
+use crate::clique::{Buffers, Clique, Grid, Launch, LaunchArgs, THREADS, Work};
 use crate::error::Error;
 use crate::intercept::{Algo, CallDesc, Coll};
 
@@ -15,7 +15,18 @@ mod alltoall;
 pub mod alltoallv;
 mod reducescatter;
 
-/// The launch of `call` on `algo` (LL, flat or tree).
+/// The grid function of each collective's DDA kernels. Broadcast moves one block of the
+/// whole message through the root's staging buffer, as AllGather moves each rank's.
+fn grid_fn(coll: Coll) -> fn(Algo, &Work) -> Grid {
+    match coll {
+        Coll::AllReduce => allreduce::grid,
+        Coll::ReduceScatter => reducescatter::grid,
+        Coll::AllGather | Coll::Broadcast => allgather::grid,
+        Coll::AllToAll => alltoall::grid,
+    }
+}
+
+/// The launch of `call` on `algo` (LL, flat or two-shot).
 pub fn plan(clique: &Clique, algo: Algo, call: &CallDesc, bufs: &Buffers) -> Result<Launch, Error> {
     let family = crate::intercept::family(call.coll, algo)
         .ok_or_else(|| Error::internal(format!("no DDA kernels for {:?} {algo:?}", call.coll)))?;
@@ -26,21 +37,24 @@ pub fn plan(clique: &Clique, algo: Algo, call: &CallDesc, bufs: &Buffers) -> Res
         })?
         .func;
     let elem = call.dtype.size().unwrap_or(1) as u64;
-    let (count, n) = (call.count as u64, clique.nranks as u64);
     let mut args = clique.args();
-    let (half, max) = (args.half_bytes, clique.max_blocks);
     // The data-movement kernels count bytes; the reducing ones, elements.
-    let (count, (window, blocks, threads)) = match call.coll {
-        Coll::AllReduce => (count, allreduce::grid(algo, count, elem, n, half, max)),
-        Coll::ReduceScatter => (count, reducescatter::grid(algo, count, elem, n, half, max)),
-        Coll::AllGather => (count * elem, allgather::grid(algo, count * elem, half, max)),
-        Coll::AllToAll => (count * elem, alltoall::grid(algo, count * elem, n, half, max)),
+    let (count, unit_bytes) =
+        if call.coll.spec().reduces { (call.count as u64, elem) } else { (call.count as u64 * elem, 1) };
+    let work = Work {
+        count,
+        unit_bytes,
+        nranks: clique.nranks as u64,
+        half_bytes: args.half_bytes,
+        max_blocks: clique.max_blocks,
     };
+    let grid = grid_fn(call.coll)(algo, &work);
     args.send = bufs.send as u64;
     args.recv = bufs.recv as u64;
     args.count = count;
-    args.window_elems = window;
-    Ok(Launch { family, func, grid: (blocks, threads), args: LaunchArgs::Collective(args) })
+    args.window_elems = grid.window;
+    args.root = call.root;
+    Ok(Launch { family, func, grid: (grid.blocks, grid.threads), args: LaunchArgs::Collective(args) })
 }
 
 /// Blocks and threads for `units` work items of one pass: full blocks of `THREADS`, at most

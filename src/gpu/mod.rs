@@ -104,7 +104,15 @@ static RUNTIME: OnceLock<Result<Runtime, Error>> = OnceLock::new();
 /// [`Error::NoRuntime`] when no library loads and [`Error::NoDevice`] when one loads but sees no
 /// device. The outcome is cached: later calls return the same runtime or the same error.
 pub fn runtime() -> Result<&'static Runtime, Error> {
-    RUNTIME.get_or_init(load_runtime).as_ref().map_err(Clone::clone)
+    RUNTIME
+        .get_or_init(|| {
+            let rt = load_runtime();
+            // Log lines of threads on no communicator name the current device, as NCCL's do.
+            crate::log::set_current_device_probe(|| RUNTIME.get()?.as_ref().ok()?.current_device().ok());
+            rt
+        })
+        .as_ref()
+        .map_err(Clone::clone)
 }
 
 fn load_runtime() -> Result<Runtime, Error> {

@@ -5,7 +5,7 @@
 //!
 //! Layer: above `clique`, `intercept`, `error`; below `comm`.
 
-use crate::clique::{Buffers, Clique, Launch, LaunchArgs, THREADS};
+use crate::clique::{Buffers, Clique, Grid, Launch, LaunchArgs, THREADS, Work};
 use crate::error::Error;
 use crate::intercept::{Algo, CallDesc, Coll};
 
@@ -23,12 +23,13 @@ const WIRE_DEN: u64 = 32;
 const PIPELINE_WINDOWS: u64 = 4;
 const MIN_WINDOW: u64 = 4 << 20;
 
-/// Window (elements per rank and window, as the kernel expects) and block count. Depends only
-/// on the call and the agreed sizes, so it is identical on every rank. A staging half holds
+/// Window (elements per rank and window, as the kernel expects) and blocks of `THREADS`.
+/// Depends only on the call and the agreed sizes, so it is identical on every rank. A staging half holds
 /// `nranks` slots of a window (one per sending rank), or for AllReduce of more than 2 ranks two
 /// regions of a window each (incoming chunks, then reduced chunks). The 2-rank AllReduce is a
 /// gather of both ranks' codes (`rcclx_allreduce_pair_q`): 2 slots.
-pub fn grid(coll: Coll, count: u64, nranks: u64, half_bytes: u64, max_blocks: u32) -> (u64, u32) {
+pub fn grid(coll: Coll, w: &Work) -> Grid {
+    let Work { count, nranks, half_bytes, max_blocks, .. } = *w;
     let two_phase = coll == Coll::AllReduce && nranks > 2;
     let slots = if two_phase { 2 } else { nranks };
     // Whole groups of 4 blocks per slot: the kernels store 4 scales at once.
@@ -47,10 +48,10 @@ pub fn grid(coll: Coll, count: u64, nranks: u64, half_bytes: u64, max_blocks: u3
     // Eight lanes per block of 128 elements, THREADS lanes per GPU block.
     let groups_per_block = THREADS as u64 / 8;
     let blocks = blocks_per_phase.div_ceil(groups_per_block).clamp(1, max_blocks as u64);
-    (window, blocks as u32)
+    Grid { window, blocks: blocks as u32, threads: THREADS }
 }
 
-/// The kernel family of the 2-rank AllReduce of `codec` (`Algo::Lowp` or `Algo::Int8`).
+/// The kernel family of the 2-rank AllReduce of `codec` (`Algo::Fp8` or `Algo::Int8`).
 fn pair_algo(codec: Algo) -> &'static str {
     if codec == Algo::Int8 { "int8_pair" } else { "lowp_pair" }
 }
@@ -71,12 +72,20 @@ pub fn plan(clique: &Clique, call: &CallDesc, codec: Algo, bufs: &Buffers) -> Re
     // or fewer): more stores in flight on the link. Measured on H200: the 2-rank AllReduce
     // takes 6-9 % less time at 16-256 MiB with 2 blocks per SM than with 1.
     let cap = clique.resident_blocks(kernel);
-    let (window, blocks) = grid(call.coll, call.count as u64, clique.nranks as u64, args.half_bytes, cap);
+    let elem = call.dtype.size().unwrap_or(1) as u64;
+    let work = Work {
+        count: call.count as u64,
+        unit_bytes: elem,
+        nranks: clique.nranks as u64,
+        half_bytes: args.half_bytes,
+        max_blocks: cap,
+    };
+    let grid = grid(call.coll, &work);
     args.send = bufs.send as u64;
     args.recv = bufs.recv as u64;
     args.count = call.count as u64;
-    args.window_elems = window;
-    Ok(Launch { family, func: kernel.func, grid: (blocks, THREADS), args: LaunchArgs::Collective(args) })
+    args.window_elems = grid.window;
+    Ok(Launch { family, func: kernel.func, grid: (grid.blocks, grid.threads), args: LaunchArgs::Collective(args) })
 }
 
 #[cfg(test)]
@@ -86,11 +95,12 @@ mod tests {
 
     #[test]
     fn window_fits_the_staging_half() {
-        for coll in [Coll::AllReduce, Coll::AllGather, Coll::ReduceScatter, Coll::AllToAll] {
+        for coll in Coll::ALL.into_iter().filter(|c| c.spec().lowp_var.is_some()) {
             for n in 2..=8u64 {
                 let half = 16u64 << 20; // the default staging (32 MiB) halved
-                let (w, b) = grid(coll, 1 << 30, n, half, 64);
-                let (small, _) = grid(coll, 1 << 24, n, half, 64);
+                let work = |count| Work { count, unit_bytes: 2, nranks: n, half_bytes: half, max_blocks: 64 };
+                let Grid { window: w, blocks: b, .. } = grid(coll, &work(1 << 30));
+                let small = grid(coll, &work(1 << 24)).window;
                 assert!(small <= w && small * PIPELINE_WINDOWS >= (1 << 24).min(w), "{coll:?} n={n}: pipelined");
                 assert!(n > 2 || small < w, "{coll:?} n={n}: 16 Mi elements are cut into more windows");
                 let two_phase = coll == Coll::AllReduce && n > 2;
@@ -110,14 +120,14 @@ mod tests {
     fn every_collective_has_kernels_for_the_float_types() {
         use crate::kernel_table::{kernel_index, kernel_names};
         let names: Vec<String> = kernel_names().collect();
-        for coll in Coll::ALL {
-            let f = crate::intercept::family(coll, Algo::Lowp).unwrap();
+        for coll in Coll::ALL.into_iter().filter(|c| c.spec().lowp_var.is_some()) {
+            let f = crate::intercept::family(coll, Algo::Fp8).unwrap();
             for t in [ncclDataType_t::Float32, ncclDataType_t::Bfloat16, ncclDataType_t::Float16] {
                 assert!(kernel_index(f, t.0, 0).is_some(), "{coll:?} {t:?}");
             }
             assert!(kernel_index(f, ncclDataType_t::Int32.0, 0).is_none());
         }
-        let f = crate::intercept::family(Coll::AllToAll, Algo::Lowp).unwrap();
+        let f = crate::intercept::family(Coll::AllToAll, Algo::Fp8).unwrap();
         assert_eq!(names[kernel_index(f, ncclDataType_t::Float16.0, 0).unwrap()], "rcclx_alltoall_lowp_f16");
     }
 }

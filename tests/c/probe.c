@@ -8,8 +8,8 @@
  *
  * Usage: probe <result-file> <all|bcast|bcast-first> [library]   (library: dlopen build only)
  *
- * Own prototypes (as in the NCCL host-only probe, shared/reference/toolchain.md (c)), so that
- * no CUDA header is needed; the signatures themselves are checked by tests/c_abi.rs.
+ * Own prototypes (copied from the stock nccl.h), so that no CUDA header is needed; the
+ * signatures themselves are checked by tests/c_abi.rs.
  * NCCL writes its own WARN lines to stdout, so results go to a file, not to stdout.
  * rcclx's own functions are looked up with dlsym: the stock library does not have them
  * (`rcclx...=absent`). Exit status 0 unless the program itself cannot run. */

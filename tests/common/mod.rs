@@ -281,21 +281,22 @@ impl Run {
         self.results.iter().map(String::as_str).filter(|l| !l.starts_with("rcclx")).collect()
     }
 
-    /// rcclx's log lines (`host:pid:tid RCCLX LEVEL message`) as (LEVEL, message).
+    /// rcclx's log lines (`[time] host:pid:tid [dev] NCCL LEVEL rcclx: message`) as (LEVEL,
+    /// message); the stock library's own lines (no `rcclx:` tag) are left out.
     pub fn rcclx_log(&self) -> Vec<(&str, &str)> {
-        self.stderr
-            .lines()
-            .filter_map(|l| {
-                let (_, rest) = l.split_once(" RCCLX ")?;
-                Some(rest.split_once(' ').unwrap_or((rest, "")))
-            })
-            .collect()
+        self.stderr.lines().filter_map(rcclx_line).collect()
     }
 
     /// rcclx's log lines other than the one the probe provokes on purpose
-    /// ([`PROBE_A2AV_WARNING`]).
+    /// ([`PROBE_A2AV_WARNING`]) and, in a build without kernels (`RCCLX_NO_KERNELS=1`), the
+    /// warning that says so.
     pub fn rcclx_log_unprovoked(&self) -> Vec<(&str, &str)> {
-        self.rcclx_log().into_iter().filter(|l| *l != PROBE_A2AV_WARNING).collect()
+        let no_kernels = rcclx::kernels::CODE_OBJECTS.is_empty();
+        self.rcclx_log()
+            .into_iter()
+            .filter(|l| *l != PROBE_A2AV_WARNING)
+            .filter(|(_, m)| !(no_kernels && m.starts_with("this librcclx.so was built without GPU kernels")))
+            .collect()
     }
 
     /// Everything the run printed, for failure messages.
@@ -487,5 +488,15 @@ pub fn nccl_error_string(code: i32) -> &'static str {
 }
 
 /// The WARN line of the probe's AllToAllv on a communicator rcclx does not know (`tests/c/probe.c`).
-pub const PROBE_A2AV_WARNING: (&str, &str) =
-    ("WARN", "rcclxAllToAllvDynamic: comm 0x7f00 is not a communicator rcclx knows; returning ncclInvalidUsage");
+pub const PROBE_A2AV_WARNING: (&str, &str) = (
+    "WARN",
+    "rcclxAllToAllvDynamic: comm 0x7f00 is not a communicator rcclx knows: ncclInvalidUsage (the counts are in \
+     device memory, so the stock library cannot stand in)",
+);
+
+/// (LEVEL, message) of one of rcclx's log lines, `None` for any other line.
+pub fn rcclx_line(l: &str) -> Option<(&str, &str)> {
+    let (_, rest) = l.split_once(" NCCL ")?;
+    let (level, msg) = rest.split_once(' ')?;
+    Some((level, msg.strip_prefix("rcclx: ")?))
+}

@@ -1,7 +1,7 @@
 """PyTorch job through rcclx: run with torchrun (2 processes) and LD_PRELOAD=librcclx.so.
 
 Checks that dist.all_reduce results are correct (eager and captured in a CUDA graph), that
-all_gather_into_tensor, reduce_scatter_tensor and all_to_all_single give exact results, and that
+all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single and broadcast give exact results, and that
 rcclx's own kernels ran for each (rcclxGetProcessRouteStats, exported by the preloaded library).
 Prints PASS/FAIL lines and exits non-zero on any failure.
 """
@@ -116,12 +116,18 @@ def main():
             want = torch.cat([(torch.arange(world * n, device=dev).remainder(47).add(1000 * r))[rank * n:(rank + 1) * n]
                               for r in range(world)]).to(dtype)
             check(f"all_to_all_single {dtype} n={n}", bool((a2a_out == want).all()))
+            # Broadcast from every root (rcclx's kernels up to 256 KiB; the stock library above).
+            for root in range(world):
+                b = torch.arange(n, dtype=torch.float32, device=dev).remainder(59).add(10 * rank).to(dtype)
+                dist.broadcast(b, src=root)
+                want = torch.arange(n, device=dev).remainder(59).add(10 * root).to(dtype)
+                check(f"broadcast {dtype} n={n} root={root}", bool((b == want).all()))
 
     torch.cuda.synchronize()
     routes = route_stats()
     if routes is not None:
         taken = {k: v for k, v in routes.items() if v}
-        for coll in ("allgather", "reducescatter", "alltoall"):
+        for coll in ("allgather", "reducescatter", "alltoall", "broadcast"):
             check(f"rcclx DDA {coll} taken", routes.get(f"{coll}.ll", 0) + routes.get(f"{coll}.flat", 0) > 0, str(taken))
     st = stats()
     if st is None:

@@ -35,7 +35,7 @@ use rcclx::clique::{self, Buffers, Sharing};
 use rcclx::comm::{self, lifecycle};
 use rcclx::gpu::{DeviceBuffer, MemKind, Runtime, Stream};
 use rcclx::intercept::{CallDesc, Coll};
-use rcclx::types::{ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclResult_t};
+use rcclx::types::{ncclComm_t, ncclDataType_t, ncclResult_t};
 use rcclx_gpu_tests::world::{FORWARDED, Layout, Placement, World, fresh_dir};
 use rcclx_gpu_tests::{self as harness, Fail, Outcome, Tally, watchdog};
 
@@ -176,8 +176,7 @@ impl Lab {
 
     /// Rank `k`'s AllReduce on `comm` and `stream`, through rcclx's per-call path.
     fn call(&self, k: usize, comm: ncclComm_t, stream: Stream) -> Result<(), Fail> {
-        let call =
-            CallDesc { coll: Coll::AllReduce, count: COUNT, dtype: ncclDataType_t::Float32, op: ncclRedOp_t::Sum };
+        let call = CallDesc::new(Coll::AllReduce, COUNT, ncclDataType_t::Float32);
         let bufs =
             Buffers { send: self.send[k].ptr().as_raw() as *const c_void, recv: self.recv[k].ptr().as_raw(), stream };
         match comm::collective(comm, call, bufs, || FORWARDED) {

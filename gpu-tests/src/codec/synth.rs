@@ -1,7 +1,7 @@
 //! Deterministic test data shared by the codec's unit tests and `lowp_accuracy`: a small
 //! xorshift PRNG, Box-Muller normals and the four input distributions of the accuracy tests.
 
-use super::BLOCK;
+use super::block::BLOCK;
 
 /// xorshift64* (Vigna): fast, deterministic, good enough for test data.
 #[derive(Clone, Debug)]
@@ -122,5 +122,28 @@ impl Dist {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::block::block_amax;
+
+    #[test]
+    fn synth_is_deterministic_and_sane() {
+        let a = Dist::Gaussian.generate(5, 100_000);
+        assert_eq!(a, Dist::Gaussian.generate(5, 100_000));
+        let mean = a.iter().map(|&x| f64::from(x)).sum::<f64>() / a.len() as f64;
+        let var = a.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>() / a.len() as f64;
+        assert!(mean.abs() < 0.02 && (var - 1.0).abs() < 0.02, "{mean} {var}");
+        let t = Dist::StudentT3.generate(6, 100_000);
+        assert!(t.iter().any(|x| x.abs() > 20.0), "heavy tails");
+        let b = Dist::BigAndSmall.generate(7, 100_000);
+        assert!(b.iter().all(|x| (1e-6..=1e4).contains(&x.abs())));
+        let m = Dist::MixedScale.generate(8, 128 * 1000);
+        let amaxes: Vec<f32> = m.chunks(BLOCK).map(block_amax).collect();
+        let (lo, hi) = amaxes.iter().fold((f32::MAX, 0f32), |(l, h), &a| (l.min(a), h.max(a)));
+        assert!(hi / lo > 1e5, "blocks span ~1e6: {lo:e}..{hi:e}");
     }
 }

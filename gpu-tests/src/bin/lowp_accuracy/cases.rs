@@ -2,9 +2,10 @@
 //! run order, the seeds of their input data, which path (low precision or not, and which
 //! codec) rcclx should take, and the kernels' window sizes.
 
+use rcclx::clique::Work;
 use rcclx::config::{Config, LowpCodec};
-use rcclx::intercept::{Algo, CallDesc, Coll, CommFacts, LowpSwitches, Route, Thresholds};
-use rcclx::types::{ncclDataType_t, ncclRedOp_t};
+use rcclx::intercept::{Algo, CallDesc, Coll, CommFacts, Policies, Route};
+use rcclx::types::ncclDataType_t;
 use rcclx_gpu_tests::codec::Io;
 use rcclx_gpu_tests::codec::synth::Dist;
 use rcclx_gpu_tests::fnv::Fnv;
@@ -25,7 +26,7 @@ pub fn env_codec() -> LowpCodec {
 /// The algorithm (route) of rcclx's low-precision calls with `codec`: `lowp` (FP8) or `int8`.
 pub fn lowp_algo(codec: LowpCodec) -> Algo {
     match codec {
-        LowpCodec::Fp8 => Algo::Lowp,
+        LowpCodec::Fp8 => Algo::Fp8,
         LowpCodec::Int8 => Algo::Int8,
     }
 }
@@ -146,13 +147,20 @@ impl Case {
 /// Elements per window of `op`'s low-precision kernel for a call of `count` elements on `n`
 /// ranks with the staging size of the environment (rcclx's own grid).
 pub fn window_for(op: Op, count: usize, n: usize) -> usize {
-    rcclx::lowp::grid(op.coll(), count as u64, n as u64, half_bytes(), max_blocks()).0 as usize
+    lowp_window(op, count as u64, n) as usize
+}
+
+/// rcclx's low-precision window for a call of `count` elements (the element size does not
+/// enter it).
+fn lowp_window(op: Op, count: u64, n: usize) -> u64 {
+    let work = Work { count, unit_bytes: 2, nranks: n as u64, half_bytes: half_bytes(), max_blocks: max_blocks() };
+    rcclx::lowp::grid(op.coll(), &work).window
 }
 
 /// Elements of the largest window of `op`'s low-precision kernel (staging size of the
 /// environment).
 pub fn window_elems(op: Op, n: usize) -> u64 {
-    rcclx::lowp::grid(op.coll(), u64::MAX, n as u64, half_bytes(), max_blocks()).0
+    lowp_window(op, u64::MAX, n)
 }
 
 /// Element count that spans 3 of the largest LP windows and one element more.
@@ -210,17 +218,13 @@ pub fn seed(g: &Group, r: usize, base: u64) -> u64 {
     h.0
 }
 
-/// Whether rcclx should run the call on the low-precision path (FP8 or INT8: `Algo::Lowp` or
+/// Whether rcclx should run the call on the low-precision path (FP8 or INT8: `Algo::Fp8` or
 /// `Algo::Int8`): its own decision (`intercept::decide`) on a clique of `n` ranks with working
 /// DDA, with the switches a communicator created now would read (the environment, through
 /// rcclx's own config parser).
 pub fn expect_lowp(op: Op, io: Io, count: usize, n: usize) -> bool {
     let config = env_config();
-    let call = CallDesc { coll: op.coll(), count, dtype: dtype_of(io), op: ncclRedOp_t::Sum };
-    let facts = CommFacts { nranks: n, dda: true, lowp: LowpSwitches::from_config(&config), ..CommFacts::default() };
-    !config.disable
-        && matches!(
-            rcclx::intercept::decide(&call, &facts, &Thresholds::for_ranks(&config, n)),
-            Route::Own(Algo::Lowp | Algo::Int8)
-        )
+    let call = CallDesc::new(op.coll(), count, dtype_of(io));
+    let facts = CommFacts { nranks: n, dda: true, policies: Policies::from_config(&config, n) };
+    !config.disable && matches!(rcclx::intercept::decide(&call, &facts), Route::Own(Algo::Fp8 | Algo::Int8))
 }

@@ -12,7 +12,7 @@ use rcclx::abi::table as api;
 use rcclx::config::LowpCodec;
 use rcclx::gpu::{DeviceBuffer, DevicePtr, MemKind, Runtime, Stream};
 use rcclx::types::{ncclComm_t, ncclRedOp_t, ncclResult_t};
-use rcclx_gpu_tests::codec::{Codec, Fp8Format, Io};
+use rcclx_gpu_tests::codec::Io;
 use rcclx_gpu_tests::world::{FORWARDED, Placement, World};
 use rcclx_gpu_tests::{self as harness, nccl, watchdog};
 
@@ -24,28 +24,6 @@ use crate::report::{RankResult, evaluate};
 const GUARD: usize = 256;
 /// Bound on each stream wait.
 const STREAM_WAIT: Duration = Duration::from_secs(120);
-
-/// The FP8 format of device 0's code object, and a description of the choice.
-pub fn fp8_format(rt: &Runtime) -> (Fp8Format, String) {
-    let arch = rt.device_info(0).map(|i| i.arch).unwrap_or_default();
-    match rcclx::kernels::for_arch(&arch) {
-        Some(co) => (co.fp8_format(), format!("arch {arch} -> code object {} ({:?})", co.target, co.fp8_format())),
-        None => (
-            Fp8Format::E4m3fn,
-            format!("arch {arch}: NO rcclx code object (rcclx will only forward); model assumes E4m3fn"),
-        ),
-    }
-}
-
-/// The model of the kernels with the low-precision codec `lowp`: INT8, or FP8 in device 0's
-/// format; and a description of the choice.
-pub fn model_codec(rt: &Runtime, lowp: LowpCodec) -> (Codec, String) {
-    let (fmt, what) = fp8_format(rt);
-    match lowp {
-        LowpCodec::Fp8 => (Codec::Fp8(fmt), what),
-        LowpCodec::Int8 => (Codec::Int8, format!("{what}; the INT8 codec does not depend on it")),
-    }
-}
 
 /// One rank's device buffers for a case (guards of 0xFF around each).
 struct RankBufs {
@@ -144,7 +122,7 @@ unsafe fn issue(
 ) -> ncclResult_t {
     let (s, r, dt, st) = (send.as_raw() as *const c_void, recv.as_raw(), dtype_of(io), stream.as_raw());
     if harness {
-        let call = rcclx::intercept::CallDesc { coll: op.coll(), count, dtype: dt, op: ncclRedOp_t::Sum };
+        let call = rcclx::intercept::CallDesc::new(op.coll(), count, dt);
         let bufs = rcclx::clique::Buffers { send: s, recv: r, stream };
         return rcclx::comm::collective(comm, call, bufs, || FORWARDED);
     }
@@ -375,9 +353,10 @@ mod tests {
         assert!(!is_lowp_route("allreduce.lowpx", "allreduce", "lowp"));
         assert!(!is_lowp_route("allgather.lowp", "allreduce", "lowp"));
         assert!(!is_lowp_route("alltoallv.dynamic", "alltoall", "lowp"));
-        // rcclx has routes of both codecs for every collective, and no route of both.
+        // rcclx has routes of both codecs for every collective with low precision, and no
+        // route of both.
         let names = route_names();
-        for coll in Coll::ALL {
+        for coll in Coll::ALL.into_iter().filter(|c| c.spec().lowp_var.is_some()) {
             for codec in [LowpCodec::Fp8, LowpCodec::Int8] {
                 let algo = lowp_algo(codec).name();
                 assert!(names.iter().any(|n| is_lowp_route(n, coll.name(), algo)), "{coll:?} {algo}: {names:?}");

@@ -55,6 +55,7 @@
 
 mod cases;
 mod device;
+mod opts;
 mod procs;
 mod reference;
 mod report;
@@ -62,7 +63,6 @@ mod report;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use rcclx::clique::MAX_RANKS;
 use rcclx::config::LowpCodec;
 use rcclx::gpu::Runtime;
 use rcclx_gpu_tests::codec::synth::Dist;
@@ -72,159 +72,14 @@ use rcclx_gpu_tests::{self as harness, EXIT_FAILED, Tally, watchdog};
 
 use cases::{Case, Group, Op, codec_name, expect_lowp};
 use device::Comms;
-use reference::{for_each_prepared, prepare, to_bytes};
+use opts::{Mode, Opts, USAGE, parse_args, set_default_env};
+use reference::{for_each_prepared, model_codec, prepare, to_bytes};
 use report::{RankResult, evaluate, judge};
 
 /// No progress for this long ends the process (exit 3).
 const STALL_LIMIT: Duration = Duration::from_secs(300);
 /// Count of the `--toggle` calls.
 const TOGGLE_COUNT: usize = 64 * 1024 + 3;
-
-// ---------------------------------------------------------------------------------------------
-// Options
-// ---------------------------------------------------------------------------------------------
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Mode {
-    Procs,
-    OneProcess,
-    Toggle,
-    Child(usize),
-}
-
-#[derive(Clone, Debug)]
-struct Opts {
-    mode: Mode,
-    nranks: usize,
-    quick: bool,
-    filter: Option<String>,
-    no_lp: bool,
-    /// `--default-min-bytes`: RCCLX_LP_MIN_BYTES is not set to 0.
-    default_min_bytes: bool,
-    seed: u64,
-    list: bool,
-    host_check: bool,
-    /// The low-precision codec (`--codec`, else `RCCLX_LOW_PRECISION_CODEC`, else FP8).
-    codec: LowpCodec,
-    /// `--world G`: the harness's communicators, the ranks on G GPUs.
-    world: Option<usize>,
-    idfile: Option<String>,
-    /// The arguments as given (passed on to children).
-    raw: Vec<String>,
-}
-
-impl Opts {
-    /// The cases these options select, in run order.
-    fn cases(&self) -> Vec<Case> {
-        cases::cases(self.nranks, self.quick, self.filter.as_deref())
-    }
-}
-
-fn parse_args(args: Vec<String>) -> Result<Opts, String> {
-    let mut o = Opts {
-        mode: Mode::Procs,
-        nranks: 2,
-        quick: false,
-        filter: None,
-        no_lp: false,
-        default_min_bytes: false,
-        seed: 1,
-        list: false,
-        host_check: false,
-        codec: LowpCodec::Fp8,
-        world: None,
-        idfile: None,
-        raw: args.clone(),
-    };
-    let mut it = args.into_iter();
-    let num = |v: Option<String>, what: &str| -> Result<u64, String> {
-        v.ok_or(format!("{what} needs a value"))?.parse::<u64>().map_err(|e| format!("{what}: {e}"))
-    };
-    let mut child = None;
-    let mut codec = None;
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--procs" => o.nranks = num(it.next(), "--procs")? as usize,
-            "--one-process" => o.mode = Mode::OneProcess,
-            "--world" => o.world = Some(num(it.next(), "--world")? as usize),
-            "--toggle" => o.mode = Mode::Toggle,
-            "--quick" => o.quick = true,
-            "--no-lp" => o.no_lp = true,
-            "--default-min-bytes" => o.default_min_bytes = true,
-            "--list" => o.list = true,
-            "--host-check" => o.host_check = true,
-            "--seed" => o.seed = num(it.next(), "--seed")?,
-            "--filter" => o.filter = Some(it.next().ok_or("--filter needs a value")?),
-            "--codec" => {
-                let v = it.next().ok_or("--codec needs a value")?;
-                codec = Some(parse_codec(&v).ok_or(format!("--codec {v:?}: fp8 or int8"))?);
-            }
-            "--child" => {
-                child = Some(num(it.next(), "--child")? as usize);
-                o.idfile = Some(it.next().ok_or("--child needs RANK IDFILE")?);
-            }
-            "-h" | "--help" => return Err(String::new()),
-            other => return Err(format!("unknown argument {other:?}")),
-        }
-    }
-    o.codec = match (codec, std::env::var(CODEC_VAR)) {
-        (Some(c), _) => c,
-        (None, Ok(v)) if !v.trim().is_empty() => parse_codec(&v).ok_or(format!("{CODEC_VAR}={v:?}: fp8 or int8"))?,
-        (None, _) => LowpCodec::Fp8,
-    };
-    if !(2..=MAX_RANKS).contains(&o.nranks) {
-        return Err(format!("--procs must be 2..={MAX_RANKS}"));
-    }
-    if o.world.is_some_and(|g| !(1..=o.nranks).contains(&g)) {
-        return Err("--world G needs 1 <= G <= the rank count".into());
-    }
-    if o.world.is_some() && o.mode == Mode::Toggle {
-        return Err("--world and --toggle do not combine".into());
-    }
-    if let Some(r) = child {
-        if r >= o.nranks {
-            return Err(format!("--child rank {r} >= {}", o.nranks));
-        }
-        o.mode = Mode::Child(r);
-    }
-    Ok(o)
-}
-
-const USAGE: &str = "usage: lowp_accuracy [--procs N | --one-process | --toggle] [--world G] [--codec fp8|int8] [--quick] [--filter TEXT] [--no-lp] [--default-min-bytes] [--seed N] [--list] [--host-check]";
-
-/// rcclx's codec variable.
-const CODEC_VAR: &str = "RCCLX_LOW_PRECISION_CODEC";
-
-/// `fp8` or `int8` (as rcclx reads `RCCLX_LOW_PRECISION_CODEC`: case and surrounding spaces
-/// ignored).
-fn parse_codec(s: &str) -> Option<LowpCodec> {
-    match s.trim().to_ascii_lowercase().as_str() {
-        "fp8" => Some(LowpCodec::Fp8),
-        "int8" => Some(LowpCodec::Int8),
-        _ => None,
-    }
-}
-
-/// Sets the LP switches, the codec and the rest of the test's environment: the codec always,
-/// the LP switch always with `--no-lp`, the others unless already set.
-fn set_default_env(no_lp: bool, default_min_bytes: bool, codec: LowpCodec) {
-    let lp = if no_lp { "0" } else { "1" };
-    for (k, v) in [
-        ("RCCL_LOW_PRECISION_ENABLE", lp),
-        (CODEC_VAR, codec_name(codec)),
-        ("RCCLX_LP_MIN_BYTES", "0"),
-        ("NCCL_NVLS_ENABLE", "0"),
-    ] {
-        let forced = (no_lp && k == "RCCL_LOW_PRECISION_ENABLE") || k == CODEC_VAR;
-        if default_min_bytes && k == "RCCLX_LP_MIN_BYTES" {
-            continue;
-        }
-        if forced || std::env::var_os(k).is_none() {
-            // SAFETY: called at the start of main, before any other thread exists.
-            unsafe { std::env::set_var(k, v) };
-        }
-    }
-}
 
 fn main() -> ExitCode {
     let opts = match harness::options_or_exit("lowp_accuracy", USAGE, parse_args) {
@@ -290,7 +145,7 @@ fn run_one_process(opts: &Opts, rt: &'static Runtime) -> ExitCode {
             return ExitCode::from(EXIT_FAILED);
         }
     };
-    let (codec, _) = device::model_codec(rt, opts.codec);
+    let (codec, _) = model_codec(rt, opts.codec);
     let mut tally = Tally::new();
     for_each_prepared(&opts.cases(), n, codec, opts.seed, |_, case, p, lowp, _| {
         let mut notes = Vec::new();
@@ -358,7 +213,7 @@ fn run_host_check(opts: &Opts) -> ExitCode {
 /// `--toggle`: the LP switches are read when a communicator is created.
 fn run_toggle(opts: &Opts, rt: &'static Runtime) -> ExitCode {
     let n = opts.nranks;
-    let (codec, _) = device::model_codec(rt, opts.codec);
+    let (codec, _) = model_codec(rt, opts.codec);
     let set = |k: &str, v: Option<&str>| match v {
         // SAFETY: this mode's only other thread is the watchdog, which reads no environment;
         // no communicator call is in flight while the environment changes.

@@ -15,10 +15,10 @@ use rcclx_gpu_tests::children::{Children, Line};
 use rcclx_gpu_tests::world::{self, Layout, Placement};
 use rcclx_gpu_tests::{EXIT_FAILED, Tally, hex, nccl, watchdog};
 
-use crate::Opts;
 use crate::cases::expect_lowp;
-use crate::device::{self, Comms};
-use crate::reference::for_each_prepared;
+use crate::device::Comms;
+use crate::opts::Opts;
+use crate::reference::{for_each_prepared, model_codec};
 use crate::report::{RankResult, judge};
 
 /// A child that prints nothing for this long is killed.
@@ -165,7 +165,7 @@ pub fn run_child(opts: &Opts, rank: usize, rt: &'static Runtime) -> ExitCode {
             Err(e) => return fatal(e),
         },
     };
-    let (codec, _) = device::model_codec(rt, opts.codec);
+    let (codec, _) = model_codec(rt, opts.codec);
     for_each_prepared(&opts.cases(), n, codec, opts.seed, |i, case, p, _, _| {
         let rs = comms.run_case(rt, case, p, &mut |s| println!("NOTE {s}"));
         println!("RESULT {i} {}", rs[0].to_line());

@@ -1,15 +1,42 @@
-//! The host side of a case: its input data, the exact (f64) result, the codec model (what the
-//! kernels must produce) and the documented per-element error bound; and the byte images that
-//! go to and come from the GPU.
+//! The host side of a case: which codec model the kernels must match (device 0's FP8 format),
+//! the input data, the exact (f64) result, the codec model (what the kernels must produce) and
+//! the documented per-element error bound; and the byte images that go to and come from the GPU.
 
 use std::ops::Range;
 use std::time::Instant;
 
-use rcclx_gpu_tests::codec::{self, AllReduceForm, BLOCK, Codec, Io};
+use rcclx::config::LowpCodec;
+use rcclx::gpu::Runtime;
+use rcclx_gpu_tests::codec::{self, AllReduceForm, BLOCK, Codec, Fp8Format, Io};
 use rcclx_gpu_tests::watchdog;
 
 use crate::cases::{Case, Group, Op, expect_lowp, seed, window_for};
-use crate::report::MODEL_TOL_ABS;
+
+/// The absolute part of the tolerance against the model (`report.rs`: 1 ulp of the output type
+/// + this), and the floor of the control run's bound.
+pub const MODEL_TOL_ABS: f32 = f32::MIN_POSITIVE;
+
+/// The FP8 format of device 0's code object, and a description of the choice.
+pub fn fp8_format(rt: &Runtime) -> (Fp8Format, String) {
+    let arch = rt.device_info(0).map(|i| i.arch).unwrap_or_default();
+    match rcclx::kernels::for_arch(&arch) {
+        Some(co) => (co.fp8_format(), format!("arch {arch} -> code object {} ({:?})", co.target, co.fp8_format())),
+        None => (
+            Fp8Format::E4m3fn,
+            format!("arch {arch}: NO rcclx code object (rcclx will only forward); model assumes E4m3fn"),
+        ),
+    }
+}
+
+/// The model of the kernels with the low-precision codec `lowp`: INT8, or FP8 in device 0's
+/// format; and a description of the choice.
+pub fn model_codec(rt: &Runtime, lowp: LowpCodec) -> (Codec, String) {
+    let (fmt, what) = fp8_format(rt);
+    match lowp {
+        LowpCodec::Fp8 => (Codec::Fp8(fmt), what),
+        LowpCodec::Int8 => (Codec::Int8, format!("{what}; the INT8 codec does not depend on it")),
+    }
+}
 
 /// Inputs, exact result, codec model and error bound of one group. Each of `exact`, `model`
 /// and `bound` holds one output shared by every rank, or one per rank.

@@ -9,8 +9,8 @@ use rcclx::gpu::Runtime;
 use rcclx_gpu_tests::codec::{BLOCK, Io};
 
 use crate::cases::{Case, Op, codec_name, window_elems};
-use crate::reference::{Prepared, from_bytes, raw_bits};
-use crate::{Opts, device};
+use crate::opts::Opts;
+use crate::reference::{MODEL_TOL_ABS, Prepared, fp8_format, from_bytes, model_codec, raw_bits};
 use rcclx_gpu_tests::fnv::Fnv;
 
 /// Largest relative L2 error vs the exact (f64) result, every distribution.
@@ -21,7 +21,6 @@ const MAX_REL_L2: f64 = 0.05;
 const MIN_L2_ELEMS: usize = 1024;
 /// `|gpu - model| <= MODEL_TOL_ULPS * ulp(output type at the model value) + MODEL_TOL_ABS`.
 const MODEL_TOL_ULPS: f32 = 1.0;
-pub const MODEL_TOL_ABS: f32 = f32::MIN_POSITIVE;
 /// Mismatches / bound violations printed per rank and case.
 const MAX_NOTES: usize = 5;
 
@@ -296,12 +295,12 @@ pub fn header(opts: &Opts, rt: &Runtime) {
         rt.vendor().name(),
         rt.library(),
         rt.device_count(),
-        device::fp8_format(rt).1
+        fp8_format(rt).1
     );
     println!(
         "INFO codec {} (RCCLX_LOW_PRECISION_CODEC), model {}",
         codec_name(opts.codec),
-        device::model_codec(rt, opts.codec).0.name()
+        model_codec(rt, opts.codec).0.name()
     );
     let up = rcclxGetUpstreamPath();
     let up = if up.is_null() {

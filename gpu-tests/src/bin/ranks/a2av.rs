@@ -17,8 +17,8 @@ use rcclx::types::{ncclDataType_t, ncclResult_t};
 use rcclx_gpu_tests::reduce::{Rng, Ty};
 use rcclx_gpu_tests::{Fail, watchdog};
 
-use crate::Opts;
 use crate::device::{self, GUARD, Ranks, grown, report, route_calls};
+use crate::opts::Opts;
 
 /// The three C forms.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,5 +1,5 @@
-//! The `dda` suite: AllReduce, ReduceScatter, AllGather and AllToAll on rcclx's DDA kernels at
-//! this rank count, every type and op, around the crossovers the clique agreed, in and out of
+//! The `dda` suite: every intercepted collective (AllReduce, ReduceScatter, AllGather, AllToAll,
+//! Broadcast from every root) on rcclx's DDA kernels at this rank count, every type and op, around the crossovers the clique agreed, in and out of
 //! place, element-aligned but not 16-byte-aligned buffers too; each rank's output checked
 //! bit for bit against the CPU model (`rcclx_gpu_tests::reduce`), and ranks that must agree
 //! compared with each other (the parent does that, from the hashes).
@@ -8,14 +8,15 @@
 
 use std::ops::Range;
 
-use rcclx::intercept::{CallDesc, Coll, Thresholds};
+use rcclx::collective::Shape;
+use rcclx::intercept::{CallDesc, Coll, Policies};
 use rcclx::types::{ncclDataType_t, ncclRedOp_t};
 use rcclx_gpu_tests::fnv::fnv1a;
 use rcclx_gpu_tests::reduce::{self, Op, Ty};
 use rcclx_gpu_tests::{Fail, watchdog};
 
-use crate::Opts;
 use crate::device::{self, GUARD, Ranks, grown, kernel_for, report, route_calls};
+use crate::opts::Opts;
 
 /// One input value in this many is a special one (NaN, infinities, signed zeros, extremes).
 pub const SPECIAL_EVERY: u64 = 64;
@@ -33,18 +34,28 @@ pub struct Case {
     /// Bytes added to both buffers' offsets: a multiple of the element size below 16, so that
     /// the kernels' element-wise paths for buffers that are not 16-byte aligned run too.
     pub shift: usize,
+    /// Broadcast: the root (0 for the others).
+    pub root: usize,
+    /// Broadcast out of place: the other ranks pass a NULL send buffer (NCCL reads it on the
+    /// root only).
+    pub null_send: bool,
 }
 
 impl Case {
     pub fn name(&self) -> String {
-        let op = if matches!(self.coll, Coll::AllReduce | Coll::ReduceScatter) { self.op.name() } else { "-" };
+        let op = if self.coll.spec().reduces { self.op.name() } else { "-" };
         format!(
-            "{} {} {op} {} {}{}",
+            "{} {} {op} {} {}{}{}",
             self.coll.name(),
             self.ty.name(),
             self.count,
             if self.inplace { "in-place" } else { "out-of-place" },
-            if self.shift > 0 { format!(" +{}B", self.shift) } else { String::new() }
+            if self.shift > 0 { format!(" +{}B", self.shift) } else { String::new() },
+            if self.coll.spec().rooted {
+                format!(" root {}{}", self.root, if self.null_send { " null-send" } else { "" })
+            } else {
+                String::new()
+            }
         )
     }
 
@@ -54,19 +65,20 @@ impl Case {
             count: self.count,
             dtype: ncclDataType_t(self.ty.nccl()),
             op: ncclRedOp_t(self.op.nccl()),
+            root: self.root as i32,
         }
     }
 
     /// Elements of one rank's input and output.
     pub fn in_len(&self, n: usize) -> usize {
         match self.coll {
-            Coll::AllReduce | Coll::AllGather => self.count,
+            Coll::AllReduce | Coll::AllGather | Coll::Broadcast => self.count,
             Coll::ReduceScatter | Coll::AllToAll => self.count * n,
         }
     }
     pub fn out_len(&self, n: usize) -> usize {
         match self.coll {
-            Coll::AllReduce | Coll::ReduceScatter => self.count,
+            Coll::AllReduce | Coll::ReduceScatter | Coll::Broadcast => self.count,
             Coll::AllGather | Coll::AllToAll => self.count * n,
         }
     }
@@ -76,9 +88,9 @@ impl Case {
         fnv1a(self.name().as_bytes()) ^ base.wrapping_mul(0x9e37_79b9) ^ (r as u64).wrapping_mul(0x1000_0000_01b3)
     }
 
-    /// Whether every rank's output is the same (AllReduce, AllGather).
+    /// Whether every rank's output is the same (AllReduce, AllGather, Broadcast).
     pub fn shared_output(&self) -> bool {
-        matches!(self.coll, Coll::AllReduce | Coll::AllGather)
+        matches!(self.coll, Coll::AllReduce | Coll::AllGather | Coll::Broadcast)
     }
 
     /// Which ranks must produce identical outputs: all of them (group 0), or none (each its own).
@@ -89,10 +101,7 @@ impl Case {
     /// How outputs are compared: as the reduced type (any NaN matches any NaN: the hardware's
     /// payloads), or byte for byte (data movement copies bytes, NaN payloads included).
     pub fn compare_as(&self) -> Ty {
-        match self.coll {
-            Coll::AllReduce | Coll::ReduceScatter => self.ty,
-            _ => Ty::U8,
-        }
+        if self.coll.spec().reduces { self.ty } else { Ty::U8 }
     }
 }
 
@@ -192,6 +201,7 @@ pub fn expected(case: &Case, n: usize, r: usize, inputs: &[Vec<u8>]) -> Vec<u8> 
         }
         Coll::AllGather => inputs.concat(),
         Coll::AllToAll => (0..n).flat_map(|p| inputs[p][r * cb..(r + 1) * cb].to_vec()).collect(),
+        Coll::Broadcast => inputs[case.root].clone(),
     }
 }
 
@@ -206,8 +216,8 @@ pub fn inputs(case: &Case, n: usize, base_seed: u64) -> Vec<Vec<u8>> {
     })
 }
 
-/// The cases of the suite for `n` ranks and the clique's thresholds.
-pub fn dda_cases(n: usize, th: &Thresholds, quick: bool, _seed: u64) -> Vec<Case> {
+/// The cases of the suite for `n` ranks and the clique's policies.
+pub fn dda_cases(n: usize, p: &Policies, quick: bool, _seed: u64) -> Vec<Case> {
     let (types, ops): (Vec<Ty>, Vec<Op>) = if quick {
         (vec![Ty::F32, Ty::Bf16, Ty::I64], vec![Op::Sum, Op::Max])
     } else {
@@ -218,7 +228,10 @@ pub fn dda_cases(n: usize, th: &Thresholds, quick: bool, _seed: u64) -> Vec<Case
     let large_ops = if quick { vec![Op::Sum] } else { vec![Op::Sum, Op::Avg, Op::Min] };
     let mut out = Vec::new();
     for coll in Coll::ALL {
-        let reduces = matches!(coll, Coll::AllReduce | Coll::ReduceScatter);
+        let reduces = coll.spec().reduces;
+        let q = *p.of(coll);
+        // A two-shot collective whose one-shot limit is below its DDA limit runs both.
+        let both = coll.spec().two_shot && q.one_shot_max < q.max;
         // Data movement reads bytes whatever the type: a few element sizes are enough.
         let types: Vec<Ty> = if reduces {
             types.clone()
@@ -230,25 +243,17 @@ pub fn dda_cases(n: usize, th: &Thresholds, quick: bool, _seed: u64) -> Vec<Case
         let ops: Vec<Op> = if reduces { ops.clone() } else { vec![Op::Sum] };
         for &ty in &types {
             let s = ty.size() as u64;
-            // Bytes of the whole message (AllReduce) or of one rank's part (the others), per
-            // count: the thresholds are in those units (intercept::decide).
-            let (ll, max_total) = (
-                th.ll_max_bytes,
-                match coll {
-                    Coll::AllReduce => th.tree_max_bytes,
-                    Coll::AllGather => th.all_gather_max_bytes,
-                    Coll::ReduceScatter => th.reduce_scatter_max_bytes,
-                    Coll::AllToAll => th.all_to_all_max_bytes,
-                },
-            );
-            let per_count_total = if coll == Coll::AllReduce { s } else { s * n as u64 };
+            // Bytes of the whole message or of one rank's part, per count: the limits are in
+            // those units (intercept::decide).
+            let (ll, max_total) = (p.ll_max, q.max);
+            let per_count_total = if coll.spec().shape == Shape::Whole { s } else { s * n as u64 };
             let ll_count = ll / s;
             let mut small = vec![1, 7, 255, ll_count, ll_count + 1];
             let mut large = Vec::new();
-            if coll == Coll::AllReduce && th.flat_max_bytes < th.tree_max_bytes {
-                let flat = th.flat_max_bytes / s;
+            if both {
+                let flat = q.one_shot_max / s;
                 small.extend([((ll_count + flat) / 2) | 1, flat, flat + 3]);
-                large.extend([((flat + th.tree_max_bytes / s) / 2) | 1, th.tree_max_bytes / s]);
+                large.extend([((flat + q.max / s) / 2) | 1, q.max / s]);
             } else {
                 let flat = max_total / per_count_total;
                 small.push(((ll_count + 1 + flat.min(4 * ll_count)) / 2) | 1);
@@ -256,8 +261,8 @@ pub fn dda_cases(n: usize, th: &Thresholds, quick: bool, _seed: u64) -> Vec<Case
             }
             if quick {
                 small = vec![7, ll_count + 1];
-                if coll == Coll::AllReduce && th.flat_max_bytes < th.tree_max_bytes {
-                    small.push(th.flat_max_bytes / s + 3);
+                if both {
+                    small.push(q.one_shot_max / s + 3);
                 }
                 large.clear();
             }
@@ -275,7 +280,20 @@ pub fn dda_cases(n: usize, th: &Thresholds, quick: bool, _seed: u64) -> Vec<Case
                     }
                     for inplace in [false, true] {
                         let shift = if i % 2 == 1 && ty.size() < 16 && !quick { ty.size() * (1 + i % 3) } else { 0 };
-                        out.push(Case { coll, ty, op, count: count as usize, inplace, shift: shift % 16 });
+                        // Broadcast: a root other than 0 too, and NULL send buffers off the root.
+                        let rooted = coll.spec().rooted;
+                        let root = if rooted { (i + inplace as usize) % n } else { 0 };
+                        let null_send = rooted && !inplace && i % 2 == 1;
+                        out.push(Case {
+                            coll,
+                            ty,
+                            op,
+                            count: count as usize,
+                            inplace,
+                            shift: shift % 16,
+                            root,
+                            null_send,
+                        });
                     }
                 }
             }
@@ -310,7 +328,11 @@ pub fn run_case(dev: &mut Ranks, index: usize, case: &Case, base_seed: u64) -> R
     let rets: Vec<_> = images
         .iter()
         .enumerate()
-        .map(|(k, (img, base))| dev.collective(k, call, base.offset(img.send), base.offset(img.recv)))
+        .map(|(k, (img, base))| {
+            let null = case.null_send && dev.world.ranks[k] != case.root;
+            let send = if null { rcclx::gpu::DevicePtr(0) } else { base.offset(img.send) };
+            dev.collective(k, call, send, base.offset(img.recv))
+        })
         .collect();
     let kernel = kernel_for(&dev.world.cliques[0], &call).1;
     dev.wait_all(&|_| format!("case {index} {name}, kernel {kernel}"))?;
@@ -349,8 +371,8 @@ pub fn run_case(dev: &mut Ranks, index: usize, case: &Case, base_seed: u64) -> R
 
 /// The suite: every case of [`dda_cases`] in order.
 pub fn run(dev: &mut Ranks, opts: &Opts) -> Result<(), Fail> {
-    let th = dev.world.cliques[0].thresholds;
-    let all = dda_cases(dev.nranks(), &th, opts.quick, opts.seed);
+    let p = dev.world.cliques[0].facts.policies;
+    let all = dda_cases(dev.nranks(), &p, opts.quick, opts.seed);
     for (i, c) in all.iter().enumerate() {
         run_case(dev, i, c, opts.seed)?;
     }
@@ -361,10 +383,10 @@ pub fn run(dev: &mut Ranks, opts: &Opts) -> Result<(), Fail> {
 mod tests {
     use super::*;
     use rcclx::config::Config;
-    use rcclx::intercept::{Algo, CommFacts, LowpSwitches, Route, decide};
+    use rcclx::intercept::{Algo, CommFacts, Route, decide};
 
     fn facts(n: usize) -> CommFacts {
-        CommFacts { nranks: n, dda: true, lowp: LowpSwitches::default(), staging_bytes: 16 << 20 }
+        CommFacts { nranks: n, dda: true, policies: Policies::from_config(&Config::default(), n) }
     }
 
     /// At every rank count the cases reach every DDA algorithm of every collective, and none is
@@ -372,12 +394,12 @@ mod tests {
     #[test]
     fn cases_cover_every_algorithm_and_are_never_forwarded() {
         for n in 2..=8 {
-            let th = Thresholds::for_ranks(&Config::default(), n);
+            let f = facts(n);
             for quick in [false, true] {
-                let cases = dda_cases(n, &th, quick, 1);
+                let cases = dda_cases(n, &f.policies, quick, 1);
                 let mut seen = std::collections::HashSet::new();
                 for c in &cases {
-                    match decide(&c.call(), &facts(n), &th) {
+                    match decide(&c.call(), &f) {
                         Route::Own(a) => {
                             seen.insert((c.coll, a));
                         }
@@ -386,11 +408,18 @@ mod tests {
                     assert!(c.shift % c.ty.size() == 0 && c.shift < 16);
                 }
                 for coll in Coll::ALL {
-                    assert!(seen.contains(&(coll, Algo::Ll)) && seen.contains(&(coll, Algo::Flat)), "n={n} {coll:?}");
+                    let q = f.policies.of(coll);
+                    // Flat exists where the limit passes LL's (Broadcast at 2 ranks: LL only).
+                    let flat = q.max > f.policies.ll_max * if coll.spec().shape == Shape::Whole { 1 } else { n as u64 };
+                    assert!(seen.contains(&(coll, Algo::Ll)), "n={n} {coll:?}");
+                    assert!(!flat || seen.contains(&(coll, Algo::Flat)), "n={n} {coll:?}");
+                    if coll.spec().two_shot && q.one_shot_max < q.max {
+                        assert!(seen.contains(&(coll, Algo::TwoShot)), "n={n}: no two-shot case");
+                    }
                 }
-                if th.flat_max_bytes < th.tree_max_bytes {
-                    assert!(seen.contains(&(Coll::AllReduce, Algo::Tree)), "n={n}: no two-shot case");
-                }
+                let roots: std::collections::HashSet<usize> =
+                    cases.iter().filter(|c| c.coll == Coll::Broadcast).map(|c| c.root).collect();
+                assert!(roots.len() >= 2 || quick, "n={n}: Broadcast roots {roots:?}");
                 if !quick {
                     // Every type and op of the reductions.
                     for coll in [Coll::AllReduce, Coll::ReduceScatter] {
@@ -435,7 +464,16 @@ mod tests {
     #[test]
     fn expected_outputs_follow_the_collective() {
         let n = 3;
-        let c = Case { coll: Coll::AllToAll, ty: Ty::U8, op: Op::Sum, count: 2, inplace: false, shift: 0 };
+        let c = Case {
+            coll: Coll::AllToAll,
+            ty: Ty::U8,
+            op: Op::Sum,
+            count: 2,
+            inplace: false,
+            shift: 0,
+            root: 0,
+            null_send: false,
+        };
         let ins: Vec<Vec<u8>> = (0..n).map(|r| (0..6).map(|i| (10 * r + i) as u8).collect()).collect();
         // Rank 1 gets block 1 of every rank.
         assert_eq!(expected(&c, n, 1, &ins), [2, 3, 12, 13, 22, 23]);

@@ -26,25 +26,27 @@ pub fn wait_limit(p: Placement) -> Duration {
     }
 }
 
-/// The thresholds, buffer sizes and grid cap the clique agreed (what this run exercises).
+/// The limits, buffer sizes and grid cap the clique agreed (what this run exercises).
 pub fn describe_clique(w: &World) -> String {
     let c = &w.cliques[0];
-    let t = &c.thresholds;
+    let p = &c.facts.policies;
     let kib = |b: u64| if b >= 1 << 20 { format!("{}MiB", b >> 20) } else { format!("{}KiB", b >> 10) };
+    let colls: Vec<String> = Coll::ALL
+        .iter()
+        .map(|&k| {
+            let q = p.of(k);
+            let two = if k.spec().two_shot { format!(" (one-shot <= {})", kib(q.one_shot_max)) } else { String::new() };
+            let lowp = if q.lowp != 0 { format!(", low precision from {}", kib(q.lowp_min)) } else { String::new() };
+            format!("{} <= {}{two}{lowp}", k.spec().title, kib(q.max))
+        })
+        .collect();
     format!(
-        "clique of {} ranks: LL <= {} per rank, flat <= {}, two-shot <= {} (AllReduce); AllGather <= {}, ReduceScatter <= {}, AllToAll <= {}; low precision {} from {:?} B; staging {} ({} per half), LL inbox {} per source, DDA and AllToAllv grids <= {} blocks, every grid <= {}",
+        "clique of {} ranks: LL <= {} per rank; {}; staging {} per half, LL inbox {} per source, DDA and AllToAllv grids <= {} blocks, every grid <= {}",
         c.nranks,
-        kib(t.ll_max_bytes),
-        kib(t.flat_max_bytes),
-        kib(t.tree_max_bytes),
-        kib(t.all_gather_max_bytes),
-        kib(t.reduce_scatter_max_bytes),
-        kib(t.all_to_all_max_bytes),
-        if c.facts.lowp.any() { "on" } else { "off" },
-        t.lowp_min_bytes,
-        kib(c.facts.staging_bytes),
+        kib(p.ll_max),
+        colls.join("; "),
         kib(c.args().half_bytes),
-        kib(c.ll_max_bytes),
+        kib(p.ll_max),
         c.max_blocks,
         if c.grid_cap() > 0 {
             format!("{} blocks (ranks sharing a GPU run at once)", c.grid_cap())
@@ -56,10 +58,10 @@ pub fn describe_clique(w: &World) -> String {
 
 /// The kernel rcclx runs for `call` on `clique` (its route; the kernel's name), or why none.
 pub fn kernel_for(clique: &Clique, call: &CallDesc) -> (String, String) {
-    match rcclx::intercept::decide(call, &clique.facts, &clique.thresholds) {
+    match rcclx::intercept::decide(call, &clique.facts) {
         Route::Own(algo) => {
             let family = match (call.coll, algo, clique.nranks) {
-                (Coll::AllReduce, Algo::Lowp, 2) => kernel_table::family_index("allreduce", "lowp_pair"),
+                (Coll::AllReduce, Algo::Fp8, 2) => kernel_table::family_index("allreduce", "lowp_pair"),
                 (Coll::AllReduce, Algo::Int8, 2) => kernel_table::family_index("allreduce", "int8_pair"),
                 _ => rcclx::intercept::family(call.coll, algo),
             };

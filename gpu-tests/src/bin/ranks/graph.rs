@@ -5,14 +5,15 @@
 //! exact against the model. Replays advance the kernels' window counters and LL parities in
 //! device memory, so a replay that reused stale state would hang or differ.
 
+use rcclx::collective::Shape;
 use rcclx::intercept::Coll;
 use rcclx_gpu_tests::reduce::{self, Op, Ty};
 use rcclx_gpu_tests::{Fail, watchdog};
 
-use crate::Opts;
 use crate::a2av;
 use crate::cases::{Case, Image, SPECIAL_EVERY, expected};
 use crate::device::{self, Ranks, kernel_for, report, route_calls};
+use crate::opts::Opts;
 
 /// Replays of the graph.
 const REPLAYS: usize = 1000;
@@ -28,15 +29,20 @@ enum Call {
 fn calls(dev: &Ranks, seed: u64) -> Result<Vec<(String, Call)>, Fail> {
     let c = &dev.world.cliques[0];
     let n = dev.nranks();
-    let th = c.thresholds;
-    let lp = if c.facts.lowp.int8 { "int8" } else { "lowp" };
+    let p = c.facts.policies;
+    let lp = if p.int8 != 0 { "int8" } else { "lowp" };
     let (mut out, mut missing) = (Vec::new(), Vec::new());
     for coll in Coll::ALL {
-        let mut targets = vec!["ll", "flat"];
-        if coll == Coll::AllReduce && th.flat_max_bytes < th.tree_max_bytes {
+        let q = *p.of(coll);
+        let per_rank = if coll.spec().shape == Shape::Whole { 1 } else { n as u64 };
+        let mut targets = vec!["ll"];
+        if q.max > p.ll_max * per_rank {
+            targets.push("flat");
+        }
+        if coll.spec().two_shot && q.one_shot_max < q.max {
             targets.push("tree");
         }
-        if c.facts.lowp.any() {
+        if q.lowp != 0 {
             targets.push(lp);
         }
         for algo in targets {
@@ -47,18 +53,27 @@ fn calls(dev: &Ranks, seed: u64) -> Result<Vec<(String, Call)>, Fail> {
             let candidates = [(Ty::I32, Op::Sum), (Ty::F32, Op::Max), (Ty::F32, Op::Sum), (Ty::Bf16, Op::Sum)];
             let found = candidates.into_iter().find_map(|(ty, op)| {
                 let s = ty.size() as u64;
-                let per = if coll == Coll::AllReduce { s } else { s * n as u64 };
-                let lowp_min = th.lowp_min_bytes[coll as usize];
+                let per = s * per_rank;
                 let counts = [
                     4099 / s,
-                    th.ll_max_bytes / s + 5,
-                    th.flat_max_bytes / s + 7,
-                    lowp_min / per + 1001,
+                    p.ll_max / s + 5,
+                    q.one_shot_max / per + 7,
+                    q.lowp_min.min(1 << 40) / per + 1001,
                     (3 << 20) / per,
                 ];
+                let root = if coll.spec().rooted { n - 1 } else { 0 };
                 counts
                     .into_iter()
-                    .map(|count| Case { coll, ty, op, count: count.max(1) as usize, inplace: false, shift: 0 })
+                    .map(|count| Case {
+                        coll,
+                        ty,
+                        op,
+                        count: count.max(1) as usize,
+                        inplace: false,
+                        shift: 0,
+                        root,
+                        null_send: false,
+                    })
                     .find(|case| kernel_for(c, &case.call()).0 == want)
             });
             match found {

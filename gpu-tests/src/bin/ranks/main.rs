@@ -11,8 +11,8 @@
 //!                of ranks sharing a GPU run at once; every grid is capped so they fit together);
 //!                procs: one process per rank (the IPC path; processes on one GPU are
 //!                time-sliced, so every barrier costs milliseconds: use --quick)
-//!   --suite      dda:    AllReduce (LL, flat, two-shot), ReduceScatter, AllGather, AllToAll (LL,
-//!                        flat): every type and op, odd counts, in and out of place, around the
+//!   --suite      dda:    AllReduce (LL, flat, two-shot), ReduceScatter, AllGather, AllToAll,
+//!                        Broadcast from several roots (LL, flat): every type and op, odd counts, in and out of place, around the
 //!                        crossovers of this rank count; bit-exact against the CPU model of
 //!                        rcclx's reduction order (rcclx_gpu_tests::reduce), ranks identical
 //!                stress: 10,000 calls of random collective, type, op, size and placement, in
@@ -45,17 +45,19 @@ mod a2av;
 mod cases;
 mod device;
 mod graph;
+mod opts;
 mod stress;
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use rcclx::gpu::Runtime;
 use rcclx_gpu_tests::children::{Children, Line, say};
-use rcclx_gpu_tests::world::{Layout, Placement, World, fresh_dir};
+use rcclx_gpu_tests::world::{World, fresh_dir};
 use rcclx_gpu_tests::{self as harness, EXIT_FAILED, Tally, watchdog};
+
+use opts::{Opts, Suite, USAGE, parse_args, set_env};
 
 /// No progress for this long ends a process (a call that never returns: every wait of our own
 /// is shorter, `device::wait_limit`).
@@ -63,157 +65,15 @@ const STALL_LIMIT: Duration = Duration::from_secs(200);
 /// A child that prints nothing for this long is killed.
 const CHILD_SILENCE: Duration = Duration::from_secs(250);
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Suite {
-    Dda,
-    Stress,
-    Graph,
-    A2av,
-}
-
-impl Suite {
-    fn parse(s: &str) -> Option<Suite> {
-        match s {
-            "dda" => Some(Suite::Dda),
-            "stress" => Some(Suite::Stress),
-            "graph" => Some(Suite::Graph),
-            "a2av" => Some(Suite::A2av),
-            _ => None,
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Suite::Dda => "dda",
-            Suite::Stress => "stress",
-            Suite::Graph => "graph",
-            Suite::A2av => "a2av",
-        }
-    }
-
-    /// The statistics routes that must have run on every rank (`<coll>.<algo>`).
-    fn routes(self, codec: &str, nranks: usize) -> Vec<String> {
-        let dda = ["allreduce.ll", "allreduce.flat", "allreduce.tree", "allgather.ll", "allgather.flat"]
-            .into_iter()
-            .chain(["reducescatter.ll", "reducescatter.flat", "alltoall.ll", "alltoall.flat"]);
-        match self {
-            Suite::Dda | Suite::Stress => dda.map(String::from).collect(),
-            Suite::Graph => {
-                let lp = if codec == "int8" { "int8" } else { "lowp" };
-                // At 2 ranks AllReduce has a low-precision kernel of its own (`<codec>_pair`).
-                let ar = if nranks == 2 { format!("allreduce.{lp}_pair") } else { format!("allreduce.{lp}") };
-                dda.map(String::from)
-                    .chain([ar])
-                    .chain(["allgather", "reducescatter", "alltoall"].map(|c| format!("{c}.{lp}")))
-                    .chain(["alltoallv.dynamic".to_string()])
-                    .collect()
-            }
-            Suite::A2av => vec!["alltoallv.dynamic".into()],
-        }
-    }
-}
-
-#[derive(Clone, Debug)]
-pub struct Opts {
-    pub placement: Placement,
-    pub suite: Suite,
-    pub quick: bool,
-    pub seed: u64,
-    pub codec: String,
-    list: bool,
-    child: Option<usize>,
-    dir: Option<PathBuf>,
-    raw: Vec<String>,
-}
-
-const USAGE: &str = "usage: ranks --nranks N [--gpus G] [--layout streams|procs] --suite dda|stress|graph|a2av [--quick] [--seed S] [--codec fp8|int8] [--list]";
-
-fn parse_args(args: Vec<String>) -> Result<Opts, String> {
-    let (mut nranks, mut gpus, mut layout, mut suite) = (0usize, 1usize, Layout::Streams, None);
-    let mut o = Opts {
-        placement: Placement { nranks: 0, gpus: 1, layout },
-        suite: Suite::Dda,
-        quick: false,
-        seed: 1,
-        codec: "fp8".into(),
-        list: false,
-        child: None,
-        dir: None,
-        raw: args.clone(),
-    };
-    let mut it = args.into_iter();
-    let num = |v: Option<String>, what: &str| -> Result<u64, String> {
-        v.ok_or(format!("{what} needs a value"))?.parse::<u64>().map_err(|e| format!("{what}: {e}"))
-    };
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--nranks" => nranks = num(it.next(), "--nranks")? as usize,
-            "--gpus" => gpus = num(it.next(), "--gpus")? as usize,
-            "--layout" => {
-                let v = it.next().unwrap_or_default();
-                layout = Layout::parse(&v).ok_or(format!("--layout {v:?}: streams or procs"))?;
-            }
-            "--suite" => {
-                let v = it.next().unwrap_or_default();
-                suite = Some(Suite::parse(&v).ok_or(format!("--suite {v:?}: dda, stress, graph or a2av"))?);
-            }
-            "--quick" => o.quick = true,
-            "--list" => o.list = true,
-            "--seed" => o.seed = num(it.next(), "--seed")?,
-            "--codec" => {
-                o.codec = it.next().unwrap_or_default();
-                if o.codec != "fp8" && o.codec != "int8" {
-                    return Err(format!("--codec {:?}: fp8 or int8", o.codec));
-                }
-            }
-            "--child" => o.child = Some(num(it.next(), "--child")? as usize),
-            "--dir" => o.dir = Some(PathBuf::from(it.next().ok_or("--dir needs a value")?)),
-            "-h" | "--help" => return Err(String::new()),
-            other => return Err(format!("unknown argument {other:?}")),
-        }
-    }
-    if !(2..=rcclx::clique::MAX_RANKS).contains(&nranks) {
-        return Err("--nranks must be 2..=8".into());
-    }
-    if !(1..=nranks).contains(&gpus) {
-        return Err("--gpus must be 1..=nranks".into());
-    }
-    o.suite = suite.ok_or("--suite is required")?;
-    o.placement = Placement { nranks, gpus, layout };
-    if o.child.is_some_and(|p| p >= o.placement.processes().len()) || o.child.is_some() != o.dir.is_some() {
-        return Err("--child P needs --dir, and P < the number of processes".into());
-    }
-    Ok(o)
-}
-
-/// The environment of the run, set before any rcclx call (and inherited by the children).
-fn set_env(o: &Opts) {
-    let mut vars: Vec<(&str, String)> = vec![
-        ("NCCL_DEBUG", "WARN".into()),
-        ("NCCL_NVLS_ENABLE", "0".into()),
-        ("RCCLX_LOW_PRECISION_CODEC", o.codec.clone()),
-    ];
-    if o.suite == Suite::Graph {
-        // Low precision on, from 1 MiB: every family, DDA and low precision, has sizes left.
-        vars.push(("RCCL_LOW_PRECISION_ENABLE", "1".into()));
-        vars.push(("RCCLX_LP_MIN_BYTES", "1M".into()));
-    }
-    for (k, v) in vars {
-        if k == "RCCLX_LOW_PRECISION_CODEC" || std::env::var_os(k).is_none() {
-            // SAFETY: called at the start of main, before any other thread exists.
-            unsafe { std::env::set_var(k, v) };
-        }
-    }
-}
-
 fn main() -> ExitCode {
     let opts = match harness::options_or_exit("ranks", USAGE, parse_args) {
         Ok(o) => o,
         Err(code) => return code,
     };
     if opts.list {
-        let th = rcclx::intercept::Thresholds::for_ranks(&rcclx::config::Config::default(), opts.placement.nranks);
-        for (i, c) in cases::dda_cases(opts.placement.nranks, &th, opts.quick, opts.seed).iter().enumerate() {
+        let n = opts.placement.nranks;
+        let p = rcclx::intercept::Policies::from_config(&rcclx::config::Config::default(), n);
+        for (i, c) in cases::dda_cases(n, &p, opts.quick, opts.seed).iter().enumerate() {
             println!("{i} {}", c.name());
         }
         return ExitCode::SUCCESS;

@@ -4,14 +4,15 @@
 //! and grids meet the window counters and LL parities their predecessors left), every call
 //! then checked as in the `dda` suite. One result line per batch and rank.
 
+use rcclx::collective::Shape;
 use rcclx::gpu::Event;
-use rcclx::intercept::{Coll, CommFacts, Route, Thresholds, decide};
+use rcclx::intercept::{Coll, CommFacts, Route, decide};
 use rcclx_gpu_tests::reduce::{self, Op, Rng, Ty};
 use rcclx_gpu_tests::{Fail, watchdog};
 
-use crate::Opts;
 use crate::cases::{Case, Image, SPECIAL_EVERY, expected};
 use crate::device::{self, Ranks, kernel_for, report, route_calls};
+use crate::opts::Opts;
 
 /// Calls per batch.
 const BATCH: usize = 200;
@@ -20,9 +21,10 @@ const MAX_BYTES: u64 = 1 << 20;
 
 /// The largest call of `coll`: 1 MiB, and for AllReduce twice the one-shot limit where a
 /// two-shot range follows it (so that some calls take the two-shot kernel), at most 4 MiB.
-fn max_bytes(coll: Coll, th: &Thresholds) -> u64 {
-    if coll == Coll::AllReduce && th.flat_max_bytes < th.tree_max_bytes {
-        (2 * th.flat_max_bytes).clamp(MAX_BYTES, 4 << 20)
+fn max_bytes(coll: Coll, facts: &CommFacts) -> u64 {
+    let q = facts.policies.of(coll);
+    if coll.spec().two_shot && q.one_shot_max < q.max {
+        (2 * q.one_shot_max).clamp(MAX_BYTES, 4 << 20)
     } else {
         MAX_BYTES
     }
@@ -31,22 +33,19 @@ fn max_bytes(coll: Coll, th: &Thresholds) -> u64 {
 /// A random call that rcclx runs on its own kernels at this rank count: collective, type and
 /// op uniform, size log-uniform from 1 byte to [`max_bytes`], placement and a 16-byte
 /// misalignment at random.
-fn random_case(rng: &mut Rng, n: usize, facts: &CommFacts, th: &Thresholds) -> Case {
+fn random_case(rng: &mut Rng, n: usize, facts: &CommFacts) -> Case {
     loop {
-        let coll = Coll::ALL[rng.below(4) as usize];
+        let coll = Coll::ALL[rng.below(Coll::ALL.len() as u64) as usize];
         let ty = Ty::ALL[rng.below(10) as usize];
-        let op = if matches!(coll, Coll::AllReduce | Coll::ReduceScatter) {
-            Op::ALL[rng.below(5) as usize]
-        } else {
-            Op::Sum
-        };
-        let bytes = (max_bytes(coll, th) as f64).powf(rng.unit()) as usize;
-        let per = if coll == Coll::AllReduce { ty.size() } else { ty.size() * n };
+        let op = if coll.spec().reduces { Op::ALL[rng.below(5) as usize] } else { Op::Sum };
+        let bytes = (max_bytes(coll, facts) as f64).powf(rng.unit()) as usize;
+        let per = if coll.spec().shape == Shape::Whole { ty.size() } else { ty.size() * n };
         let count = (bytes / per).max(1);
         let inplace = rng.below(2) == 0;
         let shift = if rng.below(4) == 0 && ty.size() < 16 { ty.size() } else { 0 };
-        let c = Case { coll, ty, op, count, inplace, shift };
-        if matches!(decide(&c.call(), facts, th), Route::Own(_)) {
+        let root = if coll.spec().rooted { rng.below(n as u64) as usize } else { 0 };
+        let c = Case { coll, ty, op, count, inplace, shift, root, null_send: false };
+        if matches!(decide(&c.call(), facts), Route::Own(_)) {
             return c;
         }
     }
@@ -61,8 +60,7 @@ pub fn run(dev: &mut Ranks, opts: &Opts) -> Result<(), Fail> {
         .collect::<Result<_, _>>()?;
     for (b, first) in (0..total).step_by(BATCH).enumerate() {
         let c0 = &dev.world.cliques[0];
-        let calls: Vec<Case> =
-            (0..BATCH.min(total - first)).map(|_| random_case(&mut rng, n, &c0.facts, &c0.thresholds)).collect();
+        let calls: Vec<Case> = (0..BATCH.min(total - first)).map(|_| random_case(&mut rng, n, &c0.facts)).collect();
         let name = format!("stress batch {b}: calls {first}-{}", first + calls.len() - 1);
         if dev.announcer {
             rcclx_gpu_tests::children::say(&format!("CASE {b} {name}"));
@@ -174,31 +172,31 @@ pub fn run(dev: &mut Ranks, opts: &Opts) -> Result<(), Fail> {
 mod tests {
     use super::*;
     use rcclx::config::Config;
-    use rcclx::intercept::{Algo, LowpSwitches};
+    use rcclx::intercept::{Algo, Policies};
 
     /// 10,000 draws at every rank count reach every DDA algorithm of every collective (the
     /// parent fails a run in which a route never ran), and none forwards.
     #[test]
     fn random_calls_reach_every_algorithm() {
         for n in 2..=8 {
-            let th = Thresholds::for_ranks(&Config::default(), n);
-            let facts = CommFacts { nranks: n, dda: true, lowp: LowpSwitches::default(), staging_bytes: 16 << 20 };
+            let facts = CommFacts { nranks: n, dda: true, policies: Policies::from_config(&Config::default(), n) };
             let mut rng = Rng::new(1 ^ 0x0571_2e55);
             let mut seen = std::collections::HashMap::new();
             for _ in 0..10_000 {
-                let c = random_case(&mut rng, n, &facts, &th);
-                let Route::Own(a) = decide(&c.call(), &facts, &th) else { panic!("{}", c.name()) };
+                let c = random_case(&mut rng, n, &facts);
+                let Route::Own(a) = decide(&c.call(), &facts) else { panic!("{}", c.name()) };
                 *seen.entry((c.coll, a)).or_insert(0) += 1;
             }
             for coll in Coll::ALL {
+                let q = facts.policies.of(coll);
+                let per = if coll.spec().shape == Shape::Whole { 1 } else { n as u64 };
                 assert!(seen.get(&(coll, Algo::Ll)).copied().unwrap_or(0) > 100, "n={n} {coll:?} LL: {seen:?}");
-                assert!(seen.get(&(coll, Algo::Flat)).copied().unwrap_or(0) > 20, "n={n} {coll:?} flat: {seen:?}");
-            }
-            if th.flat_max_bytes < th.tree_max_bytes {
-                assert!(
-                    seen.get(&(Coll::AllReduce, Algo::Tree)).copied().unwrap_or(0) > 20,
-                    "n={n} two-shot: {seen:?}"
-                );
+                if q.max > facts.policies.ll_max * per {
+                    assert!(seen.get(&(coll, Algo::Flat)).copied().unwrap_or(0) > 20, "n={n} {coll:?} flat: {seen:?}");
+                }
+                if coll.spec().two_shot && q.one_shot_max < q.max {
+                    assert!(seen.get(&(coll, Algo::TwoShot)).copied().unwrap_or(0) > 20, "n={n} two-shot: {seen:?}");
+                }
             }
         }
     }

@@ -1,0 +1,165 @@
+//! The command line and environment of `ranks`: the suites, the options, the variables a run
+//! sets before any rcclx call. Every other module of `ranks` reads its options from here.
+
+use std::path::PathBuf;
+
+use rcclx_gpu_tests::world::{Layout, Placement};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Suite {
+    Dda,
+    Stress,
+    Graph,
+    A2av,
+}
+
+impl Suite {
+    fn parse(s: &str) -> Option<Suite> {
+        match s {
+            "dda" => Some(Suite::Dda),
+            "stress" => Some(Suite::Stress),
+            "graph" => Some(Suite::Graph),
+            "a2av" => Some(Suite::A2av),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Suite::Dda => "dda",
+            Suite::Stress => "stress",
+            Suite::Graph => "graph",
+            Suite::A2av => "a2av",
+        }
+    }
+
+    /// The statistics routes (`<coll>.<algo>`) the suite must run on every rank: each collective's LL, flat where its limit
+    /// passes LL's and two-shot where it has one, at this rank count with this environment's
+    /// settings; the graph suite adds the low-precision families and the AllToAllv.
+    pub fn routes(self, codec: &str, nranks: usize) -> Vec<String> {
+        use rcclx::collective::Shape;
+        use rcclx::intercept::{Coll, Policies};
+        let p = Policies::from_config(rcclx::config::get(), nranks);
+        let mut dda = Vec::new();
+        for coll in Coll::ALL {
+            let q = p.of(coll);
+            let per_rank = if coll.spec().shape == Shape::Whole { 1 } else { nranks as u64 };
+            dda.push(format!("{}.ll", coll.name()));
+            if q.max > p.ll_max * per_rank {
+                dda.push(format!("{}.flat", coll.name()));
+            }
+            if coll.spec().two_shot && q.one_shot_max < q.max {
+                dda.push(format!("{}.tree", coll.name()));
+            }
+        }
+        match self {
+            Suite::Dda | Suite::Stress => dda,
+            Suite::Graph => {
+                let lp = if codec == "int8" { "int8" } else { "lowp" };
+                let lowp = Coll::ALL.into_iter().filter(|c| c.spec().lowp_var.is_some()).map(|c| {
+                    // At 2 ranks AllReduce has a low-precision kernel of its own (`<codec>_pair`).
+                    if c == Coll::AllReduce && nranks == 2 {
+                        format!("allreduce.{lp}_pair")
+                    } else {
+                        format!("{}.{lp}", c.name())
+                    }
+                });
+                dda.into_iter().chain(lowp).chain(["alltoallv.dynamic".to_string()]).collect()
+            }
+            Suite::A2av => vec!["alltoallv.dynamic".into()],
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Opts {
+    pub placement: Placement,
+    pub suite: Suite,
+    pub quick: bool,
+    pub seed: u64,
+    pub codec: String,
+    pub list: bool,
+    pub child: Option<usize>,
+    pub dir: Option<PathBuf>,
+    pub raw: Vec<String>,
+}
+
+pub const USAGE: &str = "usage: ranks --nranks N [--gpus G] [--layout streams|procs] --suite dda|stress|graph|a2av [--quick] [--seed S] [--codec fp8|int8] [--list]";
+
+pub fn parse_args(args: Vec<String>) -> Result<Opts, String> {
+    let (mut nranks, mut gpus, mut layout, mut suite) = (0usize, 1usize, Layout::Streams, None);
+    let mut o = Opts {
+        placement: Placement { nranks: 0, gpus: 1, layout },
+        suite: Suite::Dda,
+        quick: false,
+        seed: 1,
+        codec: "fp8".into(),
+        list: false,
+        child: None,
+        dir: None,
+        raw: args.clone(),
+    };
+    let mut it = args.into_iter();
+    let num = |v: Option<String>, what: &str| -> Result<u64, String> {
+        v.ok_or(format!("{what} needs a value"))?.parse::<u64>().map_err(|e| format!("{what}: {e}"))
+    };
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--nranks" => nranks = num(it.next(), "--nranks")? as usize,
+            "--gpus" => gpus = num(it.next(), "--gpus")? as usize,
+            "--layout" => {
+                let v = it.next().unwrap_or_default();
+                layout = Layout::parse(&v).ok_or(format!("--layout {v:?}: streams or procs"))?;
+            }
+            "--suite" => {
+                let v = it.next().unwrap_or_default();
+                suite = Some(Suite::parse(&v).ok_or(format!("--suite {v:?}: dda, stress, graph or a2av"))?);
+            }
+            "--quick" => o.quick = true,
+            "--list" => o.list = true,
+            "--seed" => o.seed = num(it.next(), "--seed")?,
+            "--codec" => {
+                o.codec = it.next().unwrap_or_default();
+                if o.codec != "fp8" && o.codec != "int8" {
+                    return Err(format!("--codec {:?}: fp8 or int8", o.codec));
+                }
+            }
+            "--child" => o.child = Some(num(it.next(), "--child")? as usize),
+            "--dir" => o.dir = Some(PathBuf::from(it.next().ok_or("--dir needs a value")?)),
+            "-h" | "--help" => return Err(String::new()),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    if !(2..=rcclx::clique::MAX_RANKS).contains(&nranks) {
+        return Err("--nranks must be 2..=8".into());
+    }
+    if !(1..=nranks).contains(&gpus) {
+        return Err("--gpus must be 1..=nranks".into());
+    }
+    o.suite = suite.ok_or("--suite is required")?;
+    o.placement = Placement { nranks, gpus, layout };
+    if o.child.is_some_and(|p| p >= o.placement.processes().len()) || o.child.is_some() != o.dir.is_some() {
+        return Err("--child P needs --dir, and P < the number of processes".into());
+    }
+    Ok(o)
+}
+
+/// The environment of the run, set before any rcclx call (and inherited by the children).
+pub fn set_env(o: &Opts) {
+    let mut vars: Vec<(&str, String)> = vec![
+        ("NCCL_DEBUG", "WARN".into()),
+        ("NCCL_NVLS_ENABLE", "0".into()),
+        ("RCCLX_LOW_PRECISION_CODEC", o.codec.clone()),
+    ];
+    if o.suite == Suite::Graph {
+        // Low precision on, from 1 MiB: every family, DDA and low precision, has sizes left.
+        vars.push(("RCCL_LOW_PRECISION_ENABLE", "1".into()));
+        vars.push(("RCCLX_LP_MIN_BYTES", "1M".into()));
+    }
+    for (k, v) in vars {
+        if k == "RCCLX_LOW_PRECISION_CODEC" || std::env::var_os(k).is_none() {
+            // SAFETY: called at the start of main, before any other thread exists.
+            unsafe { std::env::set_var(k, v) };
+        }
+    }
+}
