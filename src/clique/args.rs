@@ -29,8 +29,11 @@ pub struct KernelArgs {
     pub seq_slots: u64,
     pub rank: i32,
     pub nranks: i32,
+    /// Broadcast: the rank whose `send` every rank receives (0 for the other collectives).
+    pub root: i32,
+    pub pad: i32,
 }
-const _: () = assert!(std::mem::size_of::<KernelArgs>() == 280);
+const _: () = assert!(std::mem::size_of::<KernelArgs>() == 288);
 
 /// The caller's buffers and stream for one call.
 #[derive(Clone, Copy, Debug)]
@@ -63,7 +66,7 @@ pub struct AllToAllvArgs {
     pub packed: u32,
     pub pad: u32,
 }
-const _: () = assert!(std::mem::size_of::<AllToAllvArgs>() == 456);
+const _: () = assert!(std::mem::size_of::<AllToAllvArgs>() == 464);
 
 /// `RCCLX_A2AV_SEND_PACKED` / `RCCLX_A2AV_RECV_PACKED`: the segments lie back to back in one buffer.
 pub const A2AV_SEND_PACKED: u32 = 1;

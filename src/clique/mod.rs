@@ -689,6 +689,8 @@ fn finish(l: Local, m: Mapped, r0: &Record, started: Instant) -> Clique {
         seq_slots: slots,
         rank: rank as i32,
         nranks: nranks as i32,
+        root: 0,
+        pad: 0,
     };
     tracing::info!(
         "comm {comm:p} rank {rank}/{nranks} device {device}: rcclx kernels on (staging {} B, {max_blocks} blocks max{}) in {:?}",
