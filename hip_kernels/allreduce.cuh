@@ -15,56 +15,56 @@
 
 template <typename T, int OP>
 RCCLX_DEV void rcclx_allreduce_flat(const RcclxArgs& a) {
-  __shared__ uint32_t s_seq;
-  __shared__ int s_fail;
-  uint32_t seq = rcclx_seq_load(a, &s_seq, &s_fail);
-  const uint64_t deadline = rcclx_call_deadline(a);
   const T* send = (const T*)a.send;
   T* recv = (T*)a.recv;
-  for (uint64_t base = 0; base < a.count; base += a.window_elems, ++seq) {
-    const uint64_t n = a.count - base < a.window_elems ? a.count - base : a.window_elems;
-    const uint64_t half_off = (uint64_t)(seq & 1) * a.half_bytes;
-    // Staging holds the window at offset 0: shift the user pointers instead.
-    rcclx_copy<T>((T*)(a.staging[a.rank] + half_off), send + base, n);
-    if (!rcclx_barrier(a, seq * 4 + 1, deadline, &s_fail)) { ++seq; break; }
-    rcclx_reduce<T, OP>(a, half_off, n, recv + base, (T*)nullptr);
-  }
-  rcclx_seq_store(a, seq);
+  rcclx_windows(
+      a,
+      // Staging holds the window at offset 0: shift the user pointers instead.
+      RCCLX_PHASE { rcclx_copy<T>((T*)(a.staging[a.rank] + w.half), send + w.base, w.n); },
+      RCCLX_PHASE { rcclx_reduce<T, OP>(a, w.half, w.n, recv + w.base, (T*)nullptr); });
+}
+
+// Chunk c of a tree window of n elements = elements [c*C, min((c+1)*C, n)), where C is the
+// first window's share per rank rounded up to whole vectors: the same in every window of the
+// call (also the short last one), so a position belongs to the same block in every window,
+// which the reuse argument of common.cuh needs.
+template <typename T>
+RCCLX_DEV uint64_t rcclx_tree_chunk(const RcclxArgs& a) {
+  constexpr int N = RcclxVec<T>::N;
+  const uint64_t first_window = a.count < a.window_elems ? a.count : a.window_elems;
+  return ((first_window + a.nranks - 1) / a.nranks + N - 1) / N * N;
+}
+RCCLX_DEV uint64_t rcclx_tree_chunk_len(uint64_t C, int c, uint64_t n) {
+  return c * C < n ? (n - c * C < C ? n - c * C : C) : 0;
 }
 
 template <typename T, int OP>
 RCCLX_DEV void rcclx_allreduce_tree(const RcclxArgs& a) {
-  constexpr int N = RcclxVec<T>::N;
-  __shared__ uint32_t s_seq;
-  __shared__ int s_fail;
-  uint32_t seq = rcclx_seq_load(a, &s_seq, &s_fail);
-  const uint64_t deadline = rcclx_call_deadline(a);
   const T* send = (const T*)a.send;
   T* recv = (T*)a.recv;
-  const int n_r = a.nranks;
-  // Chunk c = elements [c*C, min((c+1)*C, n)) of a window; C is a whole number of vectors and
-  // the same in every window of the call (also the short last one), so a position belongs to
-  // the same block in every window, which the reuse argument of common.cuh needs.
-  const uint64_t first_window = a.count < a.window_elems ? a.count : a.window_elems;
-  const uint64_t C = ((first_window + n_r - 1) / n_r + N - 1) / N * N;
-  auto chunk = [&](int c, uint64_t n) -> uint64_t { return c * C < n ? (n - c * C < C ? n - c * C : C) : 0; };
-  for (uint64_t base = 0; base < a.count; base += a.window_elems, ++seq) {
-    const uint64_t n = a.count - base < a.window_elems ? a.count - base : a.window_elems;
-    const uint64_t half_off = (uint64_t)(seq & 1) * a.half_bytes;
-    T* mine = (T*)(a.staging[a.rank] + half_off);
-    // Copy-in, sliced per chunk so that block b handles the same positions of every chunk.
-    for (int c = 0; c < n_r; ++c) rcclx_copy<T>(mine + c * C, send + base + c * C, chunk(c, n));
-    if (!rcclx_barrier(a, seq * 4 + 1, deadline, &s_fail)) { ++seq; break; }
-    // Reduce-scatter: this rank's chunk, kept in place in its staging for the peers.
-    rcclx_reduce<T, OP>(a, half_off + a.rank * C * sizeof(T), chunk(a.rank, n), recv + base + a.rank * C, mine + a.rank * C);
-    if (!rcclx_barrier(a, seq * 4 + 2, deadline, &s_fail)) { ++seq; break; }
-    // All-gather: every other chunk from its owner, starting after this rank (spreads links).
-    for (int i = 1; i < n_r; ++i) {
-      const int c = (a.rank + i) % n_r;
-      rcclx_copy<T>(recv + base + c * C, (const T*)(a.staging[c] + half_off) + c * C, chunk(c, n));
-    }
-  }
-  rcclx_seq_store(a, seq);
+  rcclx_windows(
+      a,
+      // Copy-in, sliced per chunk so that block b handles the same positions of every chunk.
+      RCCLX_PHASE {
+        const uint64_t C = rcclx_tree_chunk<T>(a);
+        T* mine = (T*)(a.staging[a.rank] + w.half);
+        for (int c = 0; c < a.nranks; ++c) rcclx_copy<T>(mine + c * C, send + w.base + c * C, rcclx_tree_chunk_len(C, c, w.n));
+      },
+      // Reduce-scatter: this rank's chunk, kept in place in its staging for the peers.
+      RCCLX_PHASE {
+        const uint64_t C = rcclx_tree_chunk<T>(a);
+        T* mine = (T*)(a.staging[a.rank] + w.half);
+        rcclx_reduce<T, OP>(a, w.half + a.rank * C * sizeof(T), rcclx_tree_chunk_len(C, a.rank, w.n),
+                            recv + w.base + a.rank * C, mine + a.rank * C);
+      },
+      // All-gather: every other chunk from its owner, starting after this rank (spreads links).
+      RCCLX_PHASE {
+        const uint64_t C = rcclx_tree_chunk<T>(a);
+        for (int i = 1; i < a.nranks; ++i) {
+          const int c = (a.rank + i) % a.nranks;
+          rcclx_copy<T>(recv + w.base + c * C, (const T*)(a.staging[c] + w.half) + c * C, rcclx_tree_chunk_len(C, c, w.n));
+        }
+      });
 }
 
 // LL one-shot (small messages): no barrier and no fence. Each 8-byte word carries 4 payload

@@ -50,7 +50,7 @@ struct RcclxA2avArgs {
   uint32_t packed;                     // RCCLX_A2AV_* bits
   uint32_t pad_;
 };
-RCCLX_ASSERT_SIZE(RcclxA2avArgs, 456);
+RCCLX_ASSERT_SIZE(RcclxA2avArgs, 464);
 
 // Bytes of window w of a segment of `len` bytes, each window W bytes.
 RCCLX_DEV uint64_t rcclx_a2av_window(uint64_t len, uint64_t w, uint64_t W) {
@@ -105,16 +105,13 @@ RCCLX_DEV void rcclx_a2av_copy(char* dst, const char* src, uint64_t n, int half,
 template <typename T>
 RCCLX_DEV void rcclx_alltoallv_dynamic(const RcclxA2avArgs& v) {
   const RcclxArgs& a = v.a;
-  __shared__ uint32_t s_seq;
-  __shared__ int s_fail;
+  RCCLX_SESSION
   __shared__ uint64_t s_out[RCCLX_MAX_RANKS];   // bytes to each destination (or INVALID)
   __shared__ uint64_t s_soff[RCCLX_MAX_RANKS];  // byte offset of each outgoing segment
   __shared__ uint64_t s_in[RCCLX_MAX_RANKS];    // bytes from each source (or INVALID)
   __shared__ uint64_t s_roff[RCCLX_MAX_RANKS];  // byte offset of each incoming segment
   __shared__ uint64_t s_longest[RCCLX_MAX_RANKS];
   __shared__ uint64_t s_nwin;
-  const uint32_t seq = rcclx_seq_load(a, &s_seq, &s_fail);
-  const uint64_t deadline = rcclx_call_deadline(a);
   const uint64_t W = a.window_elems;
   const int n = a.nranks;
   const bool send_packed = v.packed & RCCLX_A2AV_SEND_PACKED;

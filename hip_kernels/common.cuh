@@ -19,11 +19,11 @@
 // used. A rank writes it only after passing the barrier of window s+1, which every peer
 // reaches only after finishing its reads of window s. That holds per block because a position
 // belongs to the same block in every window of a call (slicing never depends on the window's
-// length). Across calls: a rank that finished a call passed a barrier (or received LL data) of
-// it from every peer, so a peer is at most one call behind (calls of one communicator are
-// serialized, also across streams: src/comm/order.rs); window counters are kept equal on all
-// blocks (rcclx_seq_store), so the next call's first window writes the other half than the one
-// that peer may still read.
+// length). Across calls: a rank that finished a call passed a barrier (or received LL data, or
+// an LL Broadcast's token) of it from every peer, so a peer is at most one call behind (calls
+// of one communicator are serialized, also across streams: src/comm/order.rs); window counters
+// are kept equal on all blocks (rcclx_seq_store), so the next call's first window writes the
+// other half than the one that peer may still read. Every new kernel must keep that rule.
 //
 // Spin-waits end on the host's abort request (ncclCommAbort) and, only if the host set one,
 // after `timeout_ns` (RCCLX_TIMEOUT_MS); either writes an error code into host-mapped
@@ -53,14 +53,21 @@ struct RcclxArgs {
   uint64_t seq_slots;          // entries of `seq` (the largest grid)
   int32_t rank;
   int32_t nranks;
+  int32_t root;                // Broadcast: the rank whose `send` every rank receives
+  int32_t pad;
 };
-RCCLX_ASSERT_SIZE(RcclxArgs, 280);
+RCCLX_ASSERT_SIZE(RcclxArgs, 288);
 
 // One kernel of the table (src/kernel_table.rs; build/main.rs writes one line per kernel),
 // taking its family's argument struct by value. MIN_BLOCKS: blocks per multiprocessor the
 // registers must allow (NVIDIA; AMD's __launch_bounds__ takes only the thread count).
 #define RCCLX_KERNEL(NAME, ARGS, MIN_BLOCKS, FN, ...)                                      \
   extern "C" __global__ void __launch_bounds__(RCCLX_THREADS, MIN_BLOCKS) NAME(ARGS a) { FN<__VA_ARGS__>(a); }
+
+// Written after a lambda's parameter list: the lambda is inlined before the optimizer runs, like
+// every RCCLX_DEV function (otherwise clang first optimizes the lambda on its own: other code,
+// more registers on AMD).
+#define RCCLX_INLINE __attribute__((always_inline))
 
 // ---- element types and reduction ops -------------------------------------------------------
 
@@ -238,6 +245,64 @@ RCCLX_DEV void rcclx_seq_store(const RcclxArgs& a, uint32_t seq) {
     for (uint64_t b = gridDim.x + threadIdx.x; b < a.seq_slots; b += blockDim.x) a.seq[b] = seq;
 }
 
+// The barrier session of one call on one block, which every kernel opens first (in a kernel
+// whose argument is `a`): `seq`, the block's window counter at the start of the call (a windowed
+// loop advances it; rcclx_seq_store closes the session with its final value), `s_fail`, the
+// block's failure flag (shared, set by a failed wait), and the wait `deadline`.
+#define RCCLX_SESSION                                \
+  __shared__ uint32_t s_seq;                         \
+  __shared__ int s_fail;                             \
+  uint32_t seq = rcclx_seq_load(a, &s_seq, &s_fail); \
+  const uint64_t deadline = rcclx_call_deadline(a);
+
+// ---- the window loop of the DDA kernels --------------------------------------------------
+
+// One window of a call: elements [base, base + n) of the message, staged in the parity half at
+// byte offset `half` of every rank's staging buffer.
+struct RcclxWindow {
+  uint64_t base;
+  uint64_t n;
+  uint64_t half;
+};
+
+// The head of a phase of rcclx_windows: a lambda of the kernel's arguments `a` and the window
+// `w`, capturing the kernel's other locals by reference, inlined like an RCCLX_DEV function.
+// `a` comes in as an argument, not a capture: a captured `a` goes through the closure's memory,
+// where clang loses that it is kernel-argument memory (generic loads, more registers).
+#define RCCLX_PHASE [&](const RcclxArgs& a, const RcclxWindow& w) RCCLX_INLINE
+
+// No third phase (rcclx_windows with two).
+struct RcclxNoPhase {
+  RCCLX_DEV void operator()(const RcclxArgs&, const RcclxWindow&) const {}
+};
+template <typename P> struct RcclxIsPhase { static constexpr bool value = true; };
+template <> struct RcclxIsPhase<RcclxNoPhase> { static constexpr bool value = false; };
+
+// The work loop of every windowed DDA kernel (flat, tree, Broadcast), which is then only its
+// copy/reduce lines, one RCCLX_PHASE per phase, separated by barriers:
+//   rcclx_windows(a, copy_in, reduce)          window: copy_in; barrier seq*4+1; reduce
+//   rcclx_windows(a, copy_in, reduce, gather)  ...; barrier seq*4+2; gather
+// over the windows of `window_elems` elements of [0, count). The session (RCCLX_SESSION) gives
+// the window counter `seq`; it advances by one per window (the window's half: seq & 1), and
+// rcclx_seq_store closes the call. A failed barrier (abort, timeout) ends the call; the failed
+// window still counts. Everything inlines: the hot loops are the phases' own.
+template <typename P0, typename P1, typename P2 = RcclxNoPhase>
+RCCLX_DEV void rcclx_windows(const RcclxArgs& a, P0&& phase0, P1&& phase1, P2&& phase2 = P2()) {
+  RCCLX_SESSION
+  for (uint64_t base = 0; base < a.count; base += a.window_elems, ++seq) {
+    const RcclxWindow w = {base, a.count - base < a.window_elems ? a.count - base : a.window_elems,
+                           (uint64_t)(seq & 1) * a.half_bytes};
+    phase0(a, w);
+    if (!rcclx_barrier(a, seq * 4 + 1, deadline, &s_fail)) { ++seq; break; }
+    phase1(a, w);
+    if constexpr (RcclxIsPhase<P2>::value) {
+      if (!rcclx_barrier(a, seq * 4 + 2, deadline, &s_fail)) { ++seq; break; }
+      phase2(a, w);
+    }
+  }
+  rcclx_seq_store(a, seq);
+}
+
 // ---- slicing: which block/thread handles which vector -----------------------------------
 
 // Vector j of a range of `nvec` vectors belongs to block (j / blockDim) % gridDim: the same on
@@ -332,8 +397,9 @@ RCCLX_DEV void rcclx_reduce(const RcclxArgs& a, uint64_t off, uint64_t n, T* out
 
 // ---- LL protocol (flagged 8-byte words; see the LL kernels) --------------------------------
 
-// What every LL kernel starts with: its call counter `seq` (and s_seq / s_fail), this call's
-// flag value and the wait deadline.
+// What every LL kernel starts with: the session's lines (RCCLX_SESSION: its call counter `seq`,
+// s_fail, deadline) with this call's flag value between them (in that order the LL kernels
+// compile to fewer registers). An LL call advances the counter by one: rcclx_seq_store(a, seq + 1).
 #define RCCLX_LL_PROLOGUE                                    \
   __shared__ uint32_t s_seq;                                 \
   __shared__ int s_fail;                                     \

@@ -23,8 +23,9 @@
 // consecutive bytes. Lane i's 16 codes are the 16 bytes at i*16 of the block's codes (code
 // j*N + t is element j*8N + i*N + t), one 16-byte access. This order is internal to rcclx:
 // writer and reader are both these kernels. Block k of a range belongs to one GPU block
-// (rcclx_qloop), and every range of a call has fixed positions in every window, so a position
-// is always handled by the same GPU block on every rank: all the per-block barriers need.
+// (rcclx_for_block_pairs), and every range of a call has fixed positions in every window, so a
+// position is always handled by the same GPU block on every rank: all the per-block barriers
+// need.
 //
 // Staging half layout (windows are multiples of 512 elements): slots of `wc` elements, codes
 // (1 byte/element) of slot c at c*wc, then the scales (4 bytes per block) of slot c at
@@ -35,7 +36,7 @@
 //   ReduceScatter, AllGather, AllToAll, 2-rank AllReduce: nranks slots of W, slot p receives
 //     rank p's codes.
 // Accumulation: f32, ranks 0..n-1 in order. AllReduce outputs are bit-identical on every rank
-// (see rcclx_allreduce_pair_q, rcclx_allreduce_q).
+// (see rcclx_allreduce_pair_coded, rcclx_allreduce_coded).
 // Tails: the last block of a range is short; its missing elements count as 0 and are never
 // stored. Graph capture: as common.cuh (no per-call kernel arguments beyond buffers and counts).
 #pragma once
@@ -65,9 +66,9 @@ RCCLX_DEV uint64_t rcclx_qstart(int half) {
 // (j * gridDim + blockIdx) * 32 + [0, 32); a call takes steps j and j + `halves` (two blocks
 // per lane group, so that twice the loads are in flight). The trip count is uniform per warp
 // (all lanes run the shuffles); `active` says whether this lane's block exists.
-// `skip` steps are left out (done ahead by the caller: rcclx_allreduce_pair_q).
+// `skip` steps are left out (done ahead by the caller: rcclx_allreduce_pair_coded).
 template <typename F>
-RCCLX_DEV void rcclx_qloop(uint64_t nqb, int half, int halves, F&& body, uint64_t skip = 0) {
+RCCLX_DEV void rcclx_for_block_pairs(uint64_t nqb, int half, int halves, F&& body, uint64_t skip = 0) {
   const uint64_t g = rcclx_qgroup();
   const uint64_t next = (uint64_t)halves * gridDim.x * RCCLX_QGROUPS;
   for (uint64_t j = rcclx_qstart(half) + skip * 2 * next; j < nqb; j += 2 * next)
@@ -313,8 +314,8 @@ RCCLX_DEV RcclxQSlot rcclx_qslot(char* base, uint64_t wc, int slots, int c) {
 // Writes this lane's share of block k of slot s. Warp-collective (all lanes call it, inactive
 // ones too): the scale words of the 4 consecutive blocks of 32 lanes leave as one 16-byte
 // store, because a 4-byte store to a peer costs nearly as much link time as a 128-byte one.
-// The first of those blocks has k % 4 == 0 (rcclx_qloop) and scale arrays are 16-byte aligned
-// (windows are multiples of 512 elements); words of blocks past the range are never read.
+// The first of those blocks has k % 4 == 0 (rcclx_for_block_pairs) and scale arrays are 16-byte
+// aligned (windows are multiples of 512 elements); words of blocks past the range are never read.
 RCCLX_DEV void rcclx_put16(RcclxQSlot s, uint64_t k, const RcclxQ16& q, bool active) {
   if (active) rcclx_st16((rcclx_u32x4*)(s.codes + k * RCCLX_QBLOCK + rcclx_qlane() * 16), q.codes);
   rcclx_u32x4 four;
@@ -334,7 +335,7 @@ RCCLX_DEV RcclxQ16 rcclx_get16(RcclxQSlot s, uint64_t k) {
 // Copies this lane's 16 elements of blocks k and k2 of src[0, n) to dst bit for bit (a rank's
 // own share: never quantized, never converted, so NaN payloads survive too).
 template <typename T>
-RCCLX_DEV void rcclx_copy2(const T* src, uint64_t n, T* dst, uint64_t k, bool a, uint64_t k2, bool a2) {
+RCCLX_DEV void rcclx_copy_block_pair(const T* src, uint64_t n, T* dst, uint64_t k, bool a, uint64_t k2, bool a2) {
   constexpr int N = RcclxVec<T>::N;
   const uint64_t blk[2] = {k * RCCLX_QBLOCK, k2 * RCCLX_QBLOCK};
   const bool act[2] = {a, a2};
@@ -364,7 +365,7 @@ RCCLX_DEV void rcclx_copy2(const T* src, uint64_t n, T* dst, uint64_t k, bool a,
 // Loads this lane's 16 values of blocks k and k2 of src[0, n) (zeros where inactive), both
 // loads in flight at once.
 template <typename T>
-RCCLX_DEV void rcclx_load2(const T* src, uint64_t n, uint64_t k, bool a, uint64_t k2, bool a2, float v[16], float u[16]) {
+RCCLX_DEV void rcclx_load_block_pair(const T* src, uint64_t n, uint64_t k, bool a, uint64_t k2, bool a2, float v[16], float u[16]) {
 #pragma unroll
   for (int i = 0; i < 16; ++i) v[i] = u[i] = 0.f;
   if (a) rcclx_load16<T>(src, k * RCCLX_QBLOCK, n, v);
@@ -375,10 +376,10 @@ RCCLX_DEV void rcclx_load2(const T* src, uint64_t n, uint64_t k, bool a, uint64_
 // staging: remote stores). If `own` is set, src's blocks are also copied to own[0, n) (a
 // rank's own AllGather chunk: it never crosses a link, so it is never quantized).
 template <typename T, typename C, typename D>
-RCCLX_DEV void rcclx_push2(const T* src, uint64_t n, const D& dst, int ndst, T* own, uint64_t k, bool a,
-                           uint64_t k2, bool a2) {
+RCCLX_DEV void rcclx_push_block_pair(const T* src, uint64_t n, const D& dst, int ndst, T* own, uint64_t k, bool a,
+                                      uint64_t k2, bool a2) {
   float v[16], u[16];
-  rcclx_load2<T>(src, n, k, a, k2, a2, v, u);
+  rcclx_load_block_pair<T>(src, n, k, a, k2, a2, v, u);
   // Both loads are in flight first; then each block is encoded and stored before the next
   // is encoded: fewer live registers (the INT8 pair kernels spill 8-16 bytes per thread at 64
   // registers instead of 16-28). Measured on H200: AllReduce 0-11 % faster (design note 19).
@@ -386,13 +387,13 @@ RCCLX_DEV void rcclx_push2(const T* src, uint64_t n, const D& dst, int ndst, T* 
   for (int d = 0; d < ndst; ++d) rcclx_put16(dst(d), k, q, a);
   const RcclxQ16 q2 = C::quantize16(u);
   for (int d = 0; d < ndst; ++d) rcclx_put16(dst(d), k2, q2, a2);
-  if (own) rcclx_copy2<T>(src, n, own, k, a, k2, a2);  // reloads: from cache
+  if (own) rcclx_copy_block_pair<T>(src, n, own, k, a, k2, a2);  // reloads: from cache
 }
 template <typename T, typename C, typename D>
 RCCLX_DEV void rcclx_push_range(const T* src, uint64_t n, const D& dst, int ndst, T* own, int half, int halves,
                                 uint64_t skip = 0) {
-  rcclx_qloop((n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK, half, halves, [&](uint64_t k, bool a, uint64_t k2, bool a2) {
-    rcclx_push2<T, C>(src, n, dst, ndst, own, k, a, k2, a2);
+  rcclx_for_block_pairs((n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK, half, halves, [&](uint64_t k, bool a, uint64_t k2, bool a2) {
+    rcclx_push_block_pair<T, C>(src, n, dst, ndst, own, k, a, k2, a2);
   }, skip);
 }
 // The first step of this thread's rcclx_push_range(src, n, .., half 0, 1 half) encoded ahead of
@@ -411,12 +412,12 @@ RCCLX_DEV RcclxQAhead rcclx_encode_ahead(const T* src, uint64_t n) {
   r.a = r.k < nqb;
   r.a2 = r.k2 < nqb;
   float v[16], u[16];
-  rcclx_load2<T>(src, n, r.k, r.a, r.k2, r.a2, v, u);
+  rcclx_load_block_pair<T>(src, n, r.k, r.a, r.k2, r.a2, v, u);
   r.q = C::quantize16(v);
   r.q2 = C::quantize16(u);
   return r;
 }
-// Stores what rcclx_encode_ahead encoded, in rcclx_push2's order.
+// Stores what rcclx_encode_ahead encoded, in rcclx_push_block_pair's order.
 template <typename D>
 RCCLX_DEV void rcclx_put_ahead(const RcclxQAhead& e, const D& dst, int ndst) {
   for (int d = 0; d < ndst; ++d) rcclx_put16(dst(d), e.k, e.q, e.a);
@@ -426,7 +427,7 @@ RCCLX_DEV void rcclx_put_ahead(const RcclxQAhead& e, const D& dst, int ndst) {
 // Decodes elements [0, n) of (local) slot s into dst.
 template <typename T, typename C>
 RCCLX_DEV void rcclx_pull_range(RcclxQSlot s, uint64_t n, T* dst, int half, int halves) {
-  rcclx_qloop((n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK, half, halves, [&](uint64_t k, bool a, uint64_t k2, bool a2) {
+  rcclx_for_block_pairs((n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK, half, halves, [&](uint64_t k, bool a, uint64_t k2, bool a2) {
     // Set on every path: a register assigned on only some paths stays live around the whole
     // loop (ptxas spilled it and reloaded it every iteration).
     RcclxQ16 q = {}, q2 = {};
@@ -440,9 +441,9 @@ RCCLX_DEV void rcclx_pull_range(RcclxQSlot s, uint64_t n, T* dst, int half, int 
 
 // Copies elements [0, n) of src to dst bit for bit.
 template <typename T>
-RCCLX_DEV void rcclx_copy_qrange(const T* src, uint64_t n, T* dst, int half, int halves) {
-  rcclx_qloop((n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK, half, halves,
-              [&](uint64_t k, bool a, uint64_t k2, bool a2) { rcclx_copy2<T>(src, n, dst, k, a, k2, a2); });
+RCCLX_DEV void rcclx_copy_range(const T* src, uint64_t n, T* dst, int half, int halves) {
+  rcclx_for_block_pairs((n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK, half, halves,
+                        [&](uint64_t k, bool a, uint64_t k2, bool a2) { rcclx_copy_block_pair<T>(src, n, dst, k, a, k2, a2); });
 }
 
 // Block k of a reduction: the f32 sum over ranks in order 0..n-1 of rank p's decoded codes
@@ -481,18 +482,17 @@ RCCLX_DEV void rcclx_reduce16(const RcclxArgs& a, const T* src, uint64_t k, uint
 // scales), rounded up to 256 bytes so that its 16-byte accesses stay aligned.
 RCCLX_DEV uint64_t rcclx_lowp_region_b(uint64_t W) { return (W / RCCLX_QBLOCK * (RCCLX_QBLOCK + 4) + 255) & ~(uint64_t)255; }
 
-#define RCCLX_LP_PROLOGUE                                      \
-  __shared__ uint32_t s_seq;                                   \
-  __shared__ int s_fail;                                       \
-  const uint32_t seq = rcclx_seq_load(a, &s_seq, &s_fail);     \
-  const uint64_t deadline = rcclx_call_deadline(a);            \
-  const int nr = a.nranks;                                     \
-  const T* send = (const T*)a.send;                            \
-  T* recv = (T*)a.recv;                                        \
-  const uint64_t W = a.window_elems;                           \
-  const uint64_t nwin = (a.count + W - 1) / W;                 \
-  /* window s: elements [s*W, s*W + len(s)), staging half (seq + s) & 1 */ \
-  auto len = [&](uint64_t s) { return RCCLX_MIN(a.count - s * W, W); };   \
+// What every low-precision kernel starts with: the session (seq, s_fail, deadline: common.cuh)
+// and its windows.
+#define RCCLX_LOWP_PROLOGUE                                                   \
+  RCCLX_SESSION                                                               \
+  const int nr = a.nranks;                                                    \
+  const T* send = (const T*)a.send;                                           \
+  T* recv = (T*)a.recv;                                                       \
+  const uint64_t W = a.window_elems;                                          \
+  const uint64_t nwin = (a.count + W - 1) / W;                                \
+  /* window s: elements [s*W, s*W + len(s)), staging half (seq + s) & 1 */    \
+  auto len = [&](uint64_t s) { return RCCLX_MIN(a.count - s * W, W); };       \
   auto half_of = [&](uint64_t s) { return (uint64_t)((seq + s) & 1) * a.half_bytes; };
 // Pipeline of AllGather, AllToAll and ReduceScatter: push window 0; then for each window s:
 // barrier, then half 0 pushes window s + 1 while half 1 finishes window s (decode or reduce),
@@ -500,8 +500,8 @@ RCCLX_DEV uint64_t rcclx_lowp_region_b(uint64_t W) { return (W / RCCLX_QBLOCK * 
 // finished before the barrier of window s; what this rank reads in finish(s) is rewritten by
 // peers only after the barrier of window s + 1.
 template <typename P, typename F>
-RCCLX_DEV void rcclx_lp_pipeline(const RcclxArgs& a, uint32_t seq, uint64_t nwin, uint64_t deadline,
-                                 int* s_fail, P&& push, F&& finish) {
+RCCLX_DEV void rcclx_lowp_pipeline(const RcclxArgs& a, uint32_t seq, uint64_t nwin, uint64_t deadline,
+                                   int* s_fail, P&& push, F&& finish) {
   const int my_half = threadIdx.x / RCCLX_QHALF;
   if (nwin) push(0, my_half, 2);
   for (uint64_t s = 0; s < nwin; ++s) {
@@ -523,11 +523,25 @@ RCCLX_DEV void rcclx_pull_peer_slots(const RcclxArgs& a, uint64_t half_off, uint
   }
 }
 
+// Encodes window s of every input chunk c other than this rank's (chunk c at c * count: its
+// elements [s*W, s*W + len(s))) into slot [rank] (slots of W elements, nr of them) of rank c's
+// staging half half_of(s): AllToAll's and ReduceScatter's send side. W, nr, len and half_of are
+// RCCLX_LOWP_PROLOGUE's.
+template <typename T, typename C, typename L, typename H>
+RCCLX_DEV void rcclx_push_to_owners(const RcclxArgs& a, const T* send, uint64_t W, int nr, const L& len, const H& half_of,
+                                    uint64_t s, int h, int hs) {
+  for (int i = 1; i < nr; ++i) {
+    const int c = (a.rank + i) % nr;
+    rcclx_push_range<T, C>(send + c * a.count + s * W, len(s),
+                           [&](int) { return rcclx_qslot(a.staging[c] + half_of(s), W, nr, a.rank); }, 1, (T*)nullptr, h, hs);
+  }
+}
+
 // AllGather: count = elements per rank; output chunk c at c*count. Window s: push -> barrier
-// -> decode (rcclx_lp_pipeline). A rank's own chunk is its exact input (peers hold its decode).
+// -> decode (rcclx_lowp_pipeline). A rank's own chunk is its exact input (peers hold its decode).
 template <typename T, typename C>
-RCCLX_DEV void rcclx_allgather_q(const RcclxArgs& a) {
-  RCCLX_LP_PROLOGUE
+RCCLX_DEV void rcclx_allgather_coded(const RcclxArgs& a) {
+  RCCLX_LOWP_PROLOGUE
   auto push = [&](uint64_t s, int h, int hs) {
     T* own = recv + a.rank * a.count + s * W;
     rcclx_push_range<T, C>(send + s * W, len(s),
@@ -535,49 +549,37 @@ RCCLX_DEV void rcclx_allgather_q(const RcclxArgs& a) {
                            nr - 1, own == send + s * W ? (T*)nullptr : own, h, hs);  // in place: already there
   };
   auto pull = [&](uint64_t s, int h, int hs) { rcclx_pull_peer_slots<T, C>(a, half_of(s), W, len(s), recv + s * W, h, hs); };
-  rcclx_lp_pipeline(a, seq, nwin, deadline, &s_fail, push, pull);
+  rcclx_lowp_pipeline(a, seq, nwin, deadline, &s_fail, push, pull);
 }
 
 // AllToAll: count = elements per peer; input chunk p goes to rank p, output chunk p comes
-// from rank p. The chunk a rank keeps is copied exactly (rcclx_lp_pipeline).
+// from rank p. The chunk a rank keeps is copied exactly (rcclx_lowp_pipeline).
 template <typename T, typename C>
-RCCLX_DEV void rcclx_alltoall_q(const RcclxArgs& a) {
-  RCCLX_LP_PROLOGUE
-  auto push = [&](uint64_t s, int h, int hs) {
-    for (int i = 1; i < nr; ++i) {
-      const int c = (a.rank + i) % nr;
-      rcclx_push_range<T, C>(send + c * a.count + s * W, len(s),
-                             [&](int) { return rcclx_qslot(a.staging[c] + half_of(s), W, nr, a.rank); }, 1, (T*)nullptr, h, hs);
-    }
-  };
+RCCLX_DEV void rcclx_alltoall_coded(const RcclxArgs& a) {
+  RCCLX_LOWP_PROLOGUE
+  auto push = [&](uint64_t s, int h, int hs) { rcclx_push_to_owners<T, C>(a, send, W, nr, len, half_of, s, h, hs); };
   // In place, output chunk p of window s is input chunk p of window s, read by the push of
   // window s before the barrier.
   auto pull = [&](uint64_t s, int h, int hs) {
     rcclx_pull_peer_slots<T, C>(a, half_of(s), W, len(s), recv + s * W, h, hs);
     const uint64_t own = a.rank * a.count + s * W;
-    if (send != recv) rcclx_copy_qrange<T>(send + own, len(s), recv + own, h, hs);
+    if (send != recv) rcclx_copy_range<T>(send + own, len(s), recv + own, h, hs);
   };
-  rcclx_lp_pipeline(a, seq, nwin, deadline, &s_fail, push, pull);
+  rcclx_lowp_pipeline(a, seq, nwin, deadline, &s_fail, push, pull);
 }
 
 // ReduceScatter: count = elements per rank output; input chunk c at c*count. Window s: push
 // each chunk to its owner -> barrier -> reduce, the owner's own chunk exact
-// (rcclx_lp_pipeline).
+// (rcclx_lowp_pipeline).
 template <typename T, typename C>
-RCCLX_DEV void rcclx_reducescatter_q(const RcclxArgs& a) {
-  RCCLX_LP_PROLOGUE
-  auto push = [&](uint64_t s, int h, int hs) {
-    for (int i = 1; i < nr; ++i) {
-      const int c = (a.rank + i) % nr;
-      rcclx_push_range<T, C>(send + c * a.count + s * W, len(s),
-                             [&](int) { return rcclx_qslot(a.staging[c] + half_of(s), W, nr, a.rank); }, 1, (T*)nullptr, h, hs);
-    }
-  };
+RCCLX_DEV void rcclx_reducescatter_coded(const RcclxArgs& a) {
+  RCCLX_LOWP_PROLOGUE
+  auto push = [&](uint64_t s, int h, int hs) { rcclx_push_to_owners<T, C>(a, send, W, nr, len, half_of, s, h, hs); };
   auto reduce = [&](uint64_t s, int h, int hs) {
     const uint64_t n = len(s);
     const T* mine = send + a.rank * a.count + s * W;
     char* in = a.staging[a.rank] + half_of(s);
-    rcclx_qloop((n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK, h, hs, [&](uint64_t k, bool act, uint64_t k2, bool act2) {
+    rcclx_for_block_pairs((n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK, h, hs, [&](uint64_t k, bool act, uint64_t k2, bool act2) {
       float v[16];
       rcclx_reduce16<T, C>(a, mine, k, n, act, in, W, v);
       if (act) rcclx_store16<T>(recv + s * W, k * RCCLX_QBLOCK, n, v);
@@ -585,7 +587,7 @@ RCCLX_DEV void rcclx_reducescatter_q(const RcclxArgs& a) {
       if (act2) rcclx_store16<T>(recv + s * W, k2 * RCCLX_QBLOCK, n, v);
     });
   };
-  rcclx_lp_pipeline(a, seq, nwin, deadline, &s_fail, push, reduce);
+  rcclx_lowp_pipeline(a, seq, nwin, deadline, &s_fail, push, reduce);
 }
 
 // AllReduce of 2 ranks ("pair"): an AllGather of the inputs' codes, then each rank decodes
@@ -593,14 +595,14 @@ RCCLX_DEV void rcclx_reducescatter_q(const RcclxArgs& a) {
 // re-quantized (the error of one quantization), both ranks compute the same bits, and the
 // bytes are two-shot's (at 2 ranks one-shot moves the same). Each rank also keeps its own codes
 // in its own slot (which no peer writes), so it decodes what its peer decodes without encoding
-// twice. Window s: push -> barrier -> sum, pipelined as rcclx_lp_pipeline; a window's two
+// twice. Window s: push -> barrier -> sum, pipelined as rcclx_lowp_pipeline; a window's two
 // directions do not wait on each other. In place, sum(s) writes window s, which push(s) read
 // before the barrier. Measured on H200 (design note 20): barriers stay (the link waits for
 // them, but system-scope releases while stores stream cost more), so the wait is filled
 // instead: the next window's first step is encoded before the barrier.
 template <typename T, typename C>
-RCCLX_DEV void rcclx_allreduce_pair_q(const RcclxArgs& a) {
-  RCCLX_LP_PROLOGUE
+RCCLX_DEV void rcclx_allreduce_pair_coded(const RcclxArgs& a) {
+  RCCLX_LOWP_PROLOGUE
   const int peer = 1 - a.rank;
   // The peer's copy first: the link is the bottleneck.
   auto to = [&](uint64_t s, int d) { return rcclx_qslot(a.staging[d == 0 ? peer : a.rank] + half_of(s), W, nr, a.rank); };
@@ -621,12 +623,12 @@ RCCLX_DEV void rcclx_allreduce_pair_q(const RcclxArgs& a) {
       C::template decode16<true>(q1, v);
       rcclx_store16<T>(recv + s * W, k * RCCLX_QBLOCK, n, v);
     };
-    rcclx_qloop((n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK, h, hs, [&](uint64_t k, bool act, uint64_t k2, bool act2) {
+    rcclx_for_block_pairs((n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK, h, hs, [&](uint64_t k, bool act, uint64_t k2, bool act2) {
       one(k, act);
       one(k2, act2);
     });
   };
-  // rcclx_lp_pipeline, but half 0 encodes the first step of window s + 1 before the barrier of
+  // rcclx_lowp_pipeline, but half 0 encodes the first step of window s + 1 before the barrier of
   // window s (it reads only the input): the barrier's wait hides those loads and arithmetic
   // (measured faster on H200: design note 20).
   const int my_half = threadIdx.x / RCCLX_QHALF;
@@ -660,8 +662,8 @@ RCCLX_DEV void rcclx_allreduce_pair_q(const RcclxArgs& a) {
 //   each input element of its chunk before it writes that output element, in the same lane.
 // count = elements per rank.
 template <typename T, typename C>
-RCCLX_DEV void rcclx_allreduce_q(const RcclxArgs& a) {
-  RCCLX_LP_PROLOGUE
+RCCLX_DEV void rcclx_allreduce_coded(const RcclxArgs& a) {
+  RCCLX_LOWP_PROLOGUE
   const uint64_t Cw = W / nr;  // slot capacity (elements)
   const uint64_t region_b = rcclx_lowp_region_b(W);
   // Chunk length in blocks, the same in every window of the call (positions stay fixed).
@@ -691,7 +693,7 @@ RCCLX_DEV void rcclx_allreduce_q(const RcclxArgs& a) {
       C::template decode16<false>(q, v);  // what the peers decode
       rcclx_store16<T>(recv + first, k * RCCLX_QBLOCK, n, v);
     };
-    rcclx_qloop((n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK, h, hs, [&](uint64_t k, bool act, uint64_t k2, bool act2) {
+    rcclx_for_block_pairs((n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK, h, hs, [&](uint64_t k, bool act, uint64_t k2, bool act2) {
       one(k, act);
       one(k2, act2);
     });
@@ -724,13 +726,13 @@ RCCLX_DEV void rcclx_allreduce_q(const RcclxArgs& a) {
   rcclx_seq_store(a, seq + (uint32_t)nwin);
 }
 // The kernel table's device functions: the four collectives with each codec.
-template <typename T> RCCLX_DEV void rcclx_allreduce_lowp(const RcclxArgs& a) { rcclx_allreduce_q<T, RcclxFp8>(a); }
-template <typename T> RCCLX_DEV void rcclx_allreduce_lowp_pair(const RcclxArgs& a) { rcclx_allreduce_pair_q<T, RcclxFp8>(a); }
-template <typename T> RCCLX_DEV void rcclx_allgather_lowp(const RcclxArgs& a) { rcclx_allgather_q<T, RcclxFp8>(a); }
-template <typename T> RCCLX_DEV void rcclx_reducescatter_lowp(const RcclxArgs& a) { rcclx_reducescatter_q<T, RcclxFp8>(a); }
-template <typename T> RCCLX_DEV void rcclx_alltoall_lowp(const RcclxArgs& a) { rcclx_alltoall_q<T, RcclxFp8>(a); }
-template <typename T> RCCLX_DEV void rcclx_allreduce_int8(const RcclxArgs& a) { rcclx_allreduce_q<T, RcclxInt8>(a); }
-template <typename T> RCCLX_DEV void rcclx_allreduce_int8_pair(const RcclxArgs& a) { rcclx_allreduce_pair_q<T, RcclxInt8>(a); }
-template <typename T> RCCLX_DEV void rcclx_allgather_int8(const RcclxArgs& a) { rcclx_allgather_q<T, RcclxInt8>(a); }
-template <typename T> RCCLX_DEV void rcclx_reducescatter_int8(const RcclxArgs& a) { rcclx_reducescatter_q<T, RcclxInt8>(a); }
-template <typename T> RCCLX_DEV void rcclx_alltoall_int8(const RcclxArgs& a) { rcclx_alltoall_q<T, RcclxInt8>(a); }
+template <typename T> RCCLX_DEV void rcclx_allreduce_lowp(const RcclxArgs& a) { rcclx_allreduce_coded<T, RcclxFp8>(a); }
+template <typename T> RCCLX_DEV void rcclx_allreduce_lowp_pair(const RcclxArgs& a) { rcclx_allreduce_pair_coded<T, RcclxFp8>(a); }
+template <typename T> RCCLX_DEV void rcclx_allgather_lowp(const RcclxArgs& a) { rcclx_allgather_coded<T, RcclxFp8>(a); }
+template <typename T> RCCLX_DEV void rcclx_reducescatter_lowp(const RcclxArgs& a) { rcclx_reducescatter_coded<T, RcclxFp8>(a); }
+template <typename T> RCCLX_DEV void rcclx_alltoall_lowp(const RcclxArgs& a) { rcclx_alltoall_coded<T, RcclxFp8>(a); }
+template <typename T> RCCLX_DEV void rcclx_allreduce_int8(const RcclxArgs& a) { rcclx_allreduce_coded<T, RcclxInt8>(a); }
+template <typename T> RCCLX_DEV void rcclx_allreduce_int8_pair(const RcclxArgs& a) { rcclx_allreduce_pair_coded<T, RcclxInt8>(a); }
+template <typename T> RCCLX_DEV void rcclx_allgather_int8(const RcclxArgs& a) { rcclx_allgather_coded<T, RcclxInt8>(a); }
+template <typename T> RCCLX_DEV void rcclx_reducescatter_int8(const RcclxArgs& a) { rcclx_reducescatter_coded<T, RcclxInt8>(a); }
+template <typename T> RCCLX_DEV void rcclx_alltoall_int8(const RcclxArgs& a) { rcclx_alltoall_coded<T, RcclxInt8>(a); }

@@ -6,7 +6,9 @@
 
 #include "common.cuh"     // argument struct, reduction arithmetic, barrier, copy/reduce helpers
 #include "allreduce.cuh"  // DDA AllReduce: ll, flat, tree
-#include "gather.cuh"     // DDA AllGather and AllToAll: ll, flat
+#include "allgather.cuh"  // DDA AllGather: ll, flat
+#include "alltoall.cuh"   // DDA AllToAll: ll, flat
 #include "reducescatter.cuh"  // DDA ReduceScatter: ll, flat
+#include "broadcast.cuh"  // DDA Broadcast: ll, flat
 #include "alltoallv.cuh"  // GPU-resident AllToAllv (device-side counts)
-#include "lowp.cuh"       // low-precision (FP8 on the wire) collectives
+#include "lowp.cuh"       // low-precision (FP8 or INT8 on the wire) collectives

@@ -33,20 +33,14 @@ RCCLX_DEV void rcclx_reducescatter_ll(const RcclxArgs& a) {
 
 template <typename T, int OP>
 RCCLX_DEV void rcclx_reducescatter_flat(const RcclxArgs& a) {
-  __shared__ uint32_t s_seq;
-  __shared__ int s_fail;
-  uint32_t seq = rcclx_seq_load(a, &s_seq, &s_fail);
-  const uint64_t deadline = rcclx_call_deadline(a);
   const T* send = (const T*)a.send;
   T* recv = (T*)a.recv;
   const uint64_t W = a.window_elems;
-  for (uint64_t base = 0; base < a.count; base += W, ++seq) {
-    const uint64_t n = a.count - base < W ? a.count - base : W;
-    const uint64_t half_off = (uint64_t)(seq & 1) * a.half_bytes;
-    T* mine = (T*)(a.staging[a.rank] + half_off);
-    for (int c = 0; c < a.nranks; ++c) rcclx_copy<T>(mine + c * W, send + c * a.count + base, n);
-    if (!rcclx_barrier(a, seq * 4 + 1, deadline, &s_fail)) { ++seq; break; }
-    rcclx_reduce<T, OP>(a, half_off + a.rank * W * sizeof(T), n, recv + base, (T*)nullptr);
-  }
-  rcclx_seq_store(a, seq);
+  rcclx_windows(
+      a,
+      RCCLX_PHASE {
+        T* mine = (T*)(a.staging[a.rank] + w.half);
+        for (int c = 0; c < a.nranks; ++c) rcclx_copy<T>(mine + c * W, send + c * a.count + w.base, w.n);
+      },
+      RCCLX_PHASE { rcclx_reduce<T, OP>(a, w.half + a.rank * W * sizeof(T), w.n, recv + w.base, (T*)nullptr); });
 }

@@ -41,7 +41,8 @@ pub const LOWP_TYPES: &[Ty] = &[
     Ty { name: "f16", cxx: "rcclx_half", nccl: 6, bytes: 2 },
 ];
 
-/// Data-movement kernels (AllGather, AllToAll) move bytes: one instance serves every type.
+/// Data-movement kernels (AllGather, AllToAll, Broadcast) move bytes: one instance serves every
+/// type.
 pub const BYTES: &[Ty] = &[Ty { name: "bytes", cxx: "uint8_t", nccl: -1, bytes: 1 }];
 
 /// A reduction op: short name, the `RCCLX_<OP>` constant of `hip_kernels/common.cuh`, its
@@ -68,7 +69,7 @@ pub const NO_OP: &[Op] = &[];
 /// One family of kernels: a collective's algorithm, instantiated for every type x op listed.
 #[derive(Clone, Copy, Debug)]
 pub struct Family {
-    /// `allreduce`, `allgather`, `reducescatter`, `alltoall`, `alltoallv`.
+    /// `allreduce`, `allgather`, `reducescatter`, `alltoall`, `alltoallv`, `broadcast`.
     pub coll: &'static str,
     /// `ll`, `flat`, `tree`, `lowp` (FP8), `int8`, `lowp_pair` / `int8_pair` (2-rank
     /// low-precision AllReduce), `dynamic`.
@@ -254,7 +255,7 @@ pub const FAMILIES: &[Family] = &[
         args: COLL_ARGS,
         min_blocks: 1,
     },
-    // AllReduce's 2-rank form (a gather of codes, `rcclx_allreduce_pair_q`), one kernel per codec.
+    // AllReduce's 2-rank form (a gather of codes, `rcclx_allreduce_pair_coded`), one kernel per codec.
     Family {
         coll: "allreduce",
         algo: "lowp_pair",
@@ -282,6 +283,7 @@ pub const FAMILIES: &[Family] = &[
         args: COLL_ARGS,
         min_blocks: 1,
     },
+    // DDA Broadcast (`hip_kernels/broadcast.cuh`; the root is `KernelArgs::root`).
     Family {
         coll: "broadcast",
         algo: "ll",

@@ -29,7 +29,7 @@ pub struct KernelArgs {
     pub seq_slots: u64,
     pub rank: i32,
     pub nranks: i32,
-    /// The root rank of a rooted collective (Broadcast).
+    /// Broadcast: the rank whose `send` every rank receives (0 for the other collectives).
     pub root: i32,
     pub pad: i32,
 }

@@ -1,4 +1,4 @@
-//! DDA AllGather (`hip_kernels/gather.cuh`): the kernels move bytes, so the count is the
+//! DDA AllGather (`hip_kernels/allgather.cuh`): the kernels move bytes, so the count is the
 //! bytes per rank.
 
 use super::blocks_for;

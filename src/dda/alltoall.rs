@@ -1,4 +1,4 @@
-//! DDA AllToAll (`hip_kernels/gather.cuh`): the kernels move bytes, so the count is the bytes
+//! DDA AllToAll (`hip_kernels/alltoall.cuh`): the kernels move bytes, so the count is the bytes
 //! per (rank, peer) block.
 
 use super::blocks_for;

@@ -27,7 +27,7 @@ const MIN_WINDOW: u64 = 4 << 20;
 /// Depends only on the call and the agreed sizes, so it is identical on every rank. A staging half holds
 /// `nranks` slots of a window (one per sending rank), or for AllReduce of more than 2 ranks two
 /// regions of a window each (incoming chunks, then reduced chunks). The 2-rank AllReduce is a
-/// gather of both ranks' codes (`rcclx_allreduce_pair_q`): 2 slots.
+/// gather of both ranks' codes (`rcclx_allreduce_pair_coded`): 2 slots.
 pub fn grid(coll: Coll, w: &Work) -> Grid {
     let Work { count, nranks, half_bytes, max_blocks, .. } = *w;
     let two_phase = coll == Coll::AllReduce && nranks > 2;
