@@ -29,11 +29,12 @@ fn grid_fn(coll: Coll) -> fn(Algo, &Work) -> Grid {
 /// The launch of `call` on `algo` (LL, flat or two-shot).
 pub fn plan(clique: &Clique, algo: Algo, call: &CallDesc, bufs: &Buffers) -> Result<Launch, Error> {
     let family = crate::intercept::family(call.coll, algo)
-        .ok_or_else(|| Error::internal(format!("no DDA kernels for {:?} {algo:?}", call.coll)))?;
+        .ok_or_else(|| Error::internal(format!("no DDA kernels for {}.{}", call.coll.name(), algo.name())))?;
     let func = clique
         .kernel(family, call.dtype.0, call.op.0)
         .ok_or_else(|| {
-            Error::internal(format!("no kernel for {:?} {algo:?} {:?} {:?}", call.coll, call.dtype, call.op))
+            let (c, a, t, o) = (call.coll.name(), algo.name(), call.dtype.name(), call.op.name());
+            Error::internal(format!("no kernel for {c}.{a} {t} {o}"))
         })?
         .func;
     let elem = call.dtype.size().unwrap_or(1) as u64;

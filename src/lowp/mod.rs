@@ -63,10 +63,10 @@ pub fn plan(clique: &Clique, call: &CallDesc, codec: Algo, bufs: &Buffers) -> Re
         (Coll::AllReduce, 2) => crate::kernel_table::family_index("allreduce", pair_algo(codec)),
         _ => crate::intercept::family(call.coll, codec),
     }
-    .ok_or_else(|| Error::internal(format!("no low-precision kernels for {:?}", call.coll)))?;
-    let kernel = clique
-        .kernel(family, call.dtype.0, call.op.0)
-        .ok_or_else(|| Error::internal(format!("no low-precision kernel for {:?} {:?}", call.coll, call.dtype)))?;
+    .ok_or_else(|| Error::internal(format!("no low-precision kernels for {}", call.coll.spec().title)))?;
+    let kernel = clique.kernel(family, call.dtype.0, call.op.0).ok_or_else(|| {
+        Error::internal(format!("no low-precision kernel for {} {}", call.coll.spec().title, call.dtype.name()))
+    })?;
     let mut args = clique.args();
     // As many blocks as the GPU runs at once (2 per multiprocessor for kernels of 64 registers
     // or fewer): more stores in flight on the link. Measured on H200: the 2-rank AllReduce
