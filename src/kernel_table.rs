@@ -92,6 +92,23 @@ pub const COLL_ARGS: &str = "RcclxArgs";
 pub const ALLTOALLV_ARGS: &str = "RcclxA2avArgs";
 
 impl Family {
+    /// A family of one block per multiprocessor at least (`min_blocks` 1).
+    pub const fn new(
+        coll: &'static str,
+        algo: &'static str,
+        device_fn: &'static str,
+        types: &'static [Ty],
+        ops: &'static [Op],
+        args: &'static str,
+    ) -> Family {
+        Family { coll, algo, device_fn, types, ops, args, min_blocks: 1 }
+    }
+
+    /// The same family with registers left for `n` blocks per multiprocessor.
+    pub const fn min_blocks(self, n: u32) -> Family {
+        Family { min_blocks: n, ..self }
+    }
+
     /// Kernels of this family: one per type, times one per op if it has ops.
     pub const fn kernel_count(&self) -> usize {
         self.types.len() * if self.ops.is_empty() { 1 } else { self.ops.len() }
@@ -100,208 +117,32 @@ impl Family {
 
 /// Every kernel family, in module order. `coll` and `algo` name the statistics route too.
 pub const FAMILIES: &[Family] = &[
-    Family {
-        coll: "allreduce",
-        algo: "ll",
-        device_fn: "rcclx_allreduce_ll",
-        types: REDUCE_TYPES,
-        ops: REDUCE_OPS,
-        args: COLL_ARGS,
-        min_blocks: 1,
-    },
-    Family {
-        coll: "allreduce",
-        algo: "flat",
-        device_fn: "rcclx_allreduce_flat",
-        types: REDUCE_TYPES,
-        ops: REDUCE_OPS,
-        args: COLL_ARGS,
-        min_blocks: 1,
-    },
-    Family {
-        coll: "allreduce",
-        algo: "tree",
-        device_fn: "rcclx_allreduce_tree",
-        types: REDUCE_TYPES,
-        ops: REDUCE_OPS,
-        args: COLL_ARGS,
-        min_blocks: 1,
-    },
-    Family {
-        coll: "allgather",
-        algo: "ll",
-        device_fn: "rcclx_allgather_ll",
-        types: BYTES,
-        ops: NO_OP,
-        args: COLL_ARGS,
-        min_blocks: 1,
-    },
-    Family {
-        coll: "allgather",
-        algo: "flat",
-        device_fn: "rcclx_allgather_flat",
-        types: BYTES,
-        ops: NO_OP,
-        args: COLL_ARGS,
-        min_blocks: 1,
-    },
-    Family {
-        coll: "reducescatter",
-        algo: "ll",
-        device_fn: "rcclx_reducescatter_ll",
-        types: REDUCE_TYPES,
-        ops: REDUCE_OPS,
-        args: COLL_ARGS,
-        min_blocks: 1,
-    },
-    Family {
-        coll: "reducescatter",
-        algo: "flat",
-        device_fn: "rcclx_reducescatter_flat",
-        types: REDUCE_TYPES,
-        ops: REDUCE_OPS,
-        args: COLL_ARGS,
-        min_blocks: 1,
-    },
-    Family {
-        coll: "alltoall",
-        algo: "ll",
-        device_fn: "rcclx_alltoall_ll",
-        types: BYTES,
-        ops: NO_OP,
-        args: COLL_ARGS,
-        min_blocks: 1,
-    },
-    Family {
-        coll: "alltoall",
-        algo: "flat",
-        device_fn: "rcclx_alltoall_flat",
-        types: BYTES,
-        ops: NO_OP,
-        args: COLL_ARGS,
-        min_blocks: 1,
-    },
-    Family {
-        coll: "allreduce",
-        algo: "lowp",
-        device_fn: "rcclx_allreduce_lowp",
-        types: LOWP_TYPES,
-        ops: NO_OP,
-        args: COLL_ARGS,
-        min_blocks: 1,
-    },
-    Family {
-        coll: "allgather",
-        algo: "lowp",
-        device_fn: "rcclx_allgather_lowp",
-        types: LOWP_TYPES,
-        ops: NO_OP,
-        args: COLL_ARGS,
-        min_blocks: 1,
-    },
-    Family {
-        coll: "reducescatter",
-        algo: "lowp",
-        device_fn: "rcclx_reducescatter_lowp",
-        types: LOWP_TYPES,
-        ops: NO_OP,
-        args: COLL_ARGS,
-        min_blocks: 1,
-    },
-    Family {
-        coll: "alltoall",
-        algo: "lowp",
-        device_fn: "rcclx_alltoall_lowp",
-        types: LOWP_TYPES,
-        ops: NO_OP,
-        args: COLL_ARGS,
-        min_blocks: 1,
-    },
+    Family::new("allreduce", "ll", "rcclx_allreduce_ll", REDUCE_TYPES, REDUCE_OPS, COLL_ARGS),
+    Family::new("allreduce", "flat", "rcclx_allreduce_flat", REDUCE_TYPES, REDUCE_OPS, COLL_ARGS),
+    Family::new("allreduce", "tree", "rcclx_allreduce_tree", REDUCE_TYPES, REDUCE_OPS, COLL_ARGS),
+    Family::new("allgather", "ll", "rcclx_allgather_ll", BYTES, NO_OP, COLL_ARGS),
+    Family::new("allgather", "flat", "rcclx_allgather_flat", BYTES, NO_OP, COLL_ARGS),
+    Family::new("reducescatter", "ll", "rcclx_reducescatter_ll", REDUCE_TYPES, REDUCE_OPS, COLL_ARGS),
+    Family::new("reducescatter", "flat", "rcclx_reducescatter_flat", REDUCE_TYPES, REDUCE_OPS, COLL_ARGS),
+    Family::new("alltoall", "ll", "rcclx_alltoall_ll", BYTES, NO_OP, COLL_ARGS),
+    Family::new("alltoall", "flat", "rcclx_alltoall_flat", BYTES, NO_OP, COLL_ARGS),
+    Family::new("allreduce", "lowp", "rcclx_allreduce_lowp", LOWP_TYPES, NO_OP, COLL_ARGS),
+    Family::new("allgather", "lowp", "rcclx_allgather_lowp", LOWP_TYPES, NO_OP, COLL_ARGS),
+    Family::new("reducescatter", "lowp", "rcclx_reducescatter_lowp", LOWP_TYPES, NO_OP, COLL_ARGS),
+    Family::new("alltoall", "lowp", "rcclx_alltoall_lowp", LOWP_TYPES, NO_OP, COLL_ARGS),
     // GPU-resident AllToAllv (counts in device memory): rcclx's own API, not an NCCL collective.
-    Family {
-        coll: "alltoallv",
-        algo: "dynamic",
-        device_fn: "rcclx_alltoallv_dynamic",
-        types: BYTES,
-        ops: NO_OP,
-        args: ALLTOALLV_ARGS,
-        min_blocks: 1,
-    },
+    Family::new("alltoallv", "dynamic", "rcclx_alltoallv_dynamic", BYTES, NO_OP, ALLTOALLV_ARGS),
     // The low-precision kernels again with the INT8 codec (`RCCLX_LOW_PRECISION_CODEC=int8`).
-    Family {
-        coll: "allreduce",
-        algo: "int8",
-        device_fn: "rcclx_allreduce_int8",
-        types: LOWP_TYPES,
-        ops: NO_OP,
-        args: COLL_ARGS,
-        min_blocks: 1,
-    },
-    Family {
-        coll: "allgather",
-        algo: "int8",
-        device_fn: "rcclx_allgather_int8",
-        types: LOWP_TYPES,
-        ops: NO_OP,
-        args: COLL_ARGS,
-        min_blocks: 1,
-    },
-    Family {
-        coll: "reducescatter",
-        algo: "int8",
-        device_fn: "rcclx_reducescatter_int8",
-        types: LOWP_TYPES,
-        ops: NO_OP,
-        args: COLL_ARGS,
-        min_blocks: 1,
-    },
+    Family::new("allreduce", "int8", "rcclx_allreduce_int8", LOWP_TYPES, NO_OP, COLL_ARGS),
+    Family::new("allgather", "int8", "rcclx_allgather_int8", LOWP_TYPES, NO_OP, COLL_ARGS),
+    Family::new("reducescatter", "int8", "rcclx_reducescatter_int8", LOWP_TYPES, NO_OP, COLL_ARGS),
     // AllReduce's 2-rank form (a gather of codes, `rcclx_allreduce_pair_coded`), one kernel per codec.
-    Family {
-        coll: "allreduce",
-        algo: "lowp_pair",
-        device_fn: "rcclx_allreduce_lowp_pair",
-        types: LOWP_TYPES,
-        ops: NO_OP,
-        args: COLL_ARGS,
-        min_blocks: 2,
-    },
-    Family {
-        coll: "allreduce",
-        algo: "int8_pair",
-        device_fn: "rcclx_allreduce_int8_pair",
-        types: LOWP_TYPES,
-        ops: NO_OP,
-        args: COLL_ARGS,
-        min_blocks: 2,
-    },
-    Family {
-        coll: "alltoall",
-        algo: "int8",
-        device_fn: "rcclx_alltoall_int8",
-        types: LOWP_TYPES,
-        ops: NO_OP,
-        args: COLL_ARGS,
-        min_blocks: 1,
-    },
+    Family::new("allreduce", "lowp_pair", "rcclx_allreduce_lowp_pair", LOWP_TYPES, NO_OP, COLL_ARGS).min_blocks(2),
+    Family::new("allreduce", "int8_pair", "rcclx_allreduce_int8_pair", LOWP_TYPES, NO_OP, COLL_ARGS).min_blocks(2),
+    Family::new("alltoall", "int8", "rcclx_alltoall_int8", LOWP_TYPES, NO_OP, COLL_ARGS),
     // DDA Broadcast (`hip_kernels/broadcast.cuh`; the root is `KernelArgs::root`).
-    Family {
-        coll: "broadcast",
-        algo: "ll",
-        device_fn: "rcclx_broadcast_ll",
-        types: BYTES,
-        ops: NO_OP,
-        args: COLL_ARGS,
-        min_blocks: 1,
-    },
-    Family {
-        coll: "broadcast",
-        algo: "flat",
-        device_fn: "rcclx_broadcast_flat",
-        types: BYTES,
-        ops: NO_OP,
-        args: COLL_ARGS,
-        min_blocks: 1,
-    },
+    Family::new("broadcast", "ll", "rcclx_broadcast_ll", BYTES, NO_OP, COLL_ARGS),
+    Family::new("broadcast", "flat", "rcclx_broadcast_flat", BYTES, NO_OP, COLL_ARGS),
 ];
 
 /// The algorithms of the low-precision families (both codecs, both AllReduce forms).
