@@ -173,11 +173,10 @@ fn setup_limit() -> Option<Duration> {
 /// are after a peer failed; the application aborts them.
 pub(super) fn timed_out(states: &[Arc<State>]) {
     let text = format!(
-        "rcclx setup: a peer did not answer within RCCLX_SETUP_TIMEOUT_MS={} (it died, or runs without rcclx); the communicator reports ncclRemoteError",
+        "rcclx: setup: a peer did not answer within RCCLX_SETUP_TIMEOUT_MS={} (it died, or runs without rcclx); the communicator reports ncclRemoteError",
         crate::config::get().setup_timeout_ms
     );
-    tracing::error!("{text}");
-    crate::upstream::set_last_error(&text);
+    crate::upstream::report_error(&text);
     for s in states {
         s.fail_setup();
     }
