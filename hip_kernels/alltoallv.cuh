@@ -30,12 +30,23 @@
 // not a whole number of its units. Dropped segments read back as RCCLX_A2AV_INVALID in
 // recv_counts; the others move normally. A send count of RCCLX_A2AV_INVALID is taken as 0, so a
 // received count can be passed back as it is (MoE combine after dispatch).
+//
+// Low precision (rcclx_alltoallv_coded, host side: dda::alltoallv::Coding): the same driver, the
+// segments cut into rows of `row_elems` elements and each row into blocks of 128 elements
+// (lowp.cuh's codecs; the last block of a row is short). A window carries W/132 blocks (rounded
+// down to a multiple of 4, for rcclx_put16's scale stores) per source: codes, then the scale
+// words, in the source's region. Block k of a window belongs to GPU block (k / 32) % gridDim on
+// both sides (rcclx_for_block_pairs), as the per-block barriers need. A segment that is not a
+// whole number of rows is not sent. The receiver decodes into the input type, or (CODED bit,
+// FP8) stores the codes in element order and the f32 scales row-major [rows][blocks per row].
+// A rank's own segment never crosses a link: copied exactly when decoding, encoded locally when
+// delivering codes.
 #pragma once
 
 #define RCCLX_A2AV_HDR 128  // bytes of the header at the start of each staging half
 #define RCCLX_A2AV_INVALID UINT64_MAX
 
-enum : uint32_t { RCCLX_A2AV_SEND_PACKED = 1, RCCLX_A2AV_RECV_PACKED = 2 };
+enum : uint32_t { RCCLX_A2AV_SEND_PACKED = 1, RCCLX_A2AV_RECV_PACKED = 2, RCCLX_A2AV_CODED = 4 };
 
 // Mirror: AllToAllvArgs in src/clique/args.rs.
 struct RcclxA2avArgs {
@@ -49,8 +60,10 @@ struct RcclxA2avArgs {
   uint64_t unit_bytes;
   uint32_t packed;                     // RCCLX_A2AV_* bits
   uint32_t pad_;
+  uint64_t row_elems;                  // low precision: elements per row
+  uint64_t scales[RCCLX_MAX_RANKS];    // CODED: f32 scale buffers (packed receive: [0] only)
 };
-RCCLX_ASSERT_SIZE(RcclxA2avArgs, 464);
+RCCLX_ASSERT_SIZE(RcclxA2avArgs, 536);
 
 // Bytes of window w of a segment of `len` bytes, each window W bytes.
 RCCLX_DEV uint64_t rcclx_a2av_window(uint64_t len, uint64_t w, uint64_t W) {
@@ -102,8 +115,56 @@ RCCLX_DEV void rcclx_a2av_copy(char* dst, const char* src, uint64_t n, int half,
   if (blockIdx.x == 0 && (halves == 1 || half == 0) && t < n % 16) dst[nvec * 16 + t] = src[nvec * 16 + t];
 }
 
+// The bytes as they are (the plain forms): the Codec argument of the driver below.
+struct RcclxA2avBytes {};
+template <typename C> struct RcclxIsBytes { static constexpr bool value = false; };
+template <> struct RcclxIsBytes<RcclxA2avBytes> { static constexpr bool value = true; };
+
+// Low precision: the rows of a segment of `len` bytes (type T, rows of H elements, B blocks
+// each) and their blocks. Block g of a segment is block g % B of row g / B.
 template <typename T>
-RCCLX_DEV void rcclx_alltoallv_dynamic(const RcclxA2avArgs& v) {
+struct RcclxA2avRows {
+  uint64_t H, B, row_bytes, Wb;  // Wb: blocks per region per window
+  RCCLX_DEV explicit RcclxA2avRows(const RcclxA2avArgs& v)
+      : H(v.row_elems), B((v.row_elems + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK), row_bytes(v.row_elems * sizeof(T)),
+        Wb((v.a.window_elems / (RCCLX_QBLOCK + 4)) & ~(uint64_t)3) {}
+  RCCLX_DEV uint64_t blocks(uint64_t len) const { return len == RCCLX_A2AV_INVALID ? 0 : len / row_bytes * B; }
+  // Blocks of window w of a segment of `len` bytes.
+  RCCLX_DEV uint64_t window(uint64_t len, uint64_t w) const {
+    const uint64_t nb = blocks(len);
+    return nb > w * Wb ? RCCLX_MIN(nb - w * Wb, Wb) : 0;
+  }
+  RCCLX_DEV RcclxQSlot region(char* base) const { return rcclx_qslot(base, Wb * RCCLX_QBLOCK, 1, 0); }
+};
+
+// Stores this lane's 16 codes of the block at element `blk` of a row of n one-byte codes, in
+// element order (positions >= n skipped): what FP8 GEMMs read.
+template <typename T>
+RCCLX_DEV void rcclx_store_codes16(uint8_t* dst, uint64_t blk, uint64_t n, const RcclxQ16& q) {
+  constexpr int N = RcclxVec<T>::N;  // consecutive elements of a lane's value run
+  const uint32_t w[4] = {q.codes.x, q.codes.y, q.codes.z, q.codes.w};
+  uint8_t* p = dst + blk;
+  if (blk + RCCLX_QBLOCK <= n && (uintptr_t)p % N == 0) {
+#pragma unroll
+    for (int j = 0; j < 16 / N; ++j) {
+      uint8_t* at = p + j * 8 * N + rcclx_qlane() * N;
+      if constexpr (N == 8) *(uint64_t*)at = (uint64_t)w[2 * j + 1] << 32 | w[2 * j];
+      else *(uint32_t*)at = w[j];
+    }
+  } else {
+#pragma unroll
+    for (int c = 0; c < 16; ++c) {
+      const uint64_t i = blk + rcclx_qpos<T>(c);
+      if (i < n) dst[i] = (uint8_t)(w[c / 4] >> (8 * (c % 4)));
+    }
+  }
+}
+
+// The driver of every AllToAllv kernel: Codec = RcclxA2avBytes (T = uint8_t: bytes), RcclxFp8
+// or RcclxInt8 (T = the element type).
+template <typename T, typename Codec>
+RCCLX_DEV void rcclx_alltoallv_run(const RcclxA2avArgs& v) {
+  constexpr bool LOWP = !RcclxIsBytes<Codec>::value;
   const RcclxArgs& a = v.a;
   RCCLX_SESSION
   __shared__ uint64_t s_out[RCCLX_MAX_RANKS];   // bytes to each destination (or INVALID)
@@ -116,7 +177,9 @@ RCCLX_DEV void rcclx_alltoallv_dynamic(const RcclxA2avArgs& v) {
   const int n = a.nranks;
   const bool send_packed = v.packed & RCCLX_A2AV_SEND_PACKED;
   const bool recv_packed = v.packed & RCCLX_A2AV_RECV_PACKED;
+  const bool coded = LOWP && (v.packed & RCCLX_A2AV_CODED);
   const int my_half = threadIdx.x / RCCLX_A2AV_HALF;
+  const RcclxA2avRows<T> rows(v);  // unused by the byte kernels
 
   if (threadIdx.x == 0) {
     uint64_t end = 0;  // packed: units before segment q (<= max_send)
@@ -133,19 +196,63 @@ RCCLX_DEV void rcclx_alltoallv_dynamic(const RcclxA2avArgs& v) {
         over = c > v.max_send;
         s_soff[q] = 0;
       }
-      s_out[q] = over ? RCCLX_A2AV_INVALID : c * v.unit_bytes;
+      // Low precision: only whole rows (a partial row would read past the segment).
+      const bool ragged = LOWP && !over && c * v.unit_bytes % rows.row_bytes != 0;
+      s_out[q] = over || ragged ? RCCLX_A2AV_INVALID : c * v.unit_bytes;
     }
   }
   __syncthreads();
 
   auto half_of = [&](uint64_t w) { return (uint64_t)((seq + w) & 1) * a.half_bytes; };
+  auto src_of = [&](int q) { return (const char*)(send_packed ? v.send[0] : v.send[q]) + s_soff[q]; };
+  auto dst_of = [&](int p) {  // coded: one byte per element
+    return (char*)(recv_packed ? v.recv[0] : v.recv[p]) + (coded ? s_roff[p] / sizeof(T) : s_roff[p]);
+  };
+  auto scales_of = [&](int p) {
+    return (float*)(recv_packed ? v.scales[0] : v.scales[p]) + (recv_packed ? s_roff[p] / rows.row_bytes * rows.B : 0);
+  };
+  // Block g of a segment at src: load (zeros where inactive), encode (every lane: warp-collective).
+  auto encode = [&](const char* src, uint64_t g, bool act) -> RcclxQ16 {
+    RcclxQ16 c = {};
+    if constexpr (LOWP) {
+      float x[16] = {};
+      if (act) rcclx_load16<T>((const T*)src + g / rows.B * rows.H, g % rows.B * RCCLX_QBLOCK, rows.H, x);
+      c = Codec::quantize16(x);
+    }
+    return c;
+  };
+  // Block g of the segment from p, received as q.
+  auto deliver = [&](int p, uint64_t g, const RcclxQ16& q) {
+    if constexpr (LOWP) {
+      const uint64_t r = g / rows.B, blk = g % rows.B * RCCLX_QBLOCK;
+      if (coded) {
+        rcclx_store_codes16<T>((uint8_t*)dst_of(p) + r * rows.H, blk, rows.H, q);
+        if (rcclx_qlane() == 0) scales_of(p)[g] = rcclx_u32_as_f32(q.meta);
+      } else {
+        float x[16];
+        Codec::template decode16<false>(q, x);
+        rcclx_store16<T>((T*)dst_of(p) + r * rows.H, blk, rows.H, x);
+      }
+    }
+  };
+
   // Window w of every outgoing segment into the destination's region of this rank.
   auto push = [&](uint64_t w, int h, int hs) {
     for (int i = 1; i < n; ++i) {
       const int q = (a.rank + i) % n;
-      const uint64_t len = rcclx_a2av_window(s_out[q], w, W);
-      const char* src = (const char*)(send_packed ? v.send[0] : v.send[q]) + s_soff[q] + w * W;
-      if (len) rcclx_a2av_copy(a.staging[q] + half_of(w) + rcclx_a2av_region(a.rank, q, W), src, len, h, hs);
+      char* region = a.staging[q] + half_of(w) + rcclx_a2av_region(a.rank, q, W);
+      if constexpr (LOWP) {
+        const RcclxQSlot to = rows.region(region);
+        rcclx_for_block_pairs(rows.window(s_out[q], w), h, hs, [&](uint64_t k, bool act, uint64_t k2, bool act2) {
+          const RcclxQ16 c = encode(src_of(q), w * rows.Wb + k, act);
+          rcclx_put16(to, k, c, act);
+          const RcclxQ16 c2 = encode(src_of(q), w * rows.Wb + k2, act2);
+          rcclx_put16(to, k2, c2, act2);
+        });
+      } else {
+        const uint64_t len = rcclx_a2av_window(s_out[q], w, W);
+        if (len) rcclx_a2av_copy(region, src_of(q) + w * W, len, h, hs);
+      }
     }
   };
   // Window w of every incoming segment out of the own staging; in window 0 also the segment
@@ -154,15 +261,32 @@ RCCLX_DEV void rcclx_alltoallv_dynamic(const RcclxA2avArgs& v) {
     const char* mine = a.staging[a.rank] + half_of(w);
     for (int i = 1; i < n; ++i) {
       const int p = (a.rank + i) % n;
-      const uint64_t len = rcclx_a2av_window(s_in[p], w, W);
-      char* dst = (char*)(recv_packed ? v.recv[0] : v.recv[p]) + s_roff[p] + w * W;
-      if (len) rcclx_a2av_copy(dst, mine + rcclx_a2av_region(p, a.rank, W), len, h, hs);
+      const char* region = mine + rcclx_a2av_region(p, a.rank, W);
+      if constexpr (LOWP) {
+        const RcclxQSlot from = rows.region((char*)region);
+        rcclx_for_block_pairs(rows.window(s_in[p], w), h, hs, [&](uint64_t k, bool act, uint64_t k2, bool act2) {
+          RcclxQ16 q = {}, q2 = {};  // both loads in flight first
+          if (act) q = rcclx_get16(from, k);
+          if (act2) q2 = rcclx_get16(from, k2);
+          if (act) deliver(p, w * rows.Wb + k, q);
+          if (act2) deliver(p, w * rows.Wb + k2, q2);
+        });
+      } else {
+        const uint64_t len = rcclx_a2av_window(s_in[p], w, W);
+        if (len) rcclx_a2av_copy(dst_of(p) + w * W, region, len, h, hs);
+      }
     }
     const uint64_t own = s_in[a.rank];
     if (w == 0 && own != RCCLX_A2AV_INVALID && own != 0) {
-      const char* src = (const char*)(send_packed ? v.send[0] : v.send[a.rank]) + s_soff[a.rank];
-      char* dst = (char*)(recv_packed ? v.recv[0] : v.recv[a.rank]) + s_roff[a.rank];
-      rcclx_a2av_copy(dst, src, own, h, hs);
+      if (coded) {  // the codes a peer would get
+        rcclx_for_block_pairs(rows.blocks(own), h, hs, [&](uint64_t k, bool act, uint64_t k2, bool act2) {
+          const RcclxQ16 c = encode(src_of(a.rank), k, act), c2 = encode(src_of(a.rank), k2, act2);
+          if (act) deliver(a.rank, k, c);
+          if (act2) deliver(a.rank, k2, c2);
+        });
+      } else {
+        rcclx_a2av_copy(dst_of(a.rank), src_of(a.rank), own, h, hs);
+      }
     }
   };
 
@@ -193,7 +317,7 @@ RCCLX_DEV void rcclx_alltoallv_dynamic(const RcclxA2avArgs& v) {
         bool drop = len == RCCLX_A2AV_INVALID;
         if (!drop) {
           const uint64_t units = len / v.unit_bytes;
-          const bool ragged = len % v.unit_bytes != 0;
+          const bool ragged = len % v.unit_bytes != 0 || (LOWP && len % rows.row_bytes != 0);
           if (recv_packed) {
             over = over || ragged || units > v.max_recv - end;
             s_roff[p] = end * v.unit_bytes;
@@ -206,7 +330,9 @@ RCCLX_DEV void rcclx_alltoallv_dynamic(const RcclxA2avArgs& v) {
         }
         if (drop) s_in[p] = RCCLX_A2AV_INVALID;
       }
-      s_nwin = longest > W ? (longest + W - 1) / W : 1;
+      // Windows of the longest segment: its blocks per Wb (low precision) or bytes per W.
+      const uint64_t size = LOWP ? rows.blocks(longest) : longest, per = LOWP ? rows.Wb : W;
+      s_nwin = size > per ? (size + per - 1) / per : 1;
     }
     __syncthreads();
     nwin = s_nwin;
@@ -227,3 +353,8 @@ RCCLX_DEV void rcclx_alltoallv_dynamic(const RcclxA2avArgs& v) {
   }
   rcclx_seq_store(a, seq + (uint32_t)nwin);
 }
+
+// The kernel table's device functions: bytes; FP8 and INT8 on the wire.
+template <typename T> RCCLX_DEV void rcclx_alltoallv_dynamic(const RcclxA2avArgs& v) { rcclx_alltoallv_run<T, RcclxA2avBytes>(v); }
+template <typename T> RCCLX_DEV void rcclx_alltoallv_lowp(const RcclxA2avArgs& v) { rcclx_alltoallv_run<T, RcclxFp8>(v); }
+template <typename T> RCCLX_DEV void rcclx_alltoallv_int8(const RcclxA2avArgs& v) { rcclx_alltoallv_run<T, RcclxInt8>(v); }

@@ -10,5 +10,5 @@
 #include "alltoall.cuh"   // DDA AllToAll: ll, flat
 #include "reducescatter.cuh"  // DDA ReduceScatter: ll, flat
 #include "broadcast.cuh"  // DDA Broadcast: ll, flat
-#include "alltoallv.cuh"  // GPU-resident AllToAllv (device-side counts)
 #include "lowp.cuh"       // low-precision (FP8 or INT8 on the wire) collectives
+#include "alltoallv.cuh"  // GPU-resident AllToAllv (device-side counts; plain or low precision)

@@ -40,7 +40,9 @@ typedef cudaStream_t rcclxStream_t;
 #define RCCLX_ROUTE_ALLTOALL_INT8 20
 #define RCCLX_ROUTE_BROADCAST_LL 21
 #define RCCLX_ROUTE_BROADCAST_FLAT 22
-#define RCCLX_ROUTE_COUNT 23
+#define RCCLX_ROUTE_ALLTOALLV_LOWP 23
+#define RCCLX_ROUTE_ALLTOALLV_INT8 24
+#define RCCLX_ROUTE_COUNT 25
 
 /**
  * rcclx version as `MAJOR*10000 + MINOR*100 + PATCH` (Cargo.toml's version).
@@ -53,6 +55,21 @@ typedef cudaStream_t rcclxStream_t;
  * declared capacities (see `rcclxAllToAllvDynamic`).
  */
 #define RCCLX_COUNT_INVALID UINT64_MAX
+
+/**
+ * `rcclxAllToAllvOptions::wire`: the bytes as they are (the forms without options).
+ */
+#define RCCLX_WIRE_PLAIN 0
+
+/**
+ * Block-scaled FP8 E4M3 on the wire (the low-precision collectives' codec).
+ */
+#define RCCLX_WIRE_FP8 1
+
+/**
+ * Block-scaled INT8 on the wire.
+ */
+#define RCCLX_WIRE_INT8 2
 
 /**
  * Per-communicator statistics by algorithm, summed over the collectives (a stable summary of
@@ -97,6 +114,39 @@ typedef struct rcclxRouteStats {
   uint64_t calls;
   uint64_t bytes;
 } rcclxRouteStats;
+
+/**
+ * Options of the `...Ex` AllToAllv forms. Zeroed (or a NULL pointer): the plain call.
+ *
+ * With `wire` = `RCCLX_WIRE_FP8` or `RCCLX_WIRE_INT8` (datatype ncclFloat32, ncclFloat16 or
+ * ncclBfloat16), a segment between two ranks travels quantized: each row of `rowElements`
+ * elements (0: one count unit) is cut into blocks of 128 elements from its start (the last one
+ * short), each with one scale word, as the low-precision collectives do. A segment that is not a
+ * whole number of rows is not sent and its receiver reads `RCCLX_COUNT_INVALID`.
+ *
+ * `recvScales` NULL: the receiver decodes into `datatype` (a rank's own segment is copied
+ * exactly: it never crosses a link). Non-NULL (FP8 only): the receive buffers get the E4M3 codes,
+ * one byte per element in element order (a segment at element offset E of a packed buffer starts
+ * at byte E), and the scales go to f32 arrays `[rows][ceil(rowElements / 128)]`, a value being
+ * `code * scale` (DeepEP's layout for FP8 GEMMs); the own segment is encoded too. `recvScales`
+ * holds one pointer per source for the per-peer receive forms, one (a segment's scales after the
+ * previous segments' rows) for the packed form; each holds the scales of the whole rows of
+ * `maxRecvcount` units. E4M3 is OCP (e4m3fn) on NVIDIA and gfx950, FNUZ on gfx942.
+ */
+typedef struct rcclxAllToAllvOptions {
+  /**
+   * `RCCLX_WIRE_PLAIN`, `RCCLX_WIRE_FP8` or `RCCLX_WIRE_INT8`.
+   */
+  int wire;
+  /**
+   * Elements per row for the block scales; 0: one count unit.
+   */
+  size_t rowElements;
+  /**
+   * NULL: decode; else where the FP8 scales go (see above).
+   */
+  float *const *recvScales;
+} rcclxAllToAllvOptions;
 
 #ifdef __cplusplus
 extern "C" {
@@ -215,6 +265,26 @@ ncclResult_t rcclxAllToAllvDynamic(const void *const *sendbuffs,
                                    rcclxStream_t stream);
 
 /**
+ * `rcclxAllToAllvDynamic` with options (`rcclxAllToAllvOptions`: FP8 or INT8 on the wire; NULL:
+ * as `rcclxAllToAllvDynamic`). Unknown `wire`, a datatype the codec does not take, codes for
+ * INT8: `ncclInvalidArgument`.
+ *
+ * # Safety
+ * As `rcclxAllToAllvDynamic`; `options` is NULL or points to an `rcclxAllToAllvOptions` whose
+ * `recvScales` is NULL or holds `nranks` pointers valid for the scale capacity.
+ */
+ncclResult_t rcclxAllToAllvDynamicEx(const void *const *sendbuffs,
+                                     const size_t *sendcounts,
+                                     void *const *recvbuffs,
+                                     size_t maxSendcount,
+                                     size_t maxRecvcount,
+                                     size_t *actualRecvcounts,
+                                     ncclDataType_t datatype,
+                                     ncclComm_t comm,
+                                     rcclxStream_t stream,
+                                     const struct rcclxAllToAllvOptions *options);
+
+/**
  * GPU-resident AllToAllv from one send buffer (NCCLX's `alltoallvDynamicSplit`, without hints):
  * as `rcclxAllToAllvDynamic`, but the segments for ranks 0, 1, ... lie back to back in
  * `sendbuff`, `sendSplitLengths[p]` elements each (device memory), and `maxSendcount` is the
@@ -232,6 +302,23 @@ ncclResult_t rcclxAllToAllvDynamicSplit(const void *sendbuff,
                                         ncclDataType_t datatype,
                                         ncclComm_t comm,
                                         rcclxStream_t stream);
+
+/**
+ * `rcclxAllToAllvDynamicSplit` with options (see `rcclxAllToAllvDynamicEx`).
+ *
+ * # Safety
+ * As `rcclxAllToAllvDynamicEx`.
+ */
+ncclResult_t rcclxAllToAllvDynamicSplitEx(const void *sendbuff,
+                                          const size_t *sendSplitLengths,
+                                          void *const *recvbuffs,
+                                          size_t maxSendcount,
+                                          size_t maxRecvcount,
+                                          size_t *actualRecvcounts,
+                                          ncclDataType_t datatype,
+                                          ncclComm_t comm,
+                                          rcclxStream_t stream,
+                                          const struct rcclxAllToAllvOptions *options);
 
 /**
  * GPU-resident AllToAllv between two packed buffers, the layout of PyTorch's
@@ -255,6 +342,25 @@ ncclResult_t rcclxAllToAllvDynamicPacked(const void *sendbuff,
                                          ncclDataType_t datatype,
                                          ncclComm_t comm,
                                          rcclxStream_t stream);
+
+/**
+ * `rcclxAllToAllvDynamicPacked` with options (see `rcclxAllToAllvDynamicEx`; `recvScales`
+ * holds one pointer).
+ *
+ * # Safety
+ * As `rcclxAllToAllvDynamicEx`, with one scale pointer.
+ */
+ncclResult_t rcclxAllToAllvDynamicPackedEx(const void *sendbuff,
+                                           const size_t *sendcounts,
+                                           void *recvbuff,
+                                           size_t maxSendcount,
+                                           size_t maxRecvcount,
+                                           size_t *actualRecvcounts,
+                                           size_t countUnit,
+                                           ncclDataType_t datatype,
+                                           ncclComm_t comm,
+                                           rcclxStream_t stream,
+                                           const struct rcclxAllToAllvOptions *options);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -63,6 +63,16 @@ pub enum LowpCodec {
     Int8,
 }
 
+impl LowpCodec {
+    /// `fp8` or `int8`, as the variable spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            LowpCodec::Fp8 => "fp8",
+            LowpCodec::Int8 => "int8",
+        }
+    }
+}
+
 impl Parse for LowpCodec {
     fn parse(s: &str) -> Option<Self> {
         match s.trim().to_ascii_lowercase().as_str() {

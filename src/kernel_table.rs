@@ -143,6 +143,9 @@ pub const FAMILIES: &[Family] = &[
     // DDA Broadcast (`hip_kernels/broadcast.cuh`; the root is `KernelArgs::root`).
     Family::new("broadcast", "ll", "rcclx_broadcast_ll", BYTES, NO_OP, COLL_ARGS),
     Family::new("broadcast", "flat", "rcclx_broadcast_flat", BYTES, NO_OP, COLL_ARGS),
+    // The GPU-resident AllToAllv with FP8 / INT8 on the wire (`rcclxAllToAllvOptions::wire`).
+    Family::new("alltoallv", "lowp", "rcclx_alltoallv_lowp", LOWP_TYPES, NO_OP, ALLTOALLV_ARGS),
+    Family::new("alltoallv", "int8", "rcclx_alltoallv_int8", LOWP_TYPES, NO_OP, ALLTOALLV_ARGS),
 ];
 
 /// The algorithms of the low-precision families (both codecs, both AllReduce forms).

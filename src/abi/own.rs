@@ -3,7 +3,8 @@
 
 use crate::abi::boundary;
 use crate::comm::Snapshot;
-use crate::dda::alltoallv::{AllToAllvCall, Segments};
+use crate::config::LowpCodec;
+use crate::dda::alltoallv::{AllToAllvCall, Coding, Segments};
 use crate::types::{Stream, ncclComm_t, ncclDataType_t, ncclResult_t};
 use std::ffi::{c_char, c_int, c_void};
 
@@ -301,13 +302,51 @@ unsafe fn pointer_array<T>(p: *const *const T, nranks: usize, what: &str) -> Res
     Ok(unsafe { std::slice::from_raw_parts(p, nranks) }.iter().map(|&x| x as u64).collect())
 }
 
+/// `rcclxAllToAllvOptions::wire`: the bytes as they are (the forms without options).
+pub const RCCLX_WIRE_PLAIN: c_int = 0;
+/// Block-scaled FP8 E4M3 on the wire (the low-precision collectives' codec).
+pub const RCCLX_WIRE_FP8: c_int = 1;
+/// Block-scaled INT8 on the wire.
+pub const RCCLX_WIRE_INT8: c_int = 2;
+
+/// Options of the `...Ex` AllToAllv forms. Zeroed (or a NULL pointer): the plain call.
+///
+/// With `wire` = `RCCLX_WIRE_FP8` or `RCCLX_WIRE_INT8` (datatype ncclFloat32, ncclFloat16 or
+/// ncclBfloat16), a segment between two ranks travels quantized: each row of `rowElements`
+/// elements (0: one count unit) is cut into blocks of 128 elements from its start (the last one
+/// short), each with one scale word, as the low-precision collectives do. A segment that is not a
+/// whole number of rows is not sent and its receiver reads `RCCLX_COUNT_INVALID`.
+///
+/// `recvScales` NULL: the receiver decodes into `datatype` (a rank's own segment is copied
+/// exactly: it never crosses a link). Non-NULL (FP8 only): the receive buffers get the E4M3 codes,
+/// one byte per element in element order (a segment at element offset E of a packed buffer starts
+/// at byte E), and the scales go to f32 arrays `[rows][ceil(rowElements / 128)]`, a value being
+/// `code * scale` (DeepEP's layout for FP8 GEMMs); the own segment is encoded too. `recvScales`
+/// holds one pointer per source for the per-peer receive forms, one (a segment's scales after the
+/// previous segments' rows) for the packed form; each holds the scales of the whole rows of
+/// `maxRecvcount` units. E4M3 is OCP (e4m3fn) on NVIDIA and gfx950, FNUZ on gfx942.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct rcclxAllToAllvOptions {
+    /// `RCCLX_WIRE_PLAIN`, `RCCLX_WIRE_FP8` or `RCCLX_WIRE_INT8`.
+    pub wire: c_int,
+    /// Elements per row for the block scales; 0: one count unit.
+    pub rowElements: usize,
+    /// NULL: decode; else where the FP8 scales go (see above).
+    pub recvScales: *const *mut f32,
+}
+
 /// What the three AllToAllv forms share: the count unit (`count_unit` elements of `datatype`),
-/// the communicator check, then `comm::alltoallv_dynamic` with the segments `segments(nranks)`
-/// describes. `counts` = (sent, received), `max` = (send, receive) capacities, in count units.
+/// the options, the communicator check, then `comm::alltoallv_dynamic` with the segments
+/// `segments(nranks)` describes. `counts` = (sent, received), `max` = (send, receive)
+/// capacities, in count units.
 ///
 /// # Safety
 /// `stream` is the caller's stream (NCCL's contract); `segments` reads only what the caller
-/// guarantees for a communicator of that many ranks.
+/// guarantees for a communicator of that many ranks; `options` is NULL or points to a readable
+/// `rcclxAllToAllvOptions` whose `recvScales` is NULL or holds as many pointers as the receive
+/// buffers.
+#[allow(clippy::too_many_arguments)]
 unsafe fn alltoallv_dynamic(
     datatype: ncclDataType_t,
     count_unit: usize,
@@ -315,6 +354,7 @@ unsafe fn alltoallv_dynamic(
     stream: Stream,
     counts: (*const usize, *mut usize),
     max: (usize, usize),
+    options: *const rcclxAllToAllvOptions,
     segments: impl FnOnce(usize) -> Result<(Segments, Segments), crate::error::Error>,
 ) -> ncclResult_t {
     let unit = datatype.size().and_then(|s| (s as u64).checked_mul(count_unit as u64));
@@ -322,10 +362,32 @@ unsafe fn alltoallv_dynamic(
     if comm.is_null() {
         return ncclResult_t::InvalidArgument;
     }
+    // SAFETY: NULL or readable (the caller's contract).
+    let options = unsafe { options.as_ref() }.copied();
+    let codec = match options.map_or(RCCLX_WIRE_PLAIN, |o| o.wire) {
+        RCCLX_WIRE_PLAIN => None,
+        RCCLX_WIRE_FP8 => Some(LowpCodec::Fp8),
+        RCCLX_WIRE_INT8 => Some(LowpCodec::Int8),
+        _ => return ncclResult_t::InvalidArgument,
+    };
     // SAFETY: the caller's stream (NCCL's contract), forwarded by our caller.
     let stream = unsafe { crate::gpu::Stream::from_raw(stream) };
     crate::comm::alltoallv_dynamic(comm, stream, |n| {
         let (send, recv) = segments(n)?;
+        let coding = match (codec, options) {
+            (Some(codec), Some(o)) => {
+                let scales = if o.recvScales.is_null() {
+                    None
+                } else {
+                    let count = if recv_is_packed(&recv) { 1 } else { n };
+                    // SAFETY: non-null; as many pointers as receive buffers (the caller's contract).
+                    let p = unsafe { pointer_array(o.recvScales.cast::<*const f32>(), count, "recvScales") }?;
+                    Some(if recv_is_packed(&recv) { Segments::Packed(p[0]) } else { Segments::PerPeer(p) })
+                };
+                Some(Coding { codec, row_elems: o.rowElements as u64, scales })
+            }
+            _ => None,
+        };
         Ok(AllToAllvCall {
             send,
             recv,
@@ -334,8 +396,14 @@ unsafe fn alltoallv_dynamic(
             max_send: max.0 as u64,
             max_recv: max.1 as u64,
             unit_bytes,
+            datatype: datatype.0,
+            coding,
         })
     })
+}
+
+fn recv_is_packed(s: &Segments) -> bool {
+    matches!(s, Segments::Packed(_))
 }
 
 /// GPU-resident AllToAllv with one buffer per peer (NCCLX's `alltoallvDynamic`, without hints).
@@ -370,12 +438,50 @@ pub unsafe extern "C" fn rcclxAllToAllvDynamic(
     comm: ncclComm_t,
     stream: Stream,
 ) -> ncclResult_t {
+    // SAFETY: forwarded from the caller; no options.
+    unsafe {
+        rcclxAllToAllvDynamicEx(
+            sendbuffs,
+            sendcounts,
+            recvbuffs,
+            maxSendcount,
+            maxRecvcount,
+            actualRecvcounts,
+            datatype,
+            comm,
+            stream,
+            std::ptr::null(),
+        )
+    }
+}
+
+/// `rcclxAllToAllvDynamic` with options (`rcclxAllToAllvOptions`: FP8 or INT8 on the wire; NULL:
+/// as `rcclxAllToAllvDynamic`). Unknown `wire`, a datatype the codec does not take, codes for
+/// INT8: `ncclInvalidArgument`.
+///
+/// # Safety
+/// As `rcclxAllToAllvDynamic`; `options` is NULL or points to an `rcclxAllToAllvOptions` whose
+/// `recvScales` is NULL or holds `nranks` pointers valid for the scale capacity.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rcclxAllToAllvDynamicEx(
+    sendbuffs: *const *const c_void,
+    sendcounts: *const usize,
+    recvbuffs: *const *mut c_void,
+    maxSendcount: usize,
+    maxRecvcount: usize,
+    actualRecvcounts: *mut usize,
+    datatype: ncclDataType_t,
+    comm: ncclComm_t,
+    stream: Stream,
+    options: *const rcclxAllToAllvOptions,
+) -> ncclResult_t {
     boundary("rcclxAllToAllvDynamic", || {
         let counts = (sendcounts, actualRecvcounts);
+        let max = (maxSendcount, maxRecvcount);
         // SAFETY: forwarded from the caller, who guarantees `n` entries in both arrays (its
         // communicator's size).
         unsafe {
-            alltoallv_dynamic(datatype, 1, comm, stream, counts, (maxSendcount, maxRecvcount), |n| {
+            alltoallv_dynamic(datatype, 1, comm, stream, counts, max, options, |n| {
                 let send = Segments::PerPeer(pointer_array(sendbuffs, n, "sendbuffs")?);
                 let recv = Segments::PerPeer(pointer_array(recvbuffs.cast::<*const c_void>(), n, "recvbuffs")?);
                 Ok((send, recv))
@@ -403,11 +509,46 @@ pub unsafe extern "C" fn rcclxAllToAllvDynamicSplit(
     comm: ncclComm_t,
     stream: Stream,
 ) -> ncclResult_t {
+    // SAFETY: forwarded from the caller; no options.
+    unsafe {
+        rcclxAllToAllvDynamicSplitEx(
+            sendbuff,
+            sendSplitLengths,
+            recvbuffs,
+            maxSendcount,
+            maxRecvcount,
+            actualRecvcounts,
+            datatype,
+            comm,
+            stream,
+            std::ptr::null(),
+        )
+    }
+}
+
+/// `rcclxAllToAllvDynamicSplit` with options (see `rcclxAllToAllvDynamicEx`).
+///
+/// # Safety
+/// As `rcclxAllToAllvDynamicEx`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rcclxAllToAllvDynamicSplitEx(
+    sendbuff: *const c_void,
+    sendSplitLengths: *const usize,
+    recvbuffs: *const *mut c_void,
+    maxSendcount: usize,
+    maxRecvcount: usize,
+    actualRecvcounts: *mut usize,
+    datatype: ncclDataType_t,
+    comm: ncclComm_t,
+    stream: Stream,
+    options: *const rcclxAllToAllvOptions,
+) -> ncclResult_t {
     boundary("rcclxAllToAllvDynamicSplit", || {
         let counts = (sendSplitLengths, actualRecvcounts);
+        let max = (maxSendcount, maxRecvcount);
         // SAFETY: forwarded from the caller, who guarantees `n` entries in `recvbuffs`.
         unsafe {
-            alltoallv_dynamic(datatype, 1, comm, stream, counts, (maxSendcount, maxRecvcount), |n| {
+            alltoallv_dynamic(datatype, 1, comm, stream, counts, max, options, |n| {
                 let recv = Segments::PerPeer(pointer_array(recvbuffs.cast::<*const c_void>(), n, "recvbuffs")?);
                 Ok((Segments::Packed(sendbuff as u64), recv))
             })
@@ -438,10 +579,48 @@ pub unsafe extern "C" fn rcclxAllToAllvDynamicPacked(
     comm: ncclComm_t,
     stream: Stream,
 ) -> ncclResult_t {
+    // SAFETY: forwarded from the caller; no options.
+    unsafe {
+        rcclxAllToAllvDynamicPackedEx(
+            sendbuff,
+            sendcounts,
+            recvbuff,
+            maxSendcount,
+            maxRecvcount,
+            actualRecvcounts,
+            countUnit,
+            datatype,
+            comm,
+            stream,
+            std::ptr::null(),
+        )
+    }
+}
+
+/// `rcclxAllToAllvDynamicPacked` with options (see `rcclxAllToAllvDynamicEx`; `recvScales`
+/// holds one pointer).
+///
+/// # Safety
+/// As `rcclxAllToAllvDynamicEx`, with one scale pointer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rcclxAllToAllvDynamicPackedEx(
+    sendbuff: *const c_void,
+    sendcounts: *const usize,
+    recvbuff: *mut c_void,
+    maxSendcount: usize,
+    maxRecvcount: usize,
+    actualRecvcounts: *mut usize,
+    countUnit: usize,
+    datatype: ncclDataType_t,
+    comm: ncclComm_t,
+    stream: Stream,
+    options: *const rcclxAllToAllvOptions,
+) -> ncclResult_t {
     boundary("rcclxAllToAllvDynamicPacked", || {
         let counts = (sendcounts, actualRecvcounts);
+        let max = (maxSendcount, maxRecvcount);
         let segments = |_| Ok((Segments::Packed(sendbuff as u64), Segments::Packed(recvbuff as u64)));
         // SAFETY: forwarded from the caller.
-        unsafe { alltoallv_dynamic(datatype, countUnit, comm, stream, counts, (maxSendcount, maxRecvcount), segments) }
+        unsafe { alltoallv_dynamic(datatype, countUnit, comm, stream, counts, max, options, segments) }
     })
 }

@@ -62,15 +62,21 @@ pub struct AllToAllvArgs {
     pub max_recv: u64,
     /// Bytes per count unit.
     pub unit_bytes: u64,
-    /// `A2AV_SEND_PACKED` | `A2AV_RECV_PACKED`.
+    /// `A2AV_SEND_PACKED` | `A2AV_RECV_PACKED` | `A2AV_CODED`.
     pub packed: u32,
     pub pad: u32,
+    /// Low precision: elements per row (blocks of 128 start at each row).
+    pub row_elems: u64,
+    /// `A2AV_CODED`: the f32 scale buffers (per source; packed receive side: only `[0]`).
+    pub scales: [u64; MAX_RANKS],
 }
-const _: () = assert!(std::mem::size_of::<AllToAllvArgs>() == 464);
+const _: () = assert!(std::mem::size_of::<AllToAllvArgs>() == 536);
 
 /// `RCCLX_A2AV_SEND_PACKED` / `RCCLX_A2AV_RECV_PACKED`: the segments lie back to back in one buffer.
 pub const A2AV_SEND_PACKED: u32 = 1;
 pub const A2AV_RECV_PACKED: u32 = 2;
+/// `RCCLX_A2AV_CODED`: low precision delivered as FP8 codes and f32 scales, not decoded.
+pub const A2AV_CODED: u32 = 4;
 /// `RCCLX_A2AV_HDR`: bytes at the start of a staging half that carry the counts.
 pub const A2AV_HEADER_BYTES: u64 = 128;
 

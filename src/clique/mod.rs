@@ -38,8 +38,8 @@ mod record;
 mod teardown;
 
 pub use args::{
-    A2AV_HEADER_BYTES, A2AV_RECV_PACKED, A2AV_SEND_PACKED, AllToAllvArgs, Buffers, FLAG_STRIDE, Grid, KernelArgs,
-    Launch, LaunchArgs, MAX_RANKS, THREADS, Work,
+    A2AV_CODED, A2AV_HEADER_BYTES, A2AV_RECV_PACKED, A2AV_SEND_PACKED, AllToAllvArgs, Buffers, FLAG_STRIDE, Grid,
+    KernelArgs, Launch, LaunchArgs, MAX_RANKS, THREADS, Work,
 };
 
 use std::ffi::{c_int, c_void};

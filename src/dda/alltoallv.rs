@@ -1,9 +1,13 @@
 //! GPU-resident AllToAllv (`hip_kernels/alltoallv.cuh`): the counts are in device memory, so
 //! the host only checks what it can see (pointers, capacities) and plans one grid that does not
-//! depend on the counts. The kernel agrees the number of windows and checks the counts.
+//! depend on the counts. The kernel agrees the number of windows and checks the counts. With a
+//! [`Coding`], FP8 or INT8 travels on the wire (the low-precision collectives' codecs).
 
-use crate::clique::{A2AV_HEADER_BYTES, A2AV_RECV_PACKED, A2AV_SEND_PACKED, AllToAllvArgs, Clique, Launch, LaunchArgs};
+use crate::clique::{
+    A2AV_CODED, A2AV_HEADER_BYTES, A2AV_RECV_PACKED, A2AV_SEND_PACKED, AllToAllvArgs, Clique, Launch, LaunchArgs,
+};
 use crate::clique::{MAX_RANKS, THREADS};
+use crate::config::LowpCodec;
 use crate::error::Error;
 use crate::types::ncclResult_t;
 
@@ -41,6 +45,22 @@ impl Segments {
     }
 }
 
+/// Low precision on the wire (`rcclxAllToAllvOptions`): segments between two ranks travel as
+/// blocks of 128 elements of each row, one 32-bit scale word per block.
+#[derive(Clone, Debug)]
+pub struct Coding {
+    pub codec: LowpCodec,
+    /// Elements per row (a row's blocks start at its first element; the last may be short).
+    pub row_elems: u64,
+    /// FP8 only: deliver the codes (one byte per element) and put the f32 scales here, laid out
+    /// as the receive side (per source, or packed: a segment's scales after the previous
+    /// segments' rows). None: the receiver decodes into the datatype.
+    pub scales: Option<Segments>,
+}
+
+/// Bytes per block on the wire: 128 codes and a scale word.
+const CODED_BLOCK_BYTES: u64 = 128 + 4;
+
 /// One call, as the C functions describe it. Counts and capacities are in units of
 /// `unit_bytes` (an element of the datatype, or a row of them).
 #[derive(Clone, Debug)]
@@ -56,18 +76,27 @@ pub struct AllToAllvCall {
     pub max_send: u64,
     pub max_recv: u64,
     pub unit_bytes: u64,
+    /// The element type (`ncclDataType_t`): it matters only with a coding.
+    pub datatype: i32,
+    pub coding: Option<Coding>,
 }
 
 fn invalid(what: String) -> Error {
     Error::new(ncclResult_t::InvalidArgument, what)
 }
 
-/// The kernel family (statistics route `alltoallv.dynamic`).
-pub fn family() -> usize {
+/// The kernel family of a wire format (statistics routes `alltoallv.dynamic`, `alltoallv.lowp`
+/// (FP8), `alltoallv.int8`).
+pub fn family(codec: Option<LowpCodec>) -> usize {
+    let algo = match codec {
+        None => "dynamic",
+        Some(LowpCodec::Fp8) => "lowp",
+        Some(LowpCodec::Int8) => "int8",
+    };
     crate::kernel_table::FAMILIES
         .iter()
-        .position(|f| f.args == crate::kernel_table::ALLTOALLV_ARGS)
-        .expect("the kernel table has the AllToAllv family")
+        .position(|f| f.coll == "alltoallv" && f.algo == algo)
+        .expect("the kernel table has the AllToAllv families")
 }
 
 /// Bytes per source per window (`window_elems` of the kernel): what a staging half holds after
@@ -95,15 +124,21 @@ pub fn plan(clique: &Clique, call: &AllToAllvCall) -> Result<Launch, Error> {
     let send = call.send.pointers(n, call.max_send, "send")?;
     let recv = call.recv.pointers(n, call.max_recv, "recv")?;
     let window = window_bytes(clique.args().half_bytes, n as u64);
-    if window == 0 {
+    if window < 4 * CODED_BLOCK_BYTES {
         return Err(Error::internal("staging buffer too small for AllToAllv"));
     }
-    let family = family();
-    let func = clique.kernel(family, -1, 0).ok_or_else(|| Error::internal("no AllToAllv kernel"))?.func;
+    let (row_elems, scales, coded) = match &call.coding {
+        None => (0, [0; MAX_RANKS], false),
+        Some(c) => coding_args(c, call, n)?,
+    };
+    let family = family(call.coding.as_ref().map(|c| c.codec));
+    let dtype = if call.coding.is_some() { call.datatype } else { -1 };
+    let func = clique.kernel(family, dtype, 0).ok_or_else(|| Error::internal("no AllToAllv kernel"))?.func;
     let mut base = clique.args();
     base.window_elems = window;
-    let packed =
-        if call.send.packed() { A2AV_SEND_PACKED } else { 0 } | if call.recv.packed() { A2AV_RECV_PACKED } else { 0 };
+    let packed = if call.send.packed() { A2AV_SEND_PACKED } else { 0 }
+        | if call.recv.packed() { A2AV_RECV_PACKED } else { 0 }
+        | if coded { A2AV_CODED } else { 0 };
     let args = AllToAllvArgs {
         base,
         send,
@@ -115,13 +150,44 @@ pub fn plan(clique: &Clique, call: &AllToAllvCall) -> Result<Launch, Error> {
         unit_bytes: call.unit_bytes,
         packed,
         pad: 0,
+        row_elems,
+        scales,
     };
     Ok(Launch { family, func, grid: (clique.max_blocks, THREADS), args: LaunchArgs::AllToAllv(args) })
+}
+
+/// Checks a coding against its call: (elements per row, scale pointers, codes delivered).
+fn coding_args(c: &Coding, call: &AllToAllvCall, n: usize) -> Result<(u64, [u64; MAX_RANKS], bool), Error> {
+    let Some(ty) = crate::kernel_table::LOWP_TYPES.iter().find(|t| t.nccl == call.datatype) else {
+        return Err(invalid(format!(
+            "{} on the wire needs float32, float16 or bfloat16 elements, not datatype {}",
+            c.codec.name(),
+            call.datatype
+        )));
+    };
+    let elem = ty.bytes as u64;
+    let unit_elems = call.unit_bytes / elem; // the unit is a whole number of elements
+    let row_elems = if c.row_elems == 0 { unit_elems } else { c.row_elems };
+    if row_elems.checked_mul(elem).is_none() {
+        return Err(invalid(format!("rows of {row_elems} elements overflow")));
+    }
+    let Some(scales) = &c.scales else { return Ok((row_elems, [0; MAX_RANKS], false)) };
+    if c.codec != LowpCodec::Fp8 {
+        return Err(invalid(format!("codes and scales are delivered for fp8 only, not {}", c.codec.name())));
+    }
+    if scales.packed() != call.recv.packed() {
+        return Err(invalid("the scales must be laid out as the receive buffers (one per source, or one)".into()));
+    }
+    // Whole rows of the receive capacity, each with its blocks' scales.
+    let rows = (call.max_recv as u128 * unit_elems as u128 / row_elems as u128) as u64;
+    let capacity = rows.saturating_mul(row_elems.div_ceil(128));
+    Ok((row_elems, scales.pointers(n, capacity, "recv scales")?, true))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernel_table::ALLTOALLV_ARGS;
 
     #[test]
     fn window_leaves_the_header_and_is_whole_vectors() {
@@ -150,13 +216,63 @@ mod tests {
     }
 
     #[test]
-    fn the_family_is_in_the_table_once() {
-        let f = family();
-        assert_eq!(crate::kernel_table::FAMILIES[f].coll, "alltoallv");
-        assert_eq!(
-            crate::kernel_table::FAMILIES.iter().filter(|x| x.args == crate::kernel_table::ALLTOALLV_ARGS).count(),
-            1
-        );
-        assert!(crate::kernel_table::kernel_index(f, 7, 0).is_some(), "byte kernels serve any type");
+    fn each_wire_format_has_its_family() {
+        use crate::kernel_table::{FAMILIES, kernel_index};
+        let plain = family(None);
+        assert_eq!((FAMILIES[plain].coll, FAMILIES[plain].algo), ("alltoallv", "dynamic"));
+        assert!(kernel_index(plain, 7, 0).is_some(), "byte kernels serve any type");
+        for (codec, algo) in [(LowpCodec::Fp8, "lowp"), (LowpCodec::Int8, "int8")] {
+            let f = family(Some(codec));
+            assert_eq!((FAMILIES[f].coll, FAMILIES[f].algo, FAMILIES[f].args), ("alltoallv", algo, ALLTOALLV_ARGS));
+            for ty in [6, 7, 9] {
+                assert!(kernel_index(f, ty, 0).is_some(), "{algo} {ty}");
+            }
+            assert!(kernel_index(f, 2, 0).is_none(), "no int32 kernel: the host refuses it first");
+        }
+    }
+
+    fn call(datatype: i32, unit_bytes: u64, max_recv: u64, recv: Segments, coding: Coding) -> AllToAllvCall {
+        AllToAllvCall {
+            send: Segments::Packed(0x1000),
+            recv,
+            send_counts: 0x2000,
+            recv_counts: 0x3000,
+            max_send: 64,
+            max_recv,
+            unit_bytes,
+            datatype,
+            coding: Some(coding),
+        }
+    }
+
+    #[test]
+    fn a_coding_checks_type_codec_and_scales() {
+        let decode = |codec| Coding { codec, row_elems: 0, scales: None };
+        let bf16_rows = |coding| call(9, 2 * 300, 10, Segments::Packed(0x4000), coding);
+        // Rows default to the count unit: 300 bf16 elements.
+        assert_eq!(coding_args(&decode(LowpCodec::Int8), &bf16_rows(decode(LowpCodec::Int8)), 2).unwrap().0, 300);
+        let int32 = call(2, 4, 10, Segments::Packed(0x4000), decode(LowpCodec::Fp8));
+        assert_eq!(coding_args(&decode(LowpCodec::Fp8), &int32, 2).unwrap_err().code, ncclResult_t::InvalidArgument);
+
+        let codes = |codec, scales| Coding { codec, row_elems: 0, scales: Some(scales) };
+        let c = codes(LowpCodec::Fp8, Segments::Packed(0x5000));
+        let (row, scales, coded) = coding_args(&c, &bf16_rows(c.clone()), 2).unwrap();
+        assert_eq!((row, scales[0], coded), (300, 0x5000, true));
+        let int8 = codes(LowpCodec::Int8, Segments::Packed(0x5000));
+        assert_eq!(coding_args(&int8, &bf16_rows(int8.clone()), 2).unwrap_err().code, ncclResult_t::InvalidArgument);
+        // The scales are laid out as the receive side.
+        let per_peer = codes(LowpCodec::Fp8, Segments::PerPeer(vec![0x5000, 0x6000]));
+        assert!(coding_args(&per_peer, &bf16_rows(per_peer.clone()), 2).is_err());
+        // A NULL scale buffer only where no whole row fits.
+        let holes = codes(LowpCodec::Fp8, Segments::PerPeer(vec![0x5000, 0]));
+        let rows_of = |max_recv, c: &Coding| {
+            let mut x = call(7, 4, max_recv, Segments::PerPeer(vec![0x1, 0x2]), c.clone());
+            x.coding.as_mut().unwrap().row_elems = 256;
+            let mut c = c.clone();
+            c.row_elems = 256;
+            coding_args(&c, &x, 2)
+        };
+        assert!(rows_of(256, &holes).is_err(), "one row of 2 blocks fits");
+        assert!(rows_of(255, &holes).is_ok(), "no whole row fits: nothing is written");
     }
 }
