@@ -80,7 +80,9 @@ pub const A2AV_CODED: u32 = 4;
 /// `RCCLX_A2AV_HDR`: bytes at the start of a staging half that carry the counts.
 pub const A2AV_HEADER_BYTES: u64 = 128;
 
-/// The one argument of a kernel: which struct depends on its family.
+/// The one argument of a kernel: which struct depends on its family. Unboxed: built once per
+/// call and copied into the launch (a box would allocate on every call).
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Copy, Debug)]
 pub enum LaunchArgs {
     Collective(KernelArgs),
