@@ -202,8 +202,8 @@ struct RcclxFp8 {
     const float inv = zero ? 0.f : RCCLX_FP8_MAX / amax;
     uint32_t w[4];
 #pragma unroll
-    for (int q = 0; q < 4; ++q)
-      w[q] = rcclx_f32x4_to_e4m3x4(rcclx_f32x4{v[q * 4] * inv, v[q * 4 + 1] * inv, v[q * 4 + 2] * inv, v[q * 4 + 3] * inv});
+    for (int q = 0; q < 4; ++q)  // a zero block's codes are +0 (x * 0 would keep a sign: 0x80)
+      w[q] = zero ? 0u : rcclx_f32x4_to_e4m3x4(rcclx_f32x4{v[q * 4] * inv, v[q * 4 + 1] * inv, v[q * 4 + 2] * inv, v[q * 4 + 3] * inv});
     if (!am.finite) rcclx_nan_codes(v, w, RCCLX_FP8_NAN);  // rare
     RcclxQ16 r;
     r.codes.x = w[0];

@@ -113,8 +113,10 @@ fn assert_rcclx_present(r: &Run, upstream: &Path) {
     assert_eq!(r.get("rcclxAllToAllvDynamic(unknown comm)"), "5", "{}", r.dump());
     assert_eq!(r.get("rcclxAllToAllvDynamic(bad type)"), "4", "{}", r.dump());
     assert_eq!(r.get("rcclxAllToAllvDynamicPacked(unit overflow)"), "4", "{}", r.dump());
+    assert_eq!(r.get("rcclxAllToAllvDynamicPackedEx(bad wire)"), "4", "{}", r.dump());
+    assert_eq!(r.get("rcclxAllToAllvDynamicPackedEx(fp8, unknown comm)"), "5", "{}", r.dump());
     let said = r.rcclx_log().into_iter().filter(|l| *l == common::PROBE_A2AV_WARNING).count();
-    assert_eq!(said, 1, "one WARN line for the AllToAllv on an unknown communicator:\n{}", r.dump());
+    assert_eq!(said, 2, "one WARN line per AllToAllv on an unknown communicator (plain, FP8):\n{}", r.dump());
     let path = r.get("rcclxGetUpstreamPath");
     assert!(Path::new(path) == upstream, "rcclxGetUpstreamPath {path}, expected {}:\n{}", upstream.display(), r.dump());
 }

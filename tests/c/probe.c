@@ -30,7 +30,15 @@ typedef int ncclDataType_t;
 typedef int ncclRedOp_t;
 typedef void *cudaStream_t;
 #define ncclFloat32 7
+#define ncclBfloat16 9
 #define ncclSum 0
+/* rcclx.h's, declared here so that the probe builds without it. */
+typedef struct {
+  int wire;
+  size_t rowElements;
+  float *const *recvScales;
+} rcclxAllToAllvOptions;
+#define RCCLX_WIRE_FP8 1
 
 /* X(return type, name, parameter list) */
 #define NCCL_FUNCS(X)                                                                          \
@@ -62,7 +70,10 @@ typedef struct rcclxCommStats rcclxCommStats; /* only passed as NULL here */
      ncclDataType_t, ncclComm_t, cudaStream_t))                                                \
   X(ncclResult_t, rcclxAllToAllvDynamicPacked,                                                 \
     (const void *, const size_t *, void *, size_t, size_t, size_t *, size_t, ncclDataType_t,   \
-     ncclComm_t, cudaStream_t))
+     ncclComm_t, cudaStream_t))                                                                \
+  X(ncclResult_t, rcclxAllToAllvDynamicPackedEx,                                               \
+    (const void *, const size_t *, void *, size_t, size_t, size_t *, size_t, ncclDataType_t,   \
+     ncclComm_t, cudaStream_t, const rcclxAllToAllvOptions *))
 
 struct api {
 #define FIELD(ret, name, params) ret(*name) params;
@@ -161,6 +172,15 @@ static void probe_own(const struct own_api *o) {
             o->rcclxAllToAllvDynamic(NULL, counts, NULL, 0, 0, counts, (ncclDataType_t)99, unknown, NULL));
     fprintf(out, "rcclxAllToAllvDynamicPacked(unit overflow)=%d\n",
             o->rcclxAllToAllvDynamicPacked(NULL, counts, NULL, 0, 0, counts, SIZE_MAX, ncclFloat32, unknown, NULL));
+  }
+  if (o->rcclxAllToAllvDynamicPackedEx) {
+    ncclComm_t unknown = (ncclComm_t)(uintptr_t)0x7f00;
+    size_t counts[8] = {0};
+    rcclxAllToAllvOptions bad = {7, 0, NULL}, fp8 = {RCCLX_WIRE_FP8, 0, NULL};
+    fprintf(out, "rcclxAllToAllvDynamicPackedEx(bad wire)=%d\n",
+            o->rcclxAllToAllvDynamicPackedEx(NULL, counts, NULL, 0, 0, counts, 1, ncclBfloat16, unknown, NULL, &bad));
+    fprintf(out, "rcclxAllToAllvDynamicPackedEx(fp8, unknown comm)=%d\n",
+            o->rcclxAllToAllvDynamicPackedEx(NULL, counts, NULL, 0, 0, counts, 1, ncclBfloat16, unknown, NULL, &fp8));
   }
 }
 

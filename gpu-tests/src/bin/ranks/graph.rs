@@ -85,9 +85,18 @@ fn calls(dev: &Ranks, seed: u64) -> Result<Vec<(String, Call)>, Fail> {
     if !missing.is_empty() {
         return Err(Fail(format!("no call reaches {missing:?} with this clique's thresholds")));
     }
-    let a = a2av::Case { form: a2av::Form::Packed, pattern: a2av::Pattern::Random, ty: Ty::Bf16, row: 7, cap: 301 };
-    let prep = a2av::Prepared::new(&a, n, seed, 7);
-    out.push(("alltoallv.dynamic".into(), Call::A2av(a, prep)));
+    // The GPU-resident AllToAllv: bytes, FP8 codes and scales delivered, INT8 decoded.
+    let fmt = a2av::fp8_format(dev);
+    let (packed, per_peer, random) = (a2av::Form::Packed, a2av::Form::PerPeer, a2av::Pattern::Random);
+    let a2avs = [
+        a2av::Case::plain(packed, random, Ty::Bf16, 7, 301),
+        a2av::Case { wire: a2av::Wire::Fp8Codes(fmt), scale_row: 300, ..a2av::Case::plain(packed, random, Ty::Bf16, 300, 9) },
+        a2av::Case { wire: a2av::Wire::Int8, scale_row: 256, ..a2av::Case::plain(per_peer, random, Ty::F32, 1, 256 * 9) },
+    ];
+    for (i, a) in a2avs.into_iter().enumerate() {
+        let prep = a2av::Prepared::new(&a, n, seed, 7 + i);
+        out.push((a.wire.route().into(), Call::A2av(a, prep)));
+    }
     Ok(out)
 }
 
@@ -120,8 +129,8 @@ pub fn run(dev: &mut Ranks, opts: &Opts) -> Result<(), Fail> {
                     bytes.extend(img.build(&ins[r], 0xEE));
                     per.push((at, Some(img)));
                 }
-                Call::A2av(_, prep) => {
-                    bytes.extend(prep.image(r));
+                Call::A2av(case, prep) => {
+                    bytes.extend(prep.image(case, r));
                     per.push((at, None));
                 }
             }
