@@ -479,11 +479,19 @@ pub struct Prepared {
     counts: Vec<Vec<u64>>,
     seed: u64,
     index: usize,
+    /// Every rank's send area, made once (the checks of n ranks read n of them each).
+    sent: Vec<std::sync::OnceLock<Vec<u8>>>,
 }
 
 impl Prepared {
     pub fn new(case: &Case, n: usize, seed: u64, index: usize) -> Prepared {
-        Prepared { a: arena(case, n), counts: case.counts(n, seed ^ index as u64), seed, index }
+        let sent = (0..n).map(|_| std::sync::OnceLock::new()).collect();
+        Prepared { a: arena(case, n), counts: case.counts(n, seed ^ index as u64), seed, index, sent }
+    }
+
+    /// Rank r's send area.
+    fn sent(&self, case: &Case, r: usize) -> &[u8] {
+        self.sent[r].get_or_init(|| send_data(case, &self.a, self.seed, self.index, r))
     }
 
     /// Bytes of the arena.
@@ -496,7 +504,7 @@ impl Prepared {
         let a = &self.a;
         let mut img = vec![POISON; a.total];
         img[..a.send].fill(0xFF);
-        img[a.send..a.recv].copy_from_slice(&send_data(case, a, self.seed, self.index, r));
+        img[a.send..a.recv].copy_from_slice(self.sent(case, r));
         for (q, &c) in self.counts[r].iter().enumerate() {
             img[a.send_counts + 8 * q..a.send_counts + 8 * q + 8].copy_from_slice(&c.to_le_bytes());
         }
@@ -587,7 +595,7 @@ impl Prepared {
                 want_counts.push(RCCLX_COUNT_INVALID);
                 continue;
             };
-            let src = send_data(case, a, self.seed, self.index, s);
+            let src = self.sent(case, s);
             let start = ((a.send_bufs[if sp { 0 } else { p }] - a.send) as u64 + model.soff[s][p]) as usize;
             let dst = (a.recv_bufs[if rp { 0 } else { s }] - a.recv) as u64;
             let seg = &src[start..start + len as usize];
@@ -665,11 +673,11 @@ impl Prepared {
             }
         }
         if got[..a.send].iter().any(|&b| b != 0xFF)
-            || got[a.send..a.recv] != send_data(case, a, self.seed, self.index, p)[..]
+            || got[a.send..a.recv] != *self.sent(case, p)
         {
             problems.push("the send area or its guard changed".into());
         }
-        let gaps = [a.recv_end..a.scales, a.scales_end..a.recv_counts, a.recv_counts + 8 * n..a.total];
+        let gaps = [a.recv_end..a.scales, a.scales_end..a.send_counts, a.recv_counts + 8 * n..a.total];
         if gaps.into_iter().any(|g| got[g].iter().any(|&b| b != POISON)) {
             problems.push("a write outside the receive area, scales and received counts".into());
         }
