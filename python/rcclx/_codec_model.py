@@ -144,6 +144,13 @@ def received(wire, rows, counts, me, fmt="e4m3fn"):
     return out
 
 
+def block_amax(x):
+    """The amax (over finite ``|x|``) of each element's block, f32 with ``x``'s shape."""
+    xb, r = _blocks(x)
+    a = torch.where(torch.isfinite(xb), xb.abs(), _const(xb, 0.0)).amax(dim=-1, keepdim=True)
+    return _unblock(a.expand(xb.shape), r, x)
+
+
 def same_values(got, want):
     """``(mismatches, max |got - want|)``: elements whose bits differ (NaN matches any NaN);
     the largest difference over the elements finite in both."""
