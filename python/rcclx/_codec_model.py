@@ -20,6 +20,8 @@ Divisions are tensor by tensor: torch on CUDA divides by a Python scalar as a mu
 its reciprocal, which is not the same f32 result.
 """
 
+import math
+
 import torch
 
 BLOCK = 128
@@ -44,9 +46,8 @@ def fp8_format(device=None):
 
 def _blocks(x):
     """``x`` as f32 ``[rows, blocks, 128]`` (each row padded with zeros) and the row length."""
-    rows = x.shape[0]
-    x2 = x.reshape(rows, -1).float()
-    r = x2.shape[1]
+    rows, r = x.shape[0], math.prod(x.shape[1:])
+    x2 = x.reshape(rows, r).float()
     nb = -(-r // BLOCK)
     if nb * BLOCK != r:
         x2 = torch.nn.functional.pad(x2, (0, nb * BLOCK - r))
@@ -55,7 +56,7 @@ def _blocks(x):
 
 def _unblock(y, r, like):
     """``[rows, blocks, 128]`` back to ``like``'s shape (the padding dropped)."""
-    return y.reshape(y.shape[0], -1)[:, :r].reshape(like.shape)
+    return y.reshape(y.shape[0], y.shape[1] * y.shape[2])[:, :r].reshape(like.shape)
 
 
 def _const(like, value):
