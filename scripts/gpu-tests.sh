@@ -282,6 +282,9 @@ fi
 if step plots && ls "$OUT"/*.json >/dev/null 2>&1; then
   run plots 300 python3 bench/plot.py "$OUT"/*.json --outdir "$OUT/plots"
 fi
+if step plots && [ -f "$OUT/moebench/moe_a2av.json" ]; then
+  run plots-moe 120 python3 bench/plot_moe.py "$OUT/moebench/moe_a2av.json"
+fi
 
 echo "logs in $OUT" | tee -a "$SUMMARY"
 ! grep -E ' rc=[1-9]' "$SUMMARY" >/dev/null

@@ -8,7 +8,8 @@ ships its ``librcclx.so`` and says how to put it in front of the stock library:
 * ``rcclx.is_active()`` / ``rcclx.stats()`` tell, from inside a job, whether rcclx is loaded and
   which route (rcclx kernel or forwarded to the stock library) each collective took;
 * ``rcclx.all_to_all_v_dynamic()`` is an all-to-all-v whose split sizes stay on the GPU (MoE
-  dispatch and combine without a host round trip; capturable in a CUDA graph).
+  dispatch and combine without a host round trip; capturable in a CUDA graph), optionally with
+  the rows sent in FP8 or INT8 (``wire=``) and delivered decoded or as FP8 codes plus scales.
 
 Importing this module loads no library and imports nothing heavy (no torch): only ``ctypes``.
 """
