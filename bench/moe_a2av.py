@@ -429,8 +429,8 @@ class Bench:
         sent_rows = mean([pr["dispatch"][0] + pr["combine"][0] for pr in phase_rows])
         disp_rows = [max(pr["dispatch"]) for pr in phase_rows]
         comb_rows = [max(pr["combine"]) for pr in phase_rows]
-        stats = torch.tensor([mean([pr["dispatch"][0] for pr in phase_rows]), mean([pr["combine"][0] for pr in phase_rows])]
-                             + disp_rows + comb_rows, dtype=torch.float64, device=self.dev)
+        sends = [mean([pr["dispatch"][0] for pr in phase_rows]), mean([pr["combine"][0] for pr in phase_rows])]
+        stats = torch.tensor(sends + disp_rows + comb_rows, dtype=torch.float64, device=self.dev)
         dist.all_reduce(stats, op=dist.ReduceOp.MAX)  # per routing: the busiest rank
         stats = stats.tolist()
         disp_send, comb_send = stats[0], stats[1]
@@ -472,7 +472,8 @@ class Bench:
             "link_floor_us": {w: round(v, 2) for w, v in floor.items()},
             "zero_splits_in_pool": zero_splits,
             "us_per_layer": {n: round(med[n], 2) for n in names},
-            "exchange_us_per_layer": {n: round(med[n] - med["local"], 2) for n in names if "local" in med and n != "local"},
+            "exchange_us_per_layer": {n: round(med[n] - med["local"], 2)
+                                      for n in names if "local" in med and n != "local"},
             "effective_gbps": gbps,
             "ratios": ratios,
             "rank0_us_per_layer_all_rounds": {n: [round(x, 2) for x in times[n]] for n in names},
@@ -549,7 +550,8 @@ def markdown(result):
             f"{r['link_bytes_per_rank_per_layer']['bf16'] / 2**20:.1f} | {r['link_floor_us']['bf16']:.1f} | "
             f"{r['link_floor_us']['fp8']:.1f} | " + " | ".join(fmt(g.get(n), "{:.0f}") for n in gnames)
             + f" | {fmt(q['torch_over_rcclx_graph'], '{:.2f}x')} | {fmt(q['bf16_over_fp8_graph'], '{:.2f}x')} | "
-            f"{fmt(q['bf16_over_fp8_coded_graph'], '{:.2f}x')} | {fmt(r['fp8_layer_output_rel_l2_vs_bf16'], '{:.4f}')} |")
+            f"{fmt(q['bf16_over_fp8_coded_graph'], '{:.2f}x')} | "
+            f"{fmt(r['fp8_layer_output_rel_l2_vs_bf16'], '{:.4f}')} |")
     lines += [
         "",
         f"PyTorch path in a CUDA graph: {result['torch_graph_capture']}",

@@ -639,7 +639,8 @@ class Test:
         if own:
             own_ok = torch.equal(as_bytes(got[off:off + own]), as_bytes(x[off:off + own]))
         _, err = codec.same_values(got, x)
-        detail = f"differing from the model {bad} (max |diff| {worst:.3g}), own rows exact {own_ok}, max |err| {err:.3g}"
+        detail = (f"differing from the model {bad} (max |diff| {worst:.3g}), own rows exact {own_ok}, "
+                  f"max |err| {err:.3g}")
         ok = bad == 0 and own_ok
         if wire == "int8" and got.numel():
             # Element by element: |got - x| <= amax / 127 of its block (finite x, peers' rows);
@@ -857,8 +858,8 @@ class Test:
             n_out = sum(m[s][me] for s in range(world))
             out2 = torch.empty(n_out, 33, dtype=torch.bfloat16, device=self.dev)
             splits = torch.tensor(m[me], dtype=torch.int64, device=self.dev)
-            rc = pk(inp.data_ptr(), splits.data_ptr(), out2.data_ptr(), n_in, n_out, actual.data_ptr(), 33, 9, c, stream,
-                    None if opt is None else ctypes.byref(opt))
+            rc = pk(inp.data_ptr(), splits.data_ptr(), out2.data_ptr(), n_in, n_out, actual.data_ptr(), 33, 9, c,
+                    stream, None if opt is None else ctypes.byref(opt))
             self.world_calls += rc == SUCCESS
             ref = self.reference(inp, m[me], [m[s][me] for s in range(world)])
             ok = rc == SUCCESS and torch.equal(as_bytes(out2), as_bytes(ref))
@@ -870,6 +871,7 @@ class Test:
         y8 = torch.zeros(16, 256, dtype=self.fp8, device=self.dev)
         s = torch.zeros(world, dtype=torch.int64, device=self.dev)
         sc2 = torch.zeros(16, 2, dtype=torch.float32, device=self.dev)
+        inside = y8.view(torch.uint8).view(-1)[:128].view(torch.float32).view(16, 2)
         bad = [
             ("wire 'fp4'", lambda: rcclx.all_to_all_v_dynamic(x, s, y, wire="fp4")),
             ("wire with an int64 input", lambda: rcclx.all_to_all_v_dynamic(
@@ -885,7 +887,7 @@ class Test:
             ("output_scales on the CPU", lambda: rcclx.all_to_all_v_dynamic(x, s, y8, wire="fp8",
                                                                              output_scales=sc2.cpu())),
             ("output_scales inside output", lambda: rcclx.all_to_all_v_dynamic(
-                x, s, y8, wire="fp8", output_scales=y8.view(torch.uint8).view(-1)[:128].view(torch.float32).view(16, 2))),
+                x, s, y8, wire="fp8", output_scales=inside)),
         ]
         for name, call in bad:
             try:
@@ -946,11 +948,13 @@ class Test:
             if not ok:
                 bad += 1
                 if first is None:
-                    first = f"replay {it}: send {in_l} recv {recv.tolist()} want {out_l}; dispatch {d_mid}; combine {d_back}"
+                    first = (f"replay {it}: send {in_l} recv {recv.tolist()} want {out_l}; dispatch {d_mid}; "
+                             f"combine {d_back}")
         guards = (self.untouched(raw_mid, GUARD * rb, (GUARD + ncap * world) * rb)
                   and self.untouched(raw_back, GUARD * rb, (GUARD + ncap) * rb))
         self.check(f"lowp cuda-graph fp8 dispatch + plain combine x{replays} replays, new splits and data each",
-                   bad == 0 and guards, f"bad replays {bad}{' first ' + first if first else ''}; guards untouched {guards}")
+                   bad == 0 and guards,
+                   f"bad replays {bad}{' first ' + first if first else ''}; guards untouched {guards}")
         del graph
 
     def lowp(self):
