@@ -13,10 +13,12 @@
 #                     benchsym: AllGather/ReduceScatter/AllToAll up to 1 MiB against stock NCCL's
 #                     symmetric kernels (-R 2)
 #                     a2av: GPU-resident all-to-all-v (rcclx.all_to_all_v_dynamic and the C forms) against
-#                     all_to_all_single, CUDA graph replays, bad counts; moebench: MoE dispatch + combine,
-#                     PyTorch's all_to_all_single path vs rcclx eager and in a CUDA graph (OUTDIR/moebench/)
-#   A2AV_REPLAYS=1000  CUDA graph replays of the a2av step
-#   MOEBENCH_ARGS="..."  extra arguments of bench/moe_a2av.py (e.g. --tokens 256 --rounds 10)
+#                     all_to_all_single, CUDA graph replays, bad counts, the FP8/INT8 wires against the
+#                     codec's model; moebench: MoE layer (top-k routing, permutation on the GPU),
+#                     PyTorch's all_to_all_single path vs rcclx bf16 and FP8 dispatch, eager and in a
+#                     CUDA graph (OUTDIR/moebench/)
+#   A2AV_REPLAYS=1000, A2AV_LOWP_REPLAYS=200  CUDA graph replays of the a2av step (plain; FP8)
+#   MOEBENCH_ARGS="..."  extra arguments of bench/moe_a2av.py (e.g. --tokens 256 --topk 2 --rounds 10)
 #   CHECK_COLLS="..."  collectives of the check step (default: every intercepted one)
 #   LOWP_CODECS="fp8 int8", LPBENCH_TYPES="bfloat16 float half", LPBENCH_CYCLES=3  (lowp, lpgraph,
 #                     lpbench steps; lpbench runs the codecs side by side in one process, and
@@ -199,13 +201,15 @@ fi
 
 # GPU-resident all-to-all-v (rcclxAllToAllvDynamic*, rcclx.all_to_all_v_dynamic) with LD_PRELOAD:
 # bit-identical to all_to_all_single, CUDA graph replays with new counts, counts over capacity,
-# argument errors, a communicator without rcclx kernels.
+# argument errors, a communicator without rcclx kernels; the FP8 and INT8 wires (the ...Ex forms)
+# bit for bit against the codec's torch model.
 if step a2av; then
-  run a2av-dynamic 600 env LD_PRELOAD="$LIB" NCCL_DEBUG=WARN A2AV_REPLAYS="${A2AV_REPLAYS:-1000}" python3 -m torch.distributed.run --standalone --nproc_per_node="$N" tests/gpu/a2av_dynamic.py
+  run a2av-dynamic 600 env LD_PRELOAD="$LIB" NCCL_DEBUG=WARN A2AV_REPLAYS="${A2AV_REPLAYS:-1000}" A2AV_LOWP_REPLAYS="${A2AV_LOWP_REPLAYS:-200}" python3 -m torch.distributed.run --standalone --nproc_per_node="$N" tests/gpu/a2av_dynamic.py
 fi
 
-# MoE dispatch + combine: PyTorch's all_to_all_single path (splits read back to the host) vs
-# rcclx.all_to_all_v_dynamic eager and in a CUDA graph (OUT/moebench/moe_a2av.{json,md}).
+# MoE dispatch + combine (top-k routing, the permutation on the GPU): PyTorch's all_to_all_single
+# path (splits read back to the host) vs rcclx.all_to_all_v_dynamic, bf16 and FP8 dispatch, eager
+# and in a CUDA graph (OUT/moebench/moe_a2av.{json,md}).
 if step moebench; then
   mkdir -p "$OUT/moebench"
   run moebench 600 env LD_PRELOAD="$LIB" NCCL_DEBUG=WARN python3 -m torch.distributed.run --standalone --nproc_per_node="$N" bench/moe_a2av.py --out "$OUT/moebench" ${MOEBENCH_ARGS:-}
@@ -277,6 +281,9 @@ fi
 # Plots of the benchmark's JSON files (needs matplotlib).
 if step plots && ls "$OUT"/*.json >/dev/null 2>&1; then
   run plots 300 python3 bench/plot.py "$OUT"/*.json --outdir "$OUT/plots"
+fi
+if step plots && [ -f "$OUT/moebench/moe_a2av.json" ]; then
+  run plots-moe 120 python3 bench/plot_moe.py "$OUT/moebench/moe_a2av.json"
 fi
 
 echo "logs in $OUT" | tee -a "$SUMMARY"

@@ -8,7 +8,8 @@ ships its ``librcclx.so`` and says how to put it in front of the stock library:
 * ``rcclx.is_active()`` / ``rcclx.stats()`` tell, from inside a job, whether rcclx is loaded and
   which route (rcclx kernel or forwarded to the stock library) each collective took;
 * ``rcclx.all_to_all_v_dynamic()`` is an all-to-all-v whose split sizes stay on the GPU (MoE
-  dispatch and combine without a host round trip; capturable in a CUDA graph).
+  dispatch and combine without a host round trip; capturable in a CUDA graph), optionally with
+  the rows sent in FP8 or INT8 (``wire=``) and delivered decoded or as FP8 codes plus scales.
 
 Importing this module loads no library and imports nothing heavy (no torch): only ``ctypes``.
 """
@@ -386,6 +387,25 @@ def _a2av_functions():
     return _A2AV
 
 
+_A2AV_EX = None  # rcclxAllToAllvDynamicPackedEx once found
+
+
+def _a2av_ex_function(wire):
+    """``rcclxAllToAllvDynamicPackedEx`` of the rcclx loaded in this process (cached).
+    RuntimeError naming it when that rcclx is older (the plain form needs only ``_a2av_functions``)."""
+    global _A2AV_EX
+    if _A2AV_EX is None:
+        handle = _a2av_functions()[0]
+        try:
+            _A2AV_EX = _capi.alltoallv_dynamic_packed_ex_fn(handle)
+        except AttributeError as e:
+            raise RuntimeError(
+                f"all_to_all_v_dynamic: wire={wire!r} needs rcclxAllToAllvDynamicPackedEx, which the rcclx "
+                f"loaded in this process does not have ({e}): it is older than this package"
+            ) from None
+    return _A2AV_EX
+
+
 _A2AV_TYPES = {}
 
 
@@ -464,7 +484,16 @@ _RESULT_HINTS = {
 }
 
 
-def all_to_all_v_dynamic(input, send_splits, output, group=None, recv_splits=None):
+#: Input dtypes of the low-precision wires (the codecs' I/O types).
+_WIRE_INPUT_TYPES = ("float32", "float16", "bfloat16")
+#: Output dtypes of coded delivery: the FP8 E4M3 codes, one byte per element.
+_CODED_OUTPUT_TYPES = ("float8_e4m3fn", "float8_e4m3fnuz", "uint8")
+#: Elements per block scale.
+_BLOCK = 128
+
+
+def all_to_all_v_dynamic(input, send_splits, output, group=None, recv_splits=None, wire=None,
+                         output_scales=None):
     """All-to-all-v with the split sizes on the GPU: ``torch.distributed.all_to_all_single`` with
     ``input_split_sizes`` given as a device tensor and nothing read back to the host.
 
@@ -473,25 +502,47 @@ def all_to_all_v_dynamic(input, send_splits, output, group=None, recv_splits=Non
     * ``send_splits``: int64 CUDA tensor ``[world]``, rows for each destination. Read by the
       kernel when it runs, so it may be written by an earlier kernel (the router) or between
       CUDA-graph replays.
-    * ``output``: contiguous CUDA tensor ``[M, *rest]``, same dtype and ``rest``; receives the
-      rows from rank 0, then rank 1, ... back to back. ``M`` is its capacity.
+    * ``output``: contiguous CUDA tensor ``[M, *rest]``, same dtype and ``rest`` (FP8 codes with
+      ``output_scales``, below); receives the rows from rank 0, then rank 1, ... back to back.
+      ``M`` is its capacity.
     * ``group``: a ``torch.distributed`` ProcessGroup (NCCL; None: the default group), or what
       ``comm_handle`` accepts.
     * ``recv_splits``: int64 CUDA tensor ``[world]`` to write the received row counts into
       (allocated with ``torch.empty`` if None; pass the same one to every CUDA-graph replay).
+    * ``wire``: None (the rows are copied as they are), ``"fp8"`` or ``"int8"``: the rows
+      travel block-scaled, in the codecs of rcclx's low-precision collectives (blocks of 128
+      elements starting at each row's first element, the last one short when a row is not a
+      multiple of 128; FP8 E4M3 with an f32 scale = amax / 448 per block (240 on gfx942's
+      FNUZ), or INT8 with a bf16 scale and per-lane shifts). ``input`` must be float32, float16
+      or bfloat16. Only the segments between different ranks are quantized: with decoded
+      delivery a rank's own rows arrive exact. The error of a quantized element is the codec's
+      (README, "FP8 or INT8"): FP8 about ``2^-4 |x|`` (relative per element), INT8 about
+      ``amax / 254`` of its block (absolute). Decoded values are those of the CPU model of the
+      codec, bit for bit (each block encoded, then code * scale in f32, rounded to ``output``'s
+      dtype). Counted on the routes ``alltoallv.lowp`` (FP8) and ``alltoallv.int8``.
+    * ``output_scales``: None for decoded delivery (``output`` gets the dequantized rows in
+      ``input``'s dtype). A tensor for coded delivery (``wire="fp8"`` only), as FP8 expert
+      GEMMs take it (DeepEP's layout): ``output`` then has dtype ``torch.float8_e4m3fn`` (the
+      codes of NVIDIA GPUs and gfx950), ``torch.float8_e4m3fnuz`` (gfx942) or ``torch.uint8``,
+      shape ``[M, *rest]``, and gets the codes, one byte per element; ``output_scales`` is a
+      contiguous float32 CUDA tensor ``[M, ceil(row / 128)]`` (``row`` = elements per row) and
+      gets one scale per block: ``x = code * scale``. Every row is encoded, the rank's own
+      rows too (locally: the codes and scales a peer would get).
 
     Returns ``recv_splits``: rows from each source rank, written on the device. A segment that
     would run past ``N`` on its sender or past ``M`` on its receiver is dropped, with every later
     one of that buffer, and reads -1; the other segments move normally (a dropped segment takes no
-    room in ``output``). Nothing is written outside ``output[:M]`` and ``recv_splits``. For the
-    MoE combine, pass the returned ``recv_splits`` as the next call's ``send_splits``: a -1 there
-    sends nothing.
+    room in ``output``). Nothing is written outside ``output[:M]``, ``output_scales[:M]`` and
+    ``recv_splits``. For the MoE combine, pass the returned ``recv_splits`` as the next call's
+    ``send_splits``: a -1 there sends nothing.
 
     Asynchronous on ``torch.cuda.current_stream()``: no host synchronisation, so it can be
     captured in ``torch.cuda.graph``. Calls ``rcclxAllToAllvDynamicPacked`` with one row as the
-    count unit. Needs rcclx loaded in the process (RuntimeError otherwise) and a communicator on
-    which rcclx runs its own kernels (2-8 ranks on one host); a failed call raises RuntimeError
-    naming the ncclResult_t. Invalid tensors raise ValueError. Not differentiable.
+    count unit, or ``rcclxAllToAllvDynamicPackedEx`` with a wire (the rows as its
+    ``rowElements``; RuntimeError naming it when the loaded rcclx is older). Needs rcclx loaded in
+    the process (RuntimeError otherwise) and a communicator on which rcclx runs its own kernels
+    (2-8 ranks on one host); a failed call raises RuntimeError naming the ncclResult_t. Invalid
+    tensors raise ValueError. Not differentiable.
     """
     import torch
 
@@ -503,15 +554,37 @@ def all_to_all_v_dynamic(input, send_splits, output, group=None, recv_splits=Non
         if not t.is_contiguous():
             raise ValueError(f"all_to_all_v_dynamic: {name} must be contiguous")
 
+    def type_name(dtype):
+        return str(dtype).replace("torch.", "")
+
+    if wire is not None and wire not in _capi.WIRES:
+        raise ValueError(f"all_to_all_v_dynamic: wire must be None, 'fp8' or 'int8', not {wire!r}")
+    coded = output_scales is not None
+    if coded and wire != "fp8":
+        raise ValueError(
+            f"all_to_all_v_dynamic: output_scales (coded delivery) needs wire='fp8', not {wire!r}"
+        )
     tensor("input", input)
     tensor("output", output)
     tensor("send_splits", send_splits)
+    if coded:
+        tensor("output_scales", output_scales)
     if input.dim() < 1 or output.dim() < 1:
         raise ValueError(
             f"all_to_all_v_dynamic: input and output need a row dimension (shapes {tuple(input.shape)} "
             f"and {tuple(output.shape)})"
         )
-    if input.dtype != output.dtype:
+    if wire is not None and type_name(input.dtype) not in _WIRE_INPUT_TYPES:
+        raise ValueError(
+            f"all_to_all_v_dynamic: wire={wire!r} needs a float32, float16 or bfloat16 input, not {input.dtype}"
+        )
+    if coded:
+        if type_name(output.dtype) not in _CODED_OUTPUT_TYPES:
+            raise ValueError(
+                f"all_to_all_v_dynamic: with output_scales (coded delivery) output holds the FP8 codes: "
+                f"torch.float8_e4m3fn, torch.float8_e4m3fnuz or torch.uint8, not {output.dtype}"
+            )
+    elif input.dtype != output.dtype:
         raise ValueError(f"all_to_all_v_dynamic: input is {input.dtype} but output is {output.dtype}")
     if input.shape[1:] != output.shape[1:]:
         raise ValueError(
@@ -523,8 +596,19 @@ def all_to_all_v_dynamic(input, send_splits, output, group=None, recv_splits=Non
         row *= d
     if row == 0:
         raise ValueError(f"all_to_all_v_dynamic: rows of zero elements (shape {tuple(input.shape)})")
+    if coded:
+        blocks = -(-row // _BLOCK)
+        if output_scales.dtype != torch.float32 or tuple(output_scales.shape) != (output.shape[0], blocks):
+            raise ValueError(
+                f"all_to_all_v_dynamic: output_scales must be torch.float32 of shape ({output.shape[0]}, "
+                f"{blocks}) (one scale per 128 elements of each output row), not {output_scales.dtype} "
+                f"{tuple(output_scales.shape)}"
+            )
     current = torch.cuda.current_device()
-    for name, t in (("input", input), ("output", output), ("send_splits", send_splits)):
+    named = [("input", input), ("output", output), ("send_splits", send_splits)]
+    if coded:
+        named.append(("output_scales", output_scales))
+    for name, t in named:
         if t.get_device() != current:
             raise ValueError(
                 f"all_to_all_v_dynamic: {name} is on {t.device} but the current CUDA device is "
@@ -537,6 +621,10 @@ def all_to_all_v_dynamic(input, send_splits, output, group=None, recv_splits=Non
         raise ValueError("all_to_all_v_dynamic: input and output overlap")
     if _overlap(send_splits, output):
         raise ValueError("all_to_all_v_dynamic: send_splits and output overlap")
+    if coded:
+        for name, t in (("input", input), ("output", output), ("send_splits", send_splits)):
+            if _overlap(output_scales, t):
+                raise ValueError(f"all_to_all_v_dynamic: output_scales and {name} overlap")
 
     if group is None:
         import torch.distributed as dist
@@ -568,14 +656,16 @@ def all_to_all_v_dynamic(input, send_splits, output, group=None, recv_splits=Non
                 f"all_to_all_v_dynamic: recv_splits is on {recv_splits.device} but the current CUDA "
                 f"device is cuda:{current}"
             )
-        for name, t in (("send_splits", send_splits), ("input", input), ("output", output)):
+        others = [("send_splits", send_splits), ("input", input), ("output", output)]
+        if coded:
+            others.append(("output_scales", output_scales))
+        for name, t in others:
             if _overlap(recv_splits, t):
                 raise ValueError(f"all_to_all_v_dynamic: recv_splits and {name} overlap")
 
     datatype, unit = _a2av_datatype(input.dtype)
     unit *= row
-    packed = _a2av_functions()[1]
-    rc = packed(
+    args = (
         input.data_ptr(),
         send_splits.data_ptr(),
         output.data_ptr(),
@@ -587,6 +677,17 @@ def all_to_all_v_dynamic(input, send_splits, output, group=None, recv_splits=Non
         comm,
         _current_raw_stream(torch, current),
     )
+    if wire is None:
+        rc = _a2av_functions()[1](*args)
+        name = "rcclxAllToAllvDynamicPacked"
+    else:
+        # The Packed form reads recvScales[0]; `keep` holds that host array through the call.
+        options, keep = _capi.alltoallv_options(
+            _capi.WIRES[wire], row, [output_scales.data_ptr()] if coded else None
+        )
+        rc = _a2av_ex_function(wire)(*args, ctypes.byref(options))
+        del keep
+        name = "rcclxAllToAllvDynamicPackedEx"
     if rc != 0:
-        raise _capi.CallError("rcclxAllToAllvDynamicPacked", rc, _RESULT_HINTS.get(rc))
+        raise _capi.CallError(name, rc, _RESULT_HINTS.get(rc))
     return recv_splits

@@ -227,6 +227,47 @@ ALLTOALLV_DYNAMIC_PACKED_ARGTYPES = [
 ]
 
 
+#: ``rcclxAllToAllvOptions.wire``: the plain copy, or the dispatch sent block-scaled (128
+#: elements per scale) in the codecs of the low-precision collectives.
+WIRE_PLAIN = 0
+WIRE_FP8 = 1
+WIRE_INT8 = 2
+#: The Python names of the low-precision wires.
+WIRES = {"fp8": WIRE_FP8, "int8": WIRE_INT8}
+
+
+class rcclxAllToAllvOptions(ctypes.Structure):
+    """``rcclxAllToAllvOptions``: the trailing argument of the ``...Ex`` forms.
+
+    ``wire``: ``WIRE_*``; ``rowElements``: elements per row, where each row's blocks start (0: one
+    count unit); ``recvScales``: NULL for decoded delivery, else a host array of scale buffers
+    (one per peer for the per-peer and Split forms, one for Packed) for coded delivery (FP8)."""
+
+    _fields_ = [
+        ("wire", ctypes.c_int),
+        ("rowElements", ctypes.c_size_t),
+        ("recvScales", ctypes.POINTER(ctypes.c_void_p)),
+    ]
+
+
+ALLTOALLV_OPTIONS_P = ctypes.POINTER(rcclxAllToAllvOptions)
+#: The ``...Ex`` forms: the plain form's arguments, then ``const rcclxAllToAllvOptions*``.
+ALLTOALLV_DYNAMIC_EX_ARGTYPES = ALLTOALLV_DYNAMIC_ARGTYPES + [ALLTOALLV_OPTIONS_P]
+ALLTOALLV_DYNAMIC_SPLIT_EX_ARGTYPES = ALLTOALLV_DYNAMIC_SPLIT_ARGTYPES + [ALLTOALLV_OPTIONS_P]
+ALLTOALLV_DYNAMIC_PACKED_EX_ARGTYPES = ALLTOALLV_DYNAMIC_PACKED_ARGTYPES + [ALLTOALLV_OPTIONS_P]
+
+
+def alltoallv_options(wire, row_elements=0, recv_scales=None):
+    """``(options, keep)``: an ``rcclxAllToAllvOptions`` and the host array of scale pointers it
+    points to (``recv_scales``: a list of device pointers, or None for decoded delivery). Keep
+    ``keep`` alive until the call returns."""
+    keep = pointer_array(recv_scales) if recv_scales is not None else None
+    options = rcclxAllToAllvOptions(
+        wire, row_elements, ctypes.cast(keep, ctypes.POINTER(ctypes.c_void_p)) if keep is not None else None
+    )
+    return options, keep
+
+
 def alltoallv_dynamic_fn(handle):
     """``rcclxAllToAllvDynamic``, declared (raises ``AttributeError`` on an rcclx without it)."""
     return _fn(handle, "rcclxAllToAllvDynamic", ncclResult_t, ALLTOALLV_DYNAMIC_ARGTYPES)
@@ -240,6 +281,21 @@ def alltoallv_dynamic_split_fn(handle):
 def alltoallv_dynamic_packed_fn(handle):
     """``rcclxAllToAllvDynamicPacked``, declared."""
     return _fn(handle, "rcclxAllToAllvDynamicPacked", ncclResult_t, ALLTOALLV_DYNAMIC_PACKED_ARGTYPES)
+
+
+def alltoallv_dynamic_ex_fn(handle):
+    """``rcclxAllToAllvDynamicEx``, declared (``AttributeError`` on an rcclx without it)."""
+    return _fn(handle, "rcclxAllToAllvDynamicEx", ncclResult_t, ALLTOALLV_DYNAMIC_EX_ARGTYPES)
+
+
+def alltoallv_dynamic_split_ex_fn(handle):
+    """``rcclxAllToAllvDynamicSplitEx``, declared."""
+    return _fn(handle, "rcclxAllToAllvDynamicSplitEx", ncclResult_t, ALLTOALLV_DYNAMIC_SPLIT_EX_ARGTYPES)
+
+
+def alltoallv_dynamic_packed_ex_fn(handle):
+    """``rcclxAllToAllvDynamicPackedEx``, declared."""
+    return _fn(handle, "rcclxAllToAllvDynamicPackedEx", ncclResult_t, ALLTOALLV_DYNAMIC_PACKED_EX_ARGTYPES)
 
 
 def pointer_array(pointers):
