@@ -7,7 +7,7 @@
 # Environment:
 #   NRANKS=2          ranks (GPUs) to use; 4 and 8 need that many GPUs
 #   STEPS="..."       subset of: info selftest check stress graph timeout fidelity lowp lpgraph bench benchsym
-#                     lpbench torch vllm a2av moebench e2e plots ranks (default: all)
+#                     lpbench torch vllm a2av moebench e2e train plots ranks lifecycle (default: all)
 #                     ranks: 3-8 ranks on the GPUs present, several per GPU (needs 1 GPU; see below)
 #                     lifecycle: teardown of 2, 4 and 8 ranks on one GPU (needs 1 GPU; see below)
 #                     benchsym: AllGather/ReduceScatter/AllToAll up to 1 MiB against stock NCCL's
@@ -17,8 +17,16 @@
 #                     codec's model; moebench: MoE layer (top-k routing, permutation on the GPU),
 #                     PyTorch's all_to_all_single path vs rcclx bf16 and FP8 dispatch, eager and in a
 #                     CUDA graph (OUTDIR/moebench/)
+#                     train: a 0.5B-parameter decoder trained 25 steps (bench/train_e2e.py), per variant stock
+#                     NCCL twice (the run is deterministic), rcclx, rcclx with RCCL_LOW_PRECISION_ENABLE=1; step
+#                     time and the losses bit for bit (bench/train_compare.py: OUTDIR/train/summary.md)
 #   A2AV_REPLAYS=1000, A2AV_LOWP_REPLAYS=200  CUDA graph replays of the a2av step (plain; FP8)
 #   MOEBENCH_ARGS="..."  extra arguments of bench/moe_a2av.py (e.g. --tokens 256 --topk 2 --rounds 10)
+#   TRAIN_VARIANTS="ddp fsdp2 fsdp2-sum"  train step: ddp (DDP, 25 MiB buckets, fp32 gradients), fsdp2
+#                     (fully_shard, bf16 parameters, fp32 reduce-scatter with PyTorch's ReduceOp.AVG, which
+#                     rcclx forwards), fsdp2-sum (the same with SUM, which rcclx's kernels take), ddp-fp32
+#                     (DDP without bf16 autocast); TRAIN_ARGS="..." extra arguments of bench/train_e2e.py
+#                     (e.g. --layers 8 --steps 20)
 #   CHECK_COLLS="..."  collectives of the check step (default: every intercepted one)
 #   LOWP_CODECS="fp8 int8", LPBENCH_TYPES="bfloat16 float half", LPBENCH_CYCLES=3  (lowp, lpgraph,
 #                     lpbench steps; lpbench runs the codecs side by side in one process, and
@@ -36,7 +44,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 N=${NRANKS:-2}
 OUT=${1:-bench/results/$(date +%F)-gpu}
 ART=${RCCLX_ARTIFACTS:-.carry}
-STEPS=${STEPS:-info selftest check stress graph timeout fidelity lowp lpgraph bench benchsym lpbench torch vllm a2av moebench e2e plots ranks lifecycle}
+STEPS=${STEPS:-info selftest check stress graph timeout fidelity lowp lpgraph bench benchsym lpbench torch vllm a2av moebench e2e train plots ranks lifecycle}
 mkdir -p "$OUT"
 LIB=$(readlink -f "$ART/librcclx.so")
 B=$ART/bench
@@ -218,6 +226,38 @@ fi
 # End to end: tensor-parallel decode and prefill, stock vs rcclx (OUT/e2e/summary.md).
 if step e2e; then
   run e2e 1500 env RCCLX_LIB="$LIB" STOCK_NCCL="$STOCK" NPROC="$N" bash bench/e2e/run.sh "$OUT/e2e"
+fi
+
+# Training end to end (issue 29): bench/train_e2e.py per variant with stock NCCL twice (stock
+# against itself: the training is deterministic), with rcclx (losses bit-identical to stock's,
+# rcclx kernels counted), and with rcclx and RCCL_LOW_PRECISION_ENABLE=1 (losses reported, expected
+# to differ); bench/train_compare.py tabulates them (OUT/train/summary.md; FAIL when a
+# full-precision run differs from its variant's first stock run).
+if step train; then
+  mkdir -p "$OUT/train"
+  TRAIN=(python3 -m torch.distributed.run --standalone --nproc_per_node="$N" bench/train_e2e.py --out "$OUT/train")
+  TRAIN_JSON=()
+  for v in ${TRAIN_VARIANTS:-ddp fsdp2 fsdp2-sum}; do
+    case $v in
+      ddp) va=(--mode ddp) ;;
+      ddp-fp32) va=(--mode ddp --autocast none) ;;
+      fsdp2) va=(--mode fsdp2) ;;
+      fsdp2-sum) va=(--mode fsdp2 --fsdp-reduce sum) ;;
+      *) echo "TRAIN_VARIANTS: unknown variant $v" | tee -a "$SUMMARY"; continue ;;
+    esac
+    run train-$v-stock-1 600 "${TRAIN[@]}" "${va[@]}" --label stock-1 --expect stock ${TRAIN_ARGS:-}
+    run train-$v-stock-2 600 "${TRAIN[@]}" "${va[@]}" --label stock-2 --expect stock ${TRAIN_ARGS:-}
+    run train-$v-rcclx 600 env LD_PRELOAD="$LIB" NCCL_DEBUG=WARN "${TRAIN[@]}" "${va[@]}" --label rcclx \
+      --expect rcclx ${TRAIN_ARGS:-}
+    run train-$v-rcclx-lowp 600 env LD_PRELOAD="$LIB" NCCL_DEBUG=WARN RCCL_LOW_PRECISION_ENABLE=1 "${TRAIN[@]}" \
+      "${va[@]}" --label rcclx-lowp --expect rcclx ${TRAIN_ARGS:-}
+    for l in stock-1 stock-2 rcclx rcclx-lowp; do
+      [ -f "$OUT/train/train-$v-$l.json" ] && TRAIN_JSON+=("$OUT/train/train-$v-$l.json")
+    done
+  done
+  if [ ${#TRAIN_JSON[@]} -ge 2 ]; then
+    run train-compare 120 python3 bench/train_compare.py --out "$OUT/train/summary.md" "${TRAIN_JSON[@]}"
+  fi
 fi
 
 # 3-8 ranks on the GPUs present, by putting several ranks on one GPU (the stock library refuses
