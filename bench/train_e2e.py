@@ -26,10 +26,12 @@ Modes (--mode):
 - fsdp2: torch.distributed.fsdp.fully_shard on every block and on the root,
   MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): the blocks' parameters are
   all-gathered in bf16, the gradients reduce-scattered in fp32; the sharded parameters and
-  AdamW's state are fp32. PyTorch reduce-scatters fp32 gradients with ReduceOp.AVG, which rcclx
-  forwards to the stock library (its kernels do sum, prod, max, min); --fsdp-reduce sum calls
+  AdamW's state are fp32. PyTorch reduce-scatters fp32 gradients with ReduceOp.AVG (ncclAvg:
+  rcclx's kernels take it) or, depending on its version, a pre-multiplied sum
+  (ncclRedOpCreatePreMulSum: a custom op, which rcclx forwards to the stock library); the route
+  statistics in the output say which. --fsdp-reduce sum calls
   set_force_sum_reduction_for_comms(True) (SUM, then a division by the world size), which rcclx's
-  ReduceScatter kernels take.
+  ReduceScatter kernels always take.
 
 Determinism (so that stock against stock gives the same bits, and stock against rcclx can be
 compared bit for bit): torch.use_deterministic_algorithms(True), CUBLAS_WORKSPACE_CONFIG=:4096:8

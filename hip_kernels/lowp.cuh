@@ -5,8 +5,9 @@
 // Codecs (identical to the CPU reference, gpu-tests/src/codec.rs; RcclxFp8, RcclxInt8 below):
 // blocks of 128 consecutive elements, one 32-bit scale word each, so both move 1 + 1/32 bytes
 // per element. FP8: amax = max |x| over the block's finite values; if amax < 1e-30 the block
-// is all zero (scale 0); else scale = amax / FP8_MAX and inv = FP8_MAX / amax (IEEE
-// divisions), code = e4m3_satfinite_rne(x * inv) and x' = decode(code) * scale. NaN/Inf
+// is all zero (scale 0, inv 0: the codes of x * 0, zeros of x's sign); else scale = amax /
+// FP8_MAX and inv = FP8_MAX / amax (IEEE divisions), code = e4m3_satfinite_rne(x * inv) and
+// x' = decode(code) * scale. NaN/Inf
 // inputs encode as NaN. E4M3 is OCP on NVIDIA and gfx950 and FNUZ on gfx942 (the native
 // conversion; every rank of a node has the same arch). INT8: see RcclxInt8.
 //
@@ -202,8 +203,8 @@ struct RcclxFp8 {
     const float inv = zero ? 0.f : RCCLX_FP8_MAX / amax;
     uint32_t w[4];
 #pragma unroll
-    for (int q = 0; q < 4; ++q)  // a zero block's codes are +0 (x * 0 would keep a sign: 0x80)
-      w[q] = zero ? 0u : rcclx_f32x4_to_e4m3x4(rcclx_f32x4{v[q * 4] * inv, v[q * 4 + 1] * inv, v[q * 4 + 2] * inv, v[q * 4 + 3] * inv});
+    for (int q = 0; q < 4; ++q)
+      w[q] = rcclx_f32x4_to_e4m3x4(rcclx_f32x4{v[q * 4] * inv, v[q * 4 + 1] * inv, v[q * 4 + 2] * inv, v[q * 4 + 3] * inv});
     if (!am.finite) rcclx_nan_codes(v, w, RCCLX_FP8_NAN);  // rare
     RcclxQ16 r;
     r.codes.x = w[0];

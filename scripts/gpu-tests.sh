@@ -23,8 +23,8 @@
 #   A2AV_REPLAYS=1000, A2AV_LOWP_REPLAYS=200  CUDA graph replays of the a2av step (plain; FP8)
 #   MOEBENCH_ARGS="..."  extra arguments of bench/moe_a2av.py (e.g. --tokens 256 --topk 2 --rounds 10)
 #   TRAIN_VARIANTS="ddp fsdp2 fsdp2-sum"  train step: ddp (DDP, 25 MiB buckets, fp32 gradients), fsdp2
-#                     (fully_shard, bf16 parameters, fp32 reduce-scatter with PyTorch's ReduceOp.AVG, which
-#                     rcclx forwards), fsdp2-sum (the same with SUM, which rcclx's kernels take), ddp-fp32
+#                     (fully_shard, bf16 parameters, fp32 reduce-scatter with PyTorch's reduce op: AVG,
+#                     or a pre-multiplied sum that rcclx forwards), fsdp2-sum (SUM, which rcclx takes), ddp-fp32
 #                     (DDP without bf16 autocast); TRAIN_ARGS="..." extra arguments of bench/train_e2e.py
 #                     (e.g. --layers 8 --steps 20)
 #   CHECK_COLLS="..."  collectives of the check step (default: every intercepted one)

@@ -31,7 +31,8 @@
 //! * **Blocks.** Each block has one f32 `scale`:
 //!   * `amax` = max |x| over the block's *finite* elements (NaN and ±inf are ignored);
 //!   * if `amax < 1e-30` ([`AMAX_FLOOR`]) or the block has no finite element: `scale = 0`,
-//!     `inv = 0`, every finite element gets code `0x00` (+0);
+//!     `inv = 0`, every finite element gets the code of `x * 0`, a zero of `x`'s sign
+//!     (`0x80` for a negative `x` in fn, `0x00` in fnuz, which has no -0);
 //!   * else `scale = amax / MAX` and `inv = MAX / amax` (each one IEEE f32 division,
 //!     correctly rounded; `MAX` = 448 or 240);
 //!   * code of a finite element = `encode(x * inv)` (one correctly rounded f32 multiply, no FMA);

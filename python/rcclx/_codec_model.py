@@ -8,8 +8,8 @@ step, in f32 and on whatever device the tensors are on:
   when ``R % 128 != 0``; the padding here is zeros, which change no amax and are dropped);
 * FP8 E4M3: ``amax`` over the finite ``|x|`` of a block, ``scale = amax / 448`` and
   ``inv = 448 / amax`` (f32 divisions; 240 for FNUZ), codes = ``x * inv`` rounded to nearest
-  even (saturating), non-finite elements the NaN code; ``amax < 1e-30``: scale 0 and every finite
-  element code +0. Value = ``code * scale`` in f32, rounded to the I/O type;
+  even (saturating), non-finite elements the NaN code; ``amax < 1e-30``: scale 0, inv 0, and
+  every finite element the code of ``x * 0``, a zero of its sign (FNUZ: +0). Value = ``code * scale`` in f32, rounded to the I/O type;
 * INT8: 8 lanes of 16 values per block (a lane holds 16 bytes of the I/O type, so 4 f32 or 8
   bf16/fp16 consecutive elements, every 8th group), block scale ``S`` = ``amax / 127`` rounded up
   to a bf16 value, ``inv = 1 / S``, per lane the largest shift ``k <= 3`` with
@@ -78,7 +78,6 @@ def fp8_encode(x, fmt="e4m3fn"):
     codes = y.to(dtype8).view(torch.uint8)
     if fmt == "e4m3fnuz":  # no negative zero: 0x80 is NaN
         codes = torch.where(codes == 0x80, torch.zeros_like(codes), codes)
-    codes = torch.where(zero[..., None], torch.zeros_like(codes), codes)
     codes = torch.where(fin, codes, torch.full_like(codes, nan_code))
     return _unblock(codes, r, x), scale
 

@@ -232,12 +232,18 @@ mod tests {
     fn zero_tiny_and_special_blocks() {
         for fmt in FORMATS {
             let codec = Codec::Fp8(fmt);
-            // All zero, and all below the floor: scale 0, +0 codes, zero outputs.
+            // All zero, and all below the floor: scale 0, codes of x * 0 (zeros of x's sign in
+            // fn, +0 in fnuz), zero outputs of the same sign (what the kernels compute).
             for xs in [vec![0.0f32; 77], vec![-1e-31f32; 128], vec![1e-38f32, -3e-31, 0.0, -0.0]] {
                 let mut codes = vec![0xAAu8; xs.len()];
                 assert_eq!(quantize_block(fmt, &xs, &mut codes), 0.0);
-                assert!(codes.iter().all(|&c| c == 0), "{fmt:?} {codes:?}");
-                assert!(fp8_roundtrip(fmt, &xs).iter().all(|&o| o == 0.0 && o.is_sign_positive()));
+                let signed = fmt == Fp8Format::E4m3fn;
+                for (&x, &c) in xs.iter().zip(&codes) {
+                    assert_eq!(c, if signed && x.is_sign_negative() { 0x80 } else { 0 }, "{fmt:?} {x:e}");
+                }
+                for (&x, &o) in xs.iter().zip(&fp8_roundtrip(fmt, &xs)) {
+                    assert!(o == 0.0 && o.is_sign_negative() == (signed && x.is_sign_negative()), "{fmt:?} {x:e}");
+                }
             }
             // NaN / inf elements: NaN there, the rest scaled by the finite amax.
             let mut xs: Vec<f32> = (0..BLOCK).map(|i| (i as f32 - 64.0) / 8.0).collect();

@@ -110,13 +110,8 @@ pub fn quantize_block(fmt: Fp8Format, xs: &[f32], codes: &mut [u8]) -> f32 {
     assert_eq!(xs.len(), codes.len(), "one code per element");
     let (scale, inv) = block_scale(fmt, block_amax(xs));
     for (c, &x) in codes.iter_mut().zip(xs) {
-        *c = if !x.is_finite() {
-            nan_code(fmt)
-        } else if inv == 0.0 {
-            0
-        } else {
-            encode(fmt, x * inv)
-        };
+        // A zero block (inv 0) encodes x * 0 = +-0: fn keeps the sign (0x80), fnuz has no -0.
+        *c = if !x.is_finite() { nan_code(fmt) } else { encode(fmt, x * inv) };
     }
     scale
 }
