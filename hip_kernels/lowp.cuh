@@ -7,9 +7,9 @@
 // per element. FP8: amax = max |x| over the block's finite values; if amax < 1e-30 the block
 // is all zero (scale 0, inv 0: the codes of x * 0, zeros of x's sign); else scale = amax /
 // FP8_MAX and inv = FP8_MAX / amax (IEEE divisions), code = e4m3_satfinite_rne(x * inv) and
-// x' = decode(code) * scale. NaN/Inf
-// inputs encode as NaN. E4M3 is OCP on NVIDIA and gfx950 and FNUZ on gfx942 (the native
-// conversion; every rank of a node has the same arch). INT8: see RcclxInt8.
+// x' = decode(code) * scale. NaN/Inf inputs encode as NaN. E4M3 is OCP on NVIDIA and gfx950
+// and FNUZ on gfx942 (the native conversion; every rank of a node has the same arch). INT8:
+// see RcclxInt8.
 //
 // What never crosses a link is never quantized: a rank's own AllGather chunk and AllToAll
 // chunk are exact copies, its own contribution to its ReduceScatter output is exact, and so is
