@@ -543,18 +543,9 @@ impl Prepared {
         // (one for the packed side), and the stream is this rank's.
         unsafe {
             match case.form {
-                Form::PerPeer => rcclxAllToAllvDynamicEx(
-                    send_bufs.as_ptr(),
-                    sc,
-                    recv_bufs.as_ptr(),
-                    ms,
-                    mr,
-                    rc,
-                    dt,
-                    comm,
-                    stream,
-                    o,
-                ),
+                Form::PerPeer => {
+                    rcclxAllToAllvDynamicEx(send_bufs.as_ptr(), sc, recv_bufs.as_ptr(), ms, mr, rc, dt, comm, stream, o)
+                }
                 Form::Split => {
                     rcclxAllToAllvDynamicSplitEx(send_bufs[0], sc, recv_bufs.as_ptr(), ms, mr, rc, dt, comm, stream, o)
                 }
@@ -661,7 +652,8 @@ impl Prepared {
         if got_counts != want_counts {
             problems.push(format!("received counts {got_counts:?}, want {want_counts:?}"));
         }
-        for (what, got, want) in [("received bytes", area, &want), ("scale bytes", &got[a.scales..a.scales_end], &want_scales)]
+        for (what, got, want) in
+            [("received bytes", area, &want), ("scale bytes", &got[a.scales..a.scales_end], &want_scales)]
         {
             if let Some(i) = got.iter().zip(want.iter()).position(|(x, y)| x != y) {
                 let bad = got.iter().zip(want.iter()).filter(|(x, y)| x != y).count();
@@ -672,9 +664,7 @@ impl Prepared {
                 ));
             }
         }
-        if got[..a.send].iter().any(|&b| b != 0xFF)
-            || got[a.send..a.recv] != *self.sent(case, p)
-        {
+        if got[..a.send].iter().any(|&b| b != 0xFF) || got[a.send..a.recv] != *self.sent(case, p) {
             problems.push("the send area or its guard changed".into());
         }
         let gaps = [a.recv_end..a.scales, a.scales_end..a.send_counts, a.recv_counts + 8 * n..a.total];
@@ -764,18 +754,18 @@ mod tests {
 
     #[test]
     fn coded_counts_are_whole_rows_but_one_ragged_segment_which_is_not_sent() {
-        let c = Case { wire: Wire::Int8, scale_row: 256, ..Case::plain(Form::Split, Pattern::Over, Ty::F32, 1, 256 * 5) };
+        let c =
+            Case { wire: Wire::Int8, scale_row: 256, ..Case::plain(Form::Split, Pattern::Over, Ty::F32, 1, 256 * 5) };
         let counts = c.counts(4, 1);
         let row_bytes = c.row_bytes().unwrap();
         let m = Model::new(&counts, c.capacities(4).0, true, 4, Some(row_bytes));
         let mut ragged = 0;
-        for r in 0..4 {
-            for q in 0..4 {
-                let x = counts[r][q];
+        for (r, row) in counts.iter().enumerate() {
+            for (q, &x) in row.iter().enumerate() {
                 if x == INV || x > c.cap {
                     continue;
                 }
-                if x % 256 != 0 {
+                if !x.is_multiple_of(256) {
                     ragged += 1;
                     assert_eq!(m.out[r][q], None, "a partial row is not sent");
                 }

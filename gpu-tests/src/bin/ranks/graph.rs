@@ -90,8 +90,16 @@ fn calls(dev: &Ranks, seed: u64) -> Result<Vec<(String, Call)>, Fail> {
     let (packed, per_peer, random) = (a2av::Form::Packed, a2av::Form::PerPeer, a2av::Pattern::Random);
     let a2avs = [
         a2av::Case::plain(packed, random, Ty::Bf16, 7, 301),
-        a2av::Case { wire: a2av::Wire::Fp8Codes(fmt), scale_row: 300, ..a2av::Case::plain(packed, random, Ty::Bf16, 300, 9) },
-        a2av::Case { wire: a2av::Wire::Int8, scale_row: 256, ..a2av::Case::plain(per_peer, random, Ty::F32, 1, 256 * 9) },
+        a2av::Case {
+            wire: a2av::Wire::Fp8Codes(fmt),
+            scale_row: 300,
+            ..a2av::Case::plain(packed, random, Ty::Bf16, 300, 9)
+        },
+        a2av::Case {
+            wire: a2av::Wire::Int8,
+            scale_row: 256,
+            ..a2av::Case::plain(per_peer, random, Ty::F32, 1, 256 * 9)
+        },
     ];
     for (i, a) in a2avs.into_iter().enumerate() {
         let prep = a2av::Prepared::new(&a, n, seed, 7 + i);
