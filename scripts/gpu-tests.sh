@@ -22,6 +22,7 @@
 #                     time and the losses bit for bit (bench/train_compare.py: OUTDIR/train/summary.md)
 #   A2AV_REPLAYS=1000, A2AV_LOWP_REPLAYS=200  CUDA graph replays of the a2av step (plain; FP8)
 #   MOEBENCH_ARGS="..."  extra arguments of bench/moe_a2av.py (e.g. --tokens 256 --topk 2 --rounds 10)
+#   MOEBENCH_BLOCKS="132 264"  moebench again with each grid of the AllToAllv (RCCL_DDA_MAX_BLOCKS)
 #   TRAIN_VARIANTS="ddp fsdp2 fsdp2-sum"  train step: ddp (DDP, 25 MiB buckets, fp32 gradients), fsdp2
 #                     (fully_shard, bf16 parameters, fp32 reduce-scatter with PyTorch's reduce op: AVG,
 #                     or a pre-multiplied sum that rcclx forwards), fsdp2-sum (SUM, which rcclx takes), ddp-fp32
@@ -221,6 +222,12 @@ fi
 if step moebench; then
   mkdir -p "$OUT/moebench"
   run moebench 600 env LD_PRELOAD="$LIB" NCCL_DEBUG=WARN python3 -m torch.distributed.run --standalone --nproc_per_node="$N" bench/moe_a2av.py --out "$OUT/moebench" ${MOEBENCH_ARGS:-}
+  # The AllToAllv's grid is RCCL_DDA_MAX_BLOCKS (128, agreed through rank 0): other grids, to
+  # learn whether more blocks help (issue 28).
+  for b in ${MOEBENCH_BLOCKS:-}; do
+    mkdir -p "$OUT/moebench-blocks$b"
+    run moebench-blocks$b 600 env LD_PRELOAD="$LIB" NCCL_DEBUG=WARN RCCL_DDA_MAX_BLOCKS="$b" python3 -m torch.distributed.run --standalone --nproc_per_node="$N" bench/moe_a2av.py --out "$OUT/moebench-blocks$b" ${MOEBENCH_ARGS:-}
+  done
 fi
 
 # End to end: tensor-parallel decode and prefill, stock vs rcclx (OUT/e2e/summary.md).
