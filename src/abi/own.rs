@@ -379,10 +379,10 @@ unsafe fn alltoallv_dynamic(
                 let scales = if o.recvScales.is_null() {
                     None
                 } else {
-                    let count = if recv_is_packed(&recv) { 1 } else { n };
+                    let count = if recv.packed() { 1 } else { n };
                     // SAFETY: non-null; as many pointers as receive buffers (the caller's contract).
                     let p = unsafe { pointer_array(o.recvScales.cast::<*const f32>(), count, "recvScales") }?;
-                    Some(if recv_is_packed(&recv) { Segments::Packed(p[0]) } else { Segments::PerPeer(p) })
+                    Some(if recv.packed() { Segments::Packed(p[0]) } else { Segments::PerPeer(p) })
                 };
                 Some(Coding { codec, row_elems: o.rowElements as u64, scales })
             }
@@ -400,10 +400,6 @@ unsafe fn alltoallv_dynamic(
             coding,
         })
     })
-}
-
-fn recv_is_packed(s: &Segments) -> bool {
-    matches!(s, Segments::Packed(_))
 }
 
 /// GPU-resident AllToAllv with one buffer per peer (NCCLX's `alltoallvDynamic`, without hints).

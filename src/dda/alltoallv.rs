@@ -21,7 +21,7 @@ pub enum Segments {
 }
 
 impl Segments {
-    fn packed(&self) -> bool {
+    pub fn packed(&self) -> bool {
         matches!(self, Segments::Packed(_))
     }
 
@@ -156,7 +156,8 @@ pub fn plan(clique: &Clique, call: &AllToAllvCall) -> Result<Launch, Error> {
     Ok(Launch { family, func, grid: (clique.max_blocks, THREADS), args: LaunchArgs::AllToAllv(args) })
 }
 
-/// Checks a coding against its call: (elements per row, scale pointers, codes delivered).
+/// Checks the call's coding `c` against the call: (elements per row, scale pointers, codes
+/// delivered).
 fn coding_args(c: &Coding, call: &AllToAllvCall, n: usize) -> Result<(u64, [u64; MAX_RANKS], bool), Error> {
     let Some(ty) = crate::kernel_table::LOWP_TYPES.iter().find(|t| t.nccl == call.datatype) else {
         return Err(invalid(format!(
@@ -266,11 +267,8 @@ mod tests {
         // A NULL scale buffer only where no whole row fits.
         let holes = codes(LowpCodec::Fp8, Segments::PerPeer(vec![0x5000, 0]));
         let rows_of = |max_recv, c: &Coding| {
-            let mut x = call(7, 4, max_recv, Segments::PerPeer(vec![0x1, 0x2]), c.clone());
-            x.coding.as_mut().unwrap().row_elems = 256;
-            let mut c = c.clone();
-            c.row_elems = 256;
-            coding_args(&c, &x, 2)
+            let c = Coding { row_elems: 256, ..c.clone() };
+            coding_args(&c, &call(7, 4, max_recv, Segments::PerPeer(vec![0x1, 0x2]), c.clone()), 2)
         };
         assert!(rows_of(256, &holes).is_err(), "one row of 2 blocks fits");
         assert!(rows_of(255, &holes).is_ok(), "no whole row fits: nothing is written");
