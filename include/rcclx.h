@@ -267,7 +267,8 @@ ncclResult_t rcclxAllToAllvDynamic(const void *const *sendbuffs,
 /**
  * `rcclxAllToAllvDynamic` with options (`rcclxAllToAllvOptions`: FP8 or INT8 on the wire; NULL:
  * as `rcclxAllToAllvDynamic`). Unknown `wire`, a datatype the codec does not take, codes for
- * INT8: `ncclInvalidArgument`.
+ * INT8, buffers not aligned to their elements (scales: to 4 bytes; codes need none):
+ * `ncclInvalidArgument`.
  *
  * # Safety
  * As `rcclxAllToAllvDynamic`; `options` is NULL or points to an `rcclxAllToAllvOptions` whose

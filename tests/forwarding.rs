@@ -117,6 +117,8 @@ fn assert_rcclx_present(r: &Run, upstream: &Path) {
     assert_eq!(r.get("rcclxAllToAllvDynamicPackedEx(fp8, unknown comm)"), "5", "{}", r.dump());
     let said = r.rcclx_log().into_iter().filter(|l| *l == common::PROBE_A2AV_WARNING).count();
     assert_eq!(said, 2, "one WARN line per AllToAllv on an unknown communicator (plain, FP8):\n{}", r.dump());
+    let said = r.rcclx_log().into_iter().filter(|l| *l == common::PROBE_A2AV_WIRE_WARNING).count();
+    assert_eq!(said, 1, "one WARN line for the unknown wire:\n{}", r.dump());
     let path = r.get("rcclxGetUpstreamPath");
     assert!(Path::new(path) == upstream, "rcclxGetUpstreamPath {path}, expected {}:\n{}", upstream.display(), r.dump());
 }

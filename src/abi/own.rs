@@ -368,7 +368,13 @@ unsafe fn alltoallv_dynamic(
         RCCLX_WIRE_PLAIN => None,
         RCCLX_WIRE_FP8 => Some(LowpCodec::Fp8),
         RCCLX_WIRE_INT8 => Some(LowpCodec::Int8),
-        _ => return ncclResult_t::InvalidArgument,
+        wire => {
+            crate::upstream::report_error(&format!(
+                "rcclx: rcclxAllToAllvDynamic: rcclxAllToAllvOptions::wire {wire} is not RCCLX_WIRE_PLAIN, \
+                 RCCLX_WIRE_FP8 or RCCLX_WIRE_INT8: ncclInvalidArgument"
+            ));
+            return ncclResult_t::InvalidArgument;
+        }
     };
     // SAFETY: the caller's stream (NCCL's contract), forwarded by our caller.
     let stream = unsafe { crate::gpu::Stream::from_raw(stream) };
@@ -453,7 +459,8 @@ pub unsafe extern "C" fn rcclxAllToAllvDynamic(
 
 /// `rcclxAllToAllvDynamic` with options (`rcclxAllToAllvOptions`: FP8 or INT8 on the wire; NULL:
 /// as `rcclxAllToAllvDynamic`). Unknown `wire`, a datatype the codec does not take, codes for
-/// INT8: `ncclInvalidArgument`.
+/// INT8, buffers not aligned to their elements (scales: to 4 bytes; codes need none):
+/// `ncclInvalidArgument`.
 ///
 /// # Safety
 /// As `rcclxAllToAllvDynamic`; `options` is NULL or points to an `rcclxAllToAllvOptions` whose

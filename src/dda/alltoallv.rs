@@ -172,6 +172,16 @@ fn coding_args(c: &Coding, call: &AllToAllvCall, n: usize) -> Result<(u64, [u64;
     if row_elems.checked_mul(elem).is_none() {
         return Err(invalid(format!("rows of {row_elems} elements overflow")));
     }
+    // The kernels load and store whole elements (and f32 scales): a misaligned buffer would
+    // fault on the GPU.
+    let aligned = |p: &[u64; MAX_RANKS], to: u64| p.iter().all(|x| x % to == 0);
+    let (send, recv) = (call.send.pointers(n, 0, "send")?, call.recv.pointers(n, 0, "recv")?);
+    if !aligned(&send, elem) || (c.scales.is_none() && !aligned(&recv, elem)) {
+        return Err(invalid(format!(
+            "{} on the wire needs buffers aligned to their {elem}-byte elements",
+            c.codec.name()
+        )));
+    }
     let Some(scales) = &c.scales else { return Ok((row_elems, [0; MAX_RANKS], false)) };
     if c.codec != LowpCodec::Fp8 {
         return Err(invalid(format!("codes and scales are delivered for fp8 only, not {}", c.codec.name())));
@@ -182,7 +192,11 @@ fn coding_args(c: &Coding, call: &AllToAllvCall, n: usize) -> Result<(u64, [u64;
     // Whole rows of the receive capacity, each with its blocks' scales.
     let rows = (call.max_recv as u128 * unit_elems as u128 / row_elems as u128) as u64;
     let capacity = rows.saturating_mul(row_elems.div_ceil(128));
-    Ok((row_elems, scales.pointers(n, capacity, "recv scales")?, true))
+    let scales = scales.pointers(n, capacity, "recv scales")?;
+    if !aligned(&scales, 4) {
+        return Err(invalid("recv scales: a buffer not aligned to its 4-byte floats".into()));
+    }
+    Ok((row_elems, scales, true))
 }
 
 #[cfg(test)]
@@ -272,5 +286,16 @@ mod tests {
         };
         assert!(rows_of(256, &holes).is_err(), "one row of 2 blocks fits");
         assert!(rows_of(255, &holes).is_ok(), "no whole row fits: nothing is written");
+        // Misaligned buffers: refused, not a fault in the kernel.
+        let odd_scales = codes(LowpCodec::Fp8, Segments::Packed(0x5002));
+        assert!(coding_args(&odd_scales, &bf16_rows(odd_scales.clone()), 2).is_err());
+        let mut odd_send = bf16_rows(decode(LowpCodec::Fp8));
+        odd_send.send = Segments::Packed(0x1001);
+        assert!(coding_args(&decode(LowpCodec::Fp8), &odd_send, 2).is_err());
+        // Codes are bytes: the receive buffer needs no alignment then.
+        let c = codes(LowpCodec::Fp8, Segments::Packed(0x5000));
+        let mut odd_recv = bf16_rows(c.clone());
+        odd_recv.recv = Segments::Packed(0x4001);
+        assert!(coding_args(&c, &odd_recv, 2).is_ok());
     }
 }

@@ -287,14 +287,14 @@ impl Run {
         self.stderr.lines().filter_map(rcclx_line).collect()
     }
 
-    /// rcclx's log lines other than the one the probe provokes on purpose
-    /// ([`PROBE_A2AV_WARNING`]) and, in a build without kernels (`RCCLX_NO_KERNELS=1`), the
-    /// warning that says so.
+    /// rcclx's log lines other than those the probe provokes on purpose
+    /// ([`PROBE_A2AV_WARNING`], [`PROBE_A2AV_WIRE_WARNING`]) and, in a build without kernels
+    /// (`RCCLX_NO_KERNELS=1`), the warning that says so.
     pub fn rcclx_log_unprovoked(&self) -> Vec<(&str, &str)> {
         let no_kernels = rcclx::kernels::CODE_OBJECTS.is_empty();
         self.rcclx_log()
             .into_iter()
-            .filter(|l| *l != PROBE_A2AV_WARNING)
+            .filter(|l| *l != PROBE_A2AV_WARNING && *l != PROBE_A2AV_WIRE_WARNING)
             .filter(|(_, m)| !(no_kernels && m.starts_with("this librcclx.so was built without GPU kernels")))
             .collect()
     }
@@ -492,6 +492,13 @@ pub const PROBE_A2AV_WARNING: (&str, &str) = (
     "WARN",
     "rcclxAllToAllvDynamic: comm 0x7f00 is not a communicator rcclx knows: ncclInvalidUsage (the counts are in \
      device memory, so the stock library cannot stand in)",
+);
+
+/// The WARN line of the probe's AllToAllv with an unknown `rcclxAllToAllvOptions::wire`.
+pub const PROBE_A2AV_WIRE_WARNING: (&str, &str) = (
+    "WARN",
+    "rcclxAllToAllvDynamic: rcclxAllToAllvOptions::wire 7 is not RCCLX_WIRE_PLAIN, RCCLX_WIRE_FP8 or \
+     RCCLX_WIRE_INT8: ncclInvalidArgument",
 );
 
 /// (LEVEL, message) of one of rcclx's log lines, `None` for any other line.
