@@ -129,7 +129,7 @@ pub fn plan(clique: &Clique, call: &AllToAllvCall) -> Result<Launch, Error> {
     }
     let (row_elems, scales, coded) = match &call.coding {
         None => (0, [0; MAX_RANKS], false),
-        Some(c) => coding_args(c, call, n)?,
+        Some(c) => coding_args(c, call, n, [&send, &recv])?,
     };
     let family = family(call.coding.as_ref().map(|c| c.codec));
     let dtype = if call.coding.is_some() { call.datatype } else { -1 };
@@ -156,9 +156,14 @@ pub fn plan(clique: &Clique, call: &AllToAllvCall) -> Result<Launch, Error> {
     Ok(Launch { family, func, grid: (clique.max_blocks, THREADS), args: LaunchArgs::AllToAllv(args) })
 }
 
-/// Checks the call's coding `c` against the call: (elements per row, scale pointers, codes
-/// delivered).
-fn coding_args(c: &Coding, call: &AllToAllvCall, n: usize) -> Result<(u64, [u64; MAX_RANKS], bool), Error> {
+/// Checks the call's coding `c` against the call and its checked segment pointers
+/// `[send, recv]`: (elements per row, scale pointers, codes delivered).
+fn coding_args(
+    c: &Coding,
+    call: &AllToAllvCall,
+    n: usize,
+    [send, recv]: [&[u64; MAX_RANKS]; 2],
+) -> Result<(u64, [u64; MAX_RANKS], bool), Error> {
     let Some(ty) = crate::kernel_table::LOWP_TYPES.iter().find(|t| t.nccl == call.datatype) else {
         return Err(invalid(format!(
             "{} on the wire needs float32, float16 or bfloat16 elements, not datatype {}",
@@ -175,8 +180,7 @@ fn coding_args(c: &Coding, call: &AllToAllvCall, n: usize) -> Result<(u64, [u64;
     // The kernels load and store whole elements (and f32 scales): a misaligned buffer would
     // fault on the GPU.
     let aligned = |p: &[u64; MAX_RANKS], to: u64| p.iter().all(|x| x % to == 0);
-    let (send, recv) = (call.send.pointers(n, 0, "send")?, call.recv.pointers(n, 0, "recv")?);
-    if !aligned(&send, elem) || (c.scales.is_none() && !aligned(&recv, elem)) {
+    if !aligned(send, elem) || (c.scales.is_none() && !aligned(recv, elem)) {
         return Err(invalid(format!(
             "{} on the wire needs buffers aligned to their {elem}-byte elements",
             c.codec.name()
@@ -244,6 +248,13 @@ mod tests {
             }
             assert!(kernel_index(f, 2, 0).is_none(), "no int32 kernel: the host refuses it first");
         }
+    }
+
+    /// `coding_args` with the call's own segment pointers, as `plan` passes them.
+    fn coding_args(c: &Coding, call: &AllToAllvCall, n: usize) -> Result<(u64, [u64; MAX_RANKS], bool), Error> {
+        let send = call.send.pointers(n, 0, "send")?;
+        let recv = call.recv.pointers(n, 0, "recv")?;
+        super::coding_args(c, call, n, [&send, &recv])
     }
 
     fn call(datatype: i32, unit_bytes: u64, max_recv: u64, recv: Segments, coding: Coding) -> AllToAllvCall {
