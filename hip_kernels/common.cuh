@@ -200,11 +200,16 @@ RCCLX_DEV bool rcclx_should_stop(const RcclxArgs& a, uint64_t deadline) {
   return false;
 }
 
-// order: acquire, sys. Waits until *flag has reached `value`; false on abort or timeout.
-// Tight spin first: the barrier is the latency floor.
+// order: acquire, sys (rcclx_poll_sys, then rcclx_acquire_sys). Waits until *flag has reached
+// `value`; false on abort or timeout. Tight spin first (paused on AMD): the barrier is the
+// latency floor.
 RCCLX_DEV bool rcclx_wait_flag(const RcclxArgs& a, const uint32_t* flag, uint32_t value, uint64_t deadline) {
   for (uint32_t round = 0;; ++round) {
-    if (rcclx_epoch_geq(rcclx_ld_acquire_sys(flag), value)) return true;
+    if (rcclx_epoch_geq(rcclx_poll_sys(flag), value)) {
+      rcclx_acquire_sys();
+      return true;
+    }
+    rcclx_poll_pause();
     if ((round & 1023) == 1023) {
       if (rcclx_should_stop(a, deadline)) return false;
       if (round > 65536) rcclx_backoff(round);
@@ -214,10 +219,12 @@ RCCLX_DEV bool rcclx_wait_flag(const RcclxArgs& a, const uint32_t* flag, uint32_
 
 // Contract: every write this block made before the call (to its own staging or a peer's) is
 // visible to block b of every peer after that peer's matching call returns, and vice versa.
-// Release by one thread per peer after __syncthreads (cumulative over the block's writes),
-// acquire by the same threads before the closing __syncthreads. Returns false on abort/timeout.
+// The port's publication protocol (rcclx_port.h): every wave completes its own memory
+// operations (rcclx_block_publish), __syncthreads, then one thread per peer releases (one
+// writeback per block on AMD) and waits for that peer's flag (one acquire per wait); the
+// closing __syncthreads hands the acquire to the whole block. Returns false on abort/timeout.
 RCCLX_DEV bool rcclx_barrier(const RcclxArgs& a, uint32_t value, uint64_t deadline, int* s_fail) {
-  rcclx_block_release_sys();
+  rcclx_block_publish();
   __syncthreads();
   const int p = threadIdx.x;
   if (p < a.nranks) {

@@ -106,21 +106,50 @@ RCCLX_DEV void rcclx_st16(rcclx_u32x4* p, rcclx_u32x4 v) {
   *(rcclx_v4u_*)p = rcclx_v4u_{v.x, v.y, v.z, v.w};
 }
 
-// ---- memory ordering, system scope -------------------------------------------------
-// order: acquire, sys: later loads/stores of this thread happen after it (pairs with release).
-RCCLX_DEV uint32_t rcclx_ld_acquire_sys(const uint32_t* p) {
-  return __hip_atomic_load(p, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_SYSTEM);
-}
-RCCLX_DEV uint64_t rcclx_ld_acquire_sys(const uint64_t* p) {
-  return __hip_atomic_load(p, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_SYSTEM);
-}
-// order: release, sys: this thread's earlier loads/stores are visible before the value is.
+// ---- the memory model, AMD (GFX942 / GFX950) ----------------------------------------------
+// What LLVM's AMDGPUUsage ("Memory Model GFX942") requires, written out so that nothing rests on
+// the compiler: a system-scope release is `buffer_wbl2 sc0 sc1` (write the L2 back) followed by
+// `s_waitcnt vmcnt(0)` (the writeback and this wave's earlier memory operations complete) before
+// the store that publishes; an acquire is `buffer_inv sc0 sc1` (drop L1 and non-local L2 lines)
+// after the load that observed the flag. clang 19 (gfx942) and 22 (gfx950) drop the wait after
+// `buffer_wbl2` (llvm/llvm-project PR 178316), so every wait below is an explicit s_waitcnt,
+// which the compiler keeps; ci/isa_check.sh proves it on every kernel of every build.
+// docs/memory-model.md lists each primitive and its instructions per target.
+
+// s_waitcnt's immediate on gfx9: vmcnt in bits [3:0] and [15:14], expcnt [6:4], lgkmcnt [11:8].
+#define RCCLX_WAITCNT_VMCNT0 0x0F70  // vmcnt(0); expcnt and lgkmcnt not waited for
+
+// order: waits until every vector memory operation this wave issued (loads, stores, atomics,
+// cache writebacks) has completed. A wave's own ordering point; orders nothing for other waves.
+RCCLX_DEV void rcclx_wait_vmem() { __builtin_amdgcn_s_waitcnt(RCCLX_WAITCNT_VMCNT0); }
+
+// order: release, sys: this wave's earlier loads/stores, and every store another wave of the
+// block completed before a __syncthreads this thread passed (rcclx_block_publish), are visible
+// to every agent before the value is. One L2 writeback per executing wave.
 RCCLX_DEV void rcclx_st_release_sys(uint32_t* p, uint32_t v) {
-  __hip_atomic_store(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "");  // buffer_wbl2 sc0 sc1
+  rcclx_wait_vmem();                             // ... and its wait, which clang may drop
+  __hip_atomic_store(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
 }
-RCCLX_DEV void rcclx_st_release_sys(uint64_t* p, uint64_t v) {
-  __hip_atomic_store(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
+// order: relaxed, sys: one poll of a flag another agent releases: atomic (never torn, never a
+// stale cached copy), orders nothing. After the poll that succeeds: rcclx_acquire_sys().
+RCCLX_DEV uint32_t rcclx_poll_sys(const uint32_t* p) {
+  return __hip_atomic_load(p, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
 }
+// order: acquire, sys, after rcclx_poll_sys saw the flag: this wave's later loads see what the
+// flag's releaser published (one L1 + L2 invalidate per wait, not one per poll, as RCCL).
+RCCLX_DEV void rcclx_acquire_sys() {
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "");  // buffer_inv sc0 sc1
+  rcclx_wait_vmem();                             // the invalidate done before the block barrier
+}
+// order: none. The pause between two polls: RCCL's s_sleep 1 (64 clocks) keeps spinning waves
+// from flooding the memory system and the CU's issue slots.
+RCCLX_DEV void rcclx_poll_pause() { __builtin_amdgcn_s_sleep(1); }
+// order: every thread of a block, before the __syncthreads after which one thread releases
+// for the whole block: this wave's stores have completed (reached L2 or, for uncached memory,
+// memory). why: vmcnt is per wave, and a workgroup barrier does not wait for it, so the
+// releasing wave's wait alone would not cover the other waves' stores.
+RCCLX_DEV void rcclx_block_publish() { rcclx_wait_vmem(); }
 // order: relaxed, sys: atomic (never torn, never cached stale), orders nothing else.
 RCCLX_DEV uint32_t rcclx_ld_relaxed_sys(const uint32_t* p) {
   return __hip_atomic_load(p, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
@@ -143,35 +172,18 @@ RCCLX_DEV void rcclx_ld_ll_unit(const uint64_t* p, uint64_t* w0, uint64_t* w1) {
   *w0 = rcclx_ld_relaxed_sys_u64(p);
   *w1 = rcclx_ld_relaxed_sys_u64(p + 1);
 }
-// order: relaxed, sys: returns the old value; orders nothing else (add a fence or use
-// acquire/release loads/stores around it). Host-mapped targets need PCIe atomics on AMD.
+// order: relaxed, sys: returns the old value; orders nothing else. Host-mapped targets need
+// PCIe atomics on AMD.
 RCCLX_DEV uint32_t rcclx_atomic_add_sys_u32(uint32_t* p, uint32_t v) {
   return __hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
 }
-// order: relaxed, sys: returns the old value.
-RCCLX_DEV uint32_t rcclx_atomic_exch_sys_u32(uint32_t* p, uint32_t v) {
-  return __hip_atomic_exchange(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
-}
-// order: relaxed, sys: returns the old value (== expected on success), like CUDA atomicCAS.
-RCCLX_DEV uint32_t rcclx_atomic_cas_sys_u32(uint32_t* p, uint32_t expected, uint32_t desired) {
-  __hip_atomic_compare_exchange_strong(p, &expected, desired, __ATOMIC_RELAXED,
-                                       __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
-  return expected;
-}
-// order: relaxed, device (agent) scope only: for counters shared by blocks of ONE GPU.
-RCCLX_DEV uint32_t rcclx_atomic_add_gpu_u32(uint32_t* p, uint32_t v) {
-  return __hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
-}
-// order: seq_cst fence, sys: all earlier loads/stores of this thread are ordered before all
-// later ones, as seen by any agent (peer GPUs, CPU). (__threadfence_system)
-RCCLX_DEV void rcclx_fence_sys() { __builtin_amdgcn_fence(__ATOMIC_SEQ_CST, ""); }
-// order: release, sys, by every thread of a block before a block barrier after which one
-// thread publishes a flag. why: the AMDGPU model does not make one wave's system-scope release
-// cover stores other waves issued before a workgroup barrier (it waits for its own wave's
-// stores only), so each wave waits for its own stores here.
-RCCLX_DEV void rcclx_block_release_sys() { __builtin_amdgcn_fence(__ATOMIC_RELEASE, ""); }
-// order: seq_cst fence, device scope (this GPU only). (__threadfence)
-RCCLX_DEV void rcclx_fence_gpu() { __builtin_amdgcn_fence(__ATOMIC_SEQ_CST, "agent"); }
+
+// ---- code shape ------------------------------------------------------------------------------
+// The 2-rank low-precision AllReduce encodes the next window's first step before a barrier
+// (lowp.cuh, design note 20: measured faster on H200). Not on AMD: there clang keeps that
+// work's registers live around the barrier's spin loop and spills (768 bytes of scratch per lane
+// on gfx942), and its gain was never measured.
+#define RCCLX_LOWP_ENCODE_AHEAD 0
 
 // ---- time ---------------------------------------------------------------------------
 // order: none. Nanoseconds from s_memrealtime, the gfx9 constant 100 MHz "real time"
@@ -300,25 +312,30 @@ RCCLX_DEV void rcclx_st16(rcclx_u32x4* p, rcclx_u32x4 v) {
 RCCLX_DEV uint32_t rcclx_f32_as_u32(float f) { return __float_as_uint(f); }
 RCCLX_DEV float rcclx_u32_as_f32(uint32_t u) { return __uint_as_float(u); }
 
-// ---- memory ordering, system scope (PTX memory model, sm_70+) ------------------------
-// order: acquire, sys: later loads/stores of this thread happen after it (pairs with release).
-RCCLX_DEV uint32_t rcclx_ld_acquire_sys(const uint32_t* p) {
+// ---- the memory model, NVIDIA (PTX, sm_70+) -------------------------------------------------
+// The same primitives as AMD's above, in the PTX memory model, where the hardware orders a
+// release itself (ptxas emits the fence with the store) and a release by one thread after
+// bar.sync is cumulative over the block's earlier writes (NCCL's pattern): nothing to wait for
+// by hand. docs/memory-model.md lists the SASS each compiles to.
+
+// order: release, sys: this thread's earlier loads/stores, and the block's before a
+// __syncthreads it passed, are visible before the value is.
+RCCLX_DEV void rcclx_st_release_sys(uint32_t* p, uint32_t v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+// order: acquire, sys: one poll; an acquire load is the cheapest correct poll in PTX (NCCL's).
+RCCLX_DEV uint32_t rcclx_poll_sys(const uint32_t* p) {
   uint32_t v;
   asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
-RCCLX_DEV uint64_t rcclx_ld_acquire_sys(const uint64_t* p) {
-  uint64_t v;
-  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-// order: release, sys: this thread's earlier loads/stores are visible before the value is.
-RCCLX_DEV void rcclx_st_release_sys(uint32_t* p, uint32_t v) {
-  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-RCCLX_DEV void rcclx_st_release_sys(uint64_t* p, uint64_t v) {
-  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
+// order: none needed: every poll was an acquire.
+RCCLX_DEV void rcclx_acquire_sys() {}
+// order: none. Polls spin without a pause (the barrier is the latency floor).
+RCCLX_DEV void rcclx_poll_pause() {}
+// order: none needed: bar.sync orders the block's stores before the flag thread's
+// st.release.sys, and PTX release is cumulative over them.
+RCCLX_DEV void rcclx_block_publish() {}
 // order: relaxed, sys: atomic (never torn, never cached stale), orders nothing else.
 RCCLX_DEV uint32_t rcclx_ld_relaxed_sys(const uint32_t* p) {
   uint32_t v;
@@ -332,9 +349,6 @@ RCCLX_DEV uint64_t rcclx_ld_relaxed_sys_u64(const uint64_t* p) {
   asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
   return v;
 }
-RCCLX_DEV void rcclx_st_relaxed_sys_u64(uint64_t* p, uint64_t v) {
-  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" :: "l"(p), "l"(v) : "memory");
-}
 // order: relaxed (volatile: never cached, as NCCL's LL protocol). A 16-byte LL unit in one
 // vector access; each 8-byte half is single-copy atomic, which is all the protocol needs
 // (every half carries its own flag). p 16-byte aligned.
@@ -347,29 +361,14 @@ RCCLX_DEV void rcclx_ld_ll_unit(const uint64_t* p, uint64_t* w0, uint64_t* w1) {
   *w0 = a;
   *w1 = b;
 }
-// order: relaxed, sys: returns the old value; orders nothing else (add a fence or use
-// acquire/release loads/stores around it).
+// order: relaxed, sys: returns the old value; orders nothing else.
 RCCLX_DEV uint32_t rcclx_atomic_add_sys_u32(uint32_t* p, uint32_t v) {
   return atomicAdd_system(p, v);
 }
-// order: relaxed, sys: returns the old value.
-RCCLX_DEV uint32_t rcclx_atomic_exch_sys_u32(uint32_t* p, uint32_t v) {
-  return atomicExch_system(p, v);
-}
-// order: relaxed, sys: returns the old value (== expected on success).
-RCCLX_DEV uint32_t rcclx_atomic_cas_sys_u32(uint32_t* p, uint32_t expected, uint32_t desired) {
-  return atomicCAS_system(p, expected, desired);
-}
-// order: relaxed, device scope only: for counters shared by blocks of ONE GPU.
-RCCLX_DEV uint32_t rcclx_atomic_add_gpu_u32(uint32_t* p, uint32_t v) { return atomicAdd(p, v); }
-// order: seq_cst fence, sys (fence.sc.sys): all earlier loads/stores of this thread are
-// ordered before all later ones, as seen by any agent (peer GPUs, CPU).
-RCCLX_DEV void rcclx_fence_sys() { __threadfence_system(); }
-// order: none needed on NVIDIA: bar.sync orders the block's stores before the flag thread's
-// st.release.sys, and PTX release is cumulative over them (NCCL's pattern).
-RCCLX_DEV void rcclx_block_release_sys() {}
-// order: seq_cst fence, device scope (this GPU only).
-RCCLX_DEV void rcclx_fence_gpu() { __threadfence(); }
+
+// ---- code shape ------------------------------------------------------------------------------
+// See the AMD section: encode ahead of the barrier in the 2-rank low-precision AllReduce.
+#define RCCLX_LOWP_ENCODE_AHEAD 1
 
 // ---- time ---------------------------------------------------------------------------
 // order: none. %globaltimer: nanoseconds (updates every ~0.03-1 us depending on the GPU).
@@ -488,12 +487,15 @@ RCCLX_DEV uint64_t rcclx_deadline_after(uint64_t timeout_ns) {
   return timeout_ns > UINT64_MAX - now ? UINT64_MAX : now + timeout_ns;
 }
 
-// order: acquire, sys (each poll is rcclx_ld_acquire_sys). Spins with back-off until
+// order: acquire, sys (rcclx_poll_sys, then rcclx_acquire_sys). Spins with back-off until
 // rcclx_epoch_geq(*flag, target); returns true then, or false once rcclx_now_ns() passes
 // deadline_ns (from rcclx_deadline_after). Bounded: callers report false as a timeout.
 RCCLX_DEV bool rcclx_wait_geq_u32(const uint32_t* flag, uint32_t target, uint64_t deadline_ns) {
   for (uint32_t round = 0;; ++round) {
-    if (rcclx_epoch_geq(rcclx_ld_acquire_sys(flag), target)) return true;
+    if (rcclx_epoch_geq(rcclx_poll_sys(flag), target)) {
+      rcclx_acquire_sys();
+      return true;
+    }
     if (rcclx_now_ns() >= deadline_ns) return false;
     rcclx_backoff(round);
   }

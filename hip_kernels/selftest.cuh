@@ -37,7 +37,7 @@ extern "C" __global__ void rcclx_selftest_fill(uint32_t* out, uint32_t n, uint32
 //     [0] += number of mismatching words seen, [1] = 1 if a wait timed out.
 //   n < 2^31 (the buffer holds 16 + 2n words); 32-bit indices keep the loops cheap.
 // Iteration it = 1..iters: write pattern(it) into the PEER's slot it%2 (remote stores),
-// barrier, thread 0: fence + release-store it into the PEER's flag, then wait (acquire,
+// publish (rcclx_block_publish + barrier), thread 0: release-store it into the PEER's flag, then wait (acquire,
 // bounded by timeout_ns per wait) until MY flag >= it; barrier; all threads check MY slot
 // it%2 == pattern(it).
 //
@@ -45,7 +45,7 @@ extern "C" __global__ void rcclx_selftest_fill(uint32_t* out, uint32_t n, uint32
 // peer. To start writing iteration it+2 into my slot s = it%2, the peer must have finished
 // its iteration it+1 wait, i.e. seen my flag >= it+1. I store it+1 only after my own
 // iteration-it check of slot s has completed (my loads come before the barrier and the
-// fence + release of iteration it+1). So the peer's it+2 stores to slot s happen after my
+// release of iteration it+1). So the peer's it+2 stores to slot s happen after my
 // it-check, and its it+1 stores go to the other slot. A flag already at it+1 while I wait
 // for it is fine (>= test): slot s still holds iteration it's data. Only the peer writes
 // my slots; I only read them.
@@ -66,10 +66,12 @@ extern "C" __global__ void rcclx_selftest_pingpong(uint32_t* my_buf, uint32_t* p
 
     uint32_t* peer_data = peer_buf + slot;
     for (uint32_t i = tid; i < n; i += nthreads) peer_data[i] = base + i;
-    __syncthreads();  // all remote stores of this block precede thread 0's release below
+    // The library's publication protocol (rcclx_barrier): every wave's remote stores complete,
+    // then thread 0's release covers the block's.
+    rcclx_block_publish();
+    __syncthreads();
 
     if (tid == 0) {
-      rcclx_fence_sys();
       rcclx_st_release_sys(&peer_buf[0], it);
       if (!rcclx_wait_geq_u32(&my_buf[0], it, rcclx_deadline_after(timeout_ns))) {
         rcclx_st_release_sys(&result[1], 1u);
