@@ -360,7 +360,7 @@ template <typename T, int OP>
 RCCLX_DEV void rcclx_reduce(const RcclxArgs& a, uint64_t off, uint64_t n, T* out, T* keep) {
   typedef RcclxRed<T, OP> R;
   constexpr int N = RcclxVec<T>::N;
-  constexpr int UNROLL = 2;
+  constexpr int UNROLL = (OP == RCCLX_SUM || OP == RCCLX_PROD) && (sizeof(T) == 2 || sizeof(T) == 4) ? 2 : 1;
   typedef typename RcclxVec<T>::U U;
   const T s = R::scalar(a.nranks);
   const uint64_t nvec = n / N;

@@ -399,44 +399,55 @@ RCCLX_DEV void rcclx_push_range(const T* src, uint64_t n, const D& dst, int ndst
 }
 // The first step of this thread's rcclx_push_range(src, n, .., half 0, 1 half) encoded ahead of
 // the barrier that must pass before it is stored: the loads and the arithmetic overlap the wait.
+// The codes wait in shared memory, not registers: live across the barrier's spin loop they made
+// AMD's compilers spill (768 bytes of scratch per lane on gfx942) and nvcc too.
 struct RcclxQAhead {
-  uint64_t k, k2;
-  bool a, a2;
-  RcclxQ16 q, q2;
+  rcclx_u32x4 codes[2][RCCLX_QHALF];  // [block of the pair][thread of half 0]
+  uint32_t metas[2][RCCLX_QHALF];
 };
-template <typename T, typename C>
-RCCLX_DEV RcclxQAhead rcclx_encode_ahead(const T* src, uint64_t n) {
-  RcclxQAhead r;
-  const uint64_t nqb = (n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK;
-  r.k = rcclx_qstart(0) + rcclx_qgroup();
-  r.k2 = r.k + (uint64_t)gridDim.x * RCCLX_QGROUPS;
-  r.a = r.k < nqb;
-  r.a2 = r.k2 < nqb;
-  float v[16], u[16];
-  rcclx_load_block_pair<T>(src, n, r.k, r.a, r.k2, r.a2, v, u);
-  r.q = C::quantize16(v);
-  r.q2 = C::quantize16(u);
-  return r;
+// This thread's step: its two blocks of [0, n) and whether each exists.
+RCCLX_DEV void rcclx_ahead_blocks(uint64_t n, uint64_t* k, uint64_t* k2) {
+  *k = rcclx_qstart(0) + rcclx_qgroup();
+  *k2 = *k + (uint64_t)gridDim.x * RCCLX_QGROUPS;
 }
-// Stores what rcclx_encode_ahead encoded, in rcclx_push_block_pair's order.
+template <typename T, typename C>
+RCCLX_DEV void rcclx_encode_ahead(const T* src, uint64_t n, RcclxQAhead* s) {
+  const uint64_t nqb = (n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK;
+  uint64_t k, k2;
+  rcclx_ahead_blocks(n, &k, &k2);
+  float v[16], u[16];
+  rcclx_load_block_pair<T>(src, n, k, k < nqb, k2, k2 < nqb, v, u);
+  const RcclxQ16 q = C::quantize16(v);
+  s->codes[0][threadIdx.x] = q.codes;
+  s->metas[0][threadIdx.x] = q.meta;
+  const RcclxQ16 q2 = C::quantize16(u);
+  s->codes[1][threadIdx.x] = q2.codes;
+  s->metas[1][threadIdx.x] = q2.meta;
+}
+// Stores what rcclx_encode_ahead(src, n, s) encoded, in rcclx_push_block_pair's order.
 template <typename D>
-RCCLX_DEV void rcclx_put_ahead(const RcclxQAhead& e, const D& dst, int ndst) {
-  for (int d = 0; d < ndst; ++d) rcclx_put16(dst(d), e.k, e.q, e.a);
-  for (int d = 0; d < ndst; ++d) rcclx_put16(dst(d), e.k2, e.q2, e.a2);
+RCCLX_DEV void rcclx_put_ahead(uint64_t n, const RcclxQAhead* s, const D& dst, int ndst) {
+  const uint64_t nqb = (n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK;
+  uint64_t k, k2;
+  rcclx_ahead_blocks(n, &k, &k2);
+  RcclxQ16 q;
+  q.codes = s->codes[0][threadIdx.x];
+  q.meta = s->metas[0][threadIdx.x];
+  for (int d = 0; d < ndst; ++d) rcclx_put16(dst(d), k, q, k < nqb);
+  q.codes = s->codes[1][threadIdx.x];
+  q.meta = s->metas[1][threadIdx.x];
+  for (int d = 0; d < ndst; ++d) rcclx_put16(dst(d), k2, q, k2 < nqb);
 }
 
 // Decodes elements [0, n) of (local) slot s into dst.
 template <typename T, typename C>
 RCCLX_DEV void rcclx_pull_range(RcclxQSlot s, uint64_t n, T* dst, int half, int halves) {
   rcclx_for_block_pairs((n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK, half, halves, [&](uint64_t k, bool a, uint64_t k2, bool a2) {
-    // Set on every path: a register assigned on only some paths stays live around the whole
-    // loop (ptxas spilled it and reloaded it every iteration).
-    RcclxQ16 q = {}, q2 = {};
-    if (a) q = rcclx_get16(s, k);
-    if (a2) q2 = rcclx_get16(s, k2);
+    // One block at a time: both blocks' codes loaded first spilled (gfx950's clang, in the
+    // AllGather whose other half pushes in the same loop).
     float v[16];
-    if (a) { C::template decode16<false>(q, v); rcclx_store16<T>(dst, k * RCCLX_QBLOCK, n, v); }
-    if (a2) { C::template decode16<false>(q2, v); rcclx_store16<T>(dst, k2 * RCCLX_QBLOCK, n, v); }
+    if (a) { C::template decode16<false>(rcclx_get16(s, k), v); rcclx_store16<T>(dst, k * RCCLX_QBLOCK, n, v); }
+    if (a2) { C::template decode16<false>(rcclx_get16(s, k2), v); rcclx_store16<T>(dst, k2 * RCCLX_QBLOCK, n, v); }
   });
 }
 
@@ -453,28 +464,36 @@ RCCLX_DEV void rcclx_copy_range(const T* src, uint64_t n, T* dst, int half, int 
 template <typename T, typename C>
 RCCLX_DEV void rcclx_reduce16(const RcclxArgs& a, const T* src, uint64_t k, uint64_t n, bool active,
                               char* in, uint64_t wc, float v[16]) {
-  RcclxQ16 q[RCCLX_MAX_RANKS];
-#pragma unroll
-  for (int p = 0; p < RCCLX_MAX_RANKS; ++p)  // loads first
-    if (active && p < a.nranks && p != a.rank) q[p] = rcclx_get16(rcclx_qslot(in, wc, a.nranks, p), k);
   if (!active) {
 #pragma unroll
     for (int i = 0; i < 16; ++i) v[i] = 0.f;
     return;
   }
+  // Ranks in groups of G, each group's loads first: a group's codes take
+  // 5 registers a rank, and eight ranks' at once spilled (sm_90 at 64 and 128 registers).
+  constexpr int G = sizeof(T) == 4 ? 1 : 2;
 #pragma unroll
-  for (int p = 0; p < RCCLX_MAX_RANKS; ++p) {
-    if (p >= a.nranks) break;
-    if (p == a.rank) {
-      // Loaded here, not up front: 16 more live registers would spill.
-      float x[16];
-      rcclx_load16<T>(src, k * RCCLX_QBLOCK, n, x);
+  for (int p0 = 0; p0 < RCCLX_MAX_RANKS; p0 += G) {
+    if (p0 >= a.nranks) break;
+    RcclxQ16 q[G];
 #pragma unroll
-      for (int i = 0; i < 16; ++i) v[i] = p == 0 ? x[i] : v[i] + x[i];
-    } else if (p == 0) {
-      C::template decode16<false>(q[p], v);
-    } else {
-      C::template decode16<true>(q[p], v);
+    for (int j = 0; j < G; ++j)  // loads first
+      if (p0 + j < a.nranks && p0 + j != a.rank) q[j] = rcclx_get16(rcclx_qslot(in, wc, a.nranks, p0 + j), k);
+#pragma unroll
+    for (int j = 0; j < G; ++j) {
+      const int p = p0 + j;
+      if (p >= a.nranks) break;
+      if (p == a.rank) {
+        // Loaded here, not up front: 16 more live registers would spill.
+        float x[16];
+        rcclx_load16<T>(src, k * RCCLX_QBLOCK, n, x);
+#pragma unroll
+        for (int i = 0; i < 16; ++i) v[i] = p == 0 ? x[i] : v[i] + x[i];
+      } else if (p == 0) {
+        C::template decode16<false>(q[j], v);
+      } else {
+        C::template decode16<true>(q[j], v);
+      }
     }
   }
 }
@@ -631,19 +650,19 @@ RCCLX_DEV void rcclx_allreduce_pair_coded(const RcclxArgs& a) {
   };
   // rcclx_lowp_pipeline, but half 0 encodes the first step of window s + 1 before the barrier of
   // window s (it reads only the input): the barrier's wait hides those loads and arithmetic
-  // (measured faster on H200: design note 20).
+  // (measured faster on H200: design note 20; NVIDIA only, RCCLX_LOWP_ENCODE_AHEAD).
+  __shared__ RcclxQAhead s_ahead;
   const int my_half = threadIdx.x / RCCLX_QHALF;
   if (nwin) push(0, my_half, 2, 0);
   for (uint64_t s = 0; s < nwin; ++s) {
-    const bool ahead = my_half == 0 && s + 1 < nwin;
-    RcclxQAhead e = {};
-    if (ahead) e = rcclx_encode_ahead<T, C>(send + (s + 1) * W, len(s + 1));
+    const bool ahead = RCCLX_LOWP_ENCODE_AHEAD && my_half == 0 && s + 1 < nwin;
+    if (ahead) rcclx_encode_ahead<T, C>(send + (s + 1) * W, len(s + 1), &s_ahead);
     if (!rcclx_barrier(a, (uint32_t)(seq + s) * 4 + 1, deadline, &s_fail)) break;
     if (s + 1 == nwin) {
       sum(s, my_half, 2);
-    } else if (ahead) {
-      rcclx_put_ahead(e, [&](int d) { return to(s + 1, d); }, 2);
-      push(s + 1, 0, 1, 1);
+    } else if (my_half == 0) {
+      if (ahead) rcclx_put_ahead(len(s + 1), &s_ahead, [&](int d) { return to(s + 1, d); }, 2);
+      push(s + 1, 0, 1, ahead ? 1 : 0);
     } else {
       sum(s, 0, 1);
     }
@@ -709,21 +728,19 @@ RCCLX_DEV void rcclx_allreduce_coded(const RcclxArgs& a) {
   // Barrier values: seq*4+1 after the first push, then (seq+s)*4+2 for X(s): monotonic, and
   // below the next call's first value.
   const int my_half = threadIdx.x / RCCLX_QHALF;
-  bool ok = nwin == 0;
-  if (nwin) {
-    push(0, my_half, 2);
-    ok = rcclx_barrier(a, seq * 4 + 1, deadline, &s_fail);
+  // Steps t = 0 .. nwin + 1: push(0) by the whole block; then reduce(s) by half 0 while half 1
+  // finishes s - 1 and pushes s + 1; then finish(nwin - 1) by the whole block. One call site
+  // per phase: inlined copies of each kept their values live together (gfx950's clang spilled).
+  bool ok = true;
+  for (uint64_t t = 0; ok && nwin && t <= nwin + 1; ++t) {
+    const bool whole = t == 0 || t == nwin + 1;
+    const int h = whole ? my_half : 0, hs = whole ? 2 : 1;
+    const uint64_t s = t - 1;  // the window reduced at step t (1 .. nwin)
+    if (t > 0 && t <= nwin && my_half == 0) reduce(s, h, hs);
+    if ((t > 1 && my_half == 1) || t == nwin + 1) finish(t - 2, h, hs);
+    if ((t == 0 || (my_half == 1 && t < nwin))) push(t, h, hs);
+    if (t <= nwin) ok = rcclx_barrier(a, t == 0 ? seq * 4 + 1 : (uint32_t)(seq + s) * 4 + 2, deadline, &s_fail);
   }
-  for (uint64_t s = 0; ok && s < nwin; ++s) {
-    if (my_half == 0) {
-      reduce(s, 0, 1);
-    } else {
-      if (s > 0) finish(s - 1, 0, 1);
-      if (s + 1 < nwin) push(s + 1, 0, 1);
-    }
-    ok = rcclx_barrier(a, (uint32_t)(seq + s) * 4 + 2, deadline, &s_fail);
-  }
-  if (ok && nwin) finish(nwin - 1, my_half, 2);
   rcclx_seq_store(a, seq + (uint32_t)nwin);
 }
 // The kernel table's device functions: the four collectives with each codec.
