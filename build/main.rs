@@ -8,6 +8,9 @@
 //!    forwards on that GPU).
 //! 3. `$OUT_DIR/kernels.rs` lists the built code objects (`CODE_OBJECTS`, included by
 //!    `src/kernels.rs`); `$OUT_DIR/kernel-resources.txt` holds per-kernel register use.
+//! 4. `isa_check.rs` reads the machine code of every code object (releases keep their waits, no
+//!    scratch, no spills) and writes `$OUT_DIR/isa-check.txt`; with `RCCLX_REQUIRE_KERNELS=1` a
+//!    finding fails the build.
 //!
 //! The compiles are skipped when nothing they depend on changed since the last run (a stamp of
 //! the translation unit, `hip_kernels/` and the compiler settings): the script also re-runs when
@@ -22,6 +25,7 @@ use std::env;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
+mod isa_check;
 #[path = "../src/kernel_table.rs"]
 #[allow(dead_code)]
 mod kernel_table;
@@ -32,7 +36,7 @@ fn main() {
     println!("cargo:rerun-if-changed=hip_kernels");
     println!("cargo:rerun-if-changed=build");
     println!("cargo:rerun-if-changed=src/kernel_table.rs");
-    for var in toolchain::ENV_VARS.iter().chain(&["RCCLX_REQUIRE_KERNELS", "RCCLX_KERNEL_REPORT", "RCCLX_NO_KERNELS"]) {
+    for var in toolchain::ENV_VARS.iter().chain(&["RCCLX_REQUIRE_KERNELS", "RCCLX_KERNEL_REPORT", "RCCLX_NO_KERNELS", "RCCLX_CUOBJDUMP"]) {
         println!("cargo:rerun-if-env-changed={var}");
     }
     let repo = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
@@ -56,7 +60,12 @@ fn main() {
     let tu = instances();
     report::write_if_changed(&src, &tu);
     // The compile commands' source is part of the stamp: a changed flag recompiles.
-    let inputs = format!("{tu}\n{}\n{}", toolchain::available(&repo), include_str!("toolchain.rs"));
+    let inputs = format!(
+        "{tu}\n{}\n{}\n{}",
+        toolchain::available(&repo),
+        include_str!("toolchain.rs"),
+        include_str!("isa_check.rs")
+    );
     let stamp = stamp(&inputs, &repo.join("hip_kernels"), require);
     let stamp_file = out_dir.join("kernels.stamp");
     if let Ok(old) = std::fs::read_to_string(&stamp_file)
@@ -78,7 +87,10 @@ fn main() {
         repo: &repo,
     };
     let outcomes = toolchain::compile_all(&unit);
-    let (built, resources) = report::collect("rcclx kernels", &outcomes, require, report);
+    let (mut built, resources) = report::collect("rcclx kernels", &outcomes, require, report);
+    let (rejected, isa_report) = isa_check::enforce("rcclx kernels", &outcomes, &src, &repo, require);
+    built.retain(|(t, _)| !rejected.contains(t));
+    report::write_if_changed(&out_dir.join("isa-check.txt"), &isa_report);
     report::write_if_changed(&out_dir.join("kernels.rs"), &report::code_object_table(&built));
     report::write_if_changed(&out_dir.join("kernel-resources.txt"), &resources);
     let tools: Vec<String> = outcomes

@@ -409,6 +409,9 @@ fn hip_args(c: &mut Command, target: Target, unit: &Unit, out: &Path) {
         .arg("-I")
         .arg(unit.include)
         .args(["-Rpass-analysis=kernel-resource-usage", "-fno-caret-diagnostics"])
+        // The assembly the object is assembled from, beside it: isa_check.rs reads it where no
+        // disassembler knows the target (gfx950 before LLVM 20).
+        .arg("-save-temps=obj")
         .arg("-fno-color-diagnostics")
         .arg("-c")
         .arg("-o")

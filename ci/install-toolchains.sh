@@ -6,6 +6,10 @@
 #   .tools/zig/ziglang/zig             ziglang 0.17.1 (clang 22) from PyPI -> gfx950 (MI350), and
 #                                      the wheel's linker (glibc 2.28: python/zig-link.sh)
 #   .tools/zigbin/lld                  wrapper so clang's AMDGPU link step finds zig's lld
+#   .tools/cuobjdump/nvidia/cu13/bin/cuobjdump
+#                                      cuobjdump 13.2 from PyPI -> the sm_90 half of the machine-code
+#                                      check (build/isa_check.rs; PyPI has no 13.0 cuobjdump, and a
+#                                      newer one reads sm_90 cubins)
 #
 # Idempotent: a step whose result already exists is skipped. Needs pip, and root (or sudo)
 # for apt-get. No GPU needed. Why these exact pins:
@@ -58,6 +62,19 @@ else
   "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
     apt-get install -y --no-install-recommends clang-19 lld-19 llvm-19
   installed+=("apt: clang-19 lld-19 llvm-19 -> $(command -v clang++-19)")
+fi
+
+# --- 2b. cuobjdump (the machine-code check of sm_90, build/isa_check.rs) ----------------------
+CUOBJDUMP="$TOOLS/cuobjdump/nvidia/cu13/bin/cuobjdump"
+if [ "$ONLY" = zig ]; then
+  :
+elif [ -x "$CUOBJDUMP" ]; then
+  skipped+=("cuobjdump ($CUOBJDUMP)")
+else
+  rm -rf "$TOOLS/cuobjdump"
+  "${PIP[@]}" install --disable-pip-version-check --no-cache-dir --target "$TOOLS/cuobjdump" \
+    nvidia-cuda-cuobjdump==13.2.51
+  installed+=("cuobjdump 13.2.51 -> $CUOBJDUMP")
 fi
 
 # --- 3. zig 0.17.1 (bundles clang 22.1.x: the only gfx950-capable clang available here) -------

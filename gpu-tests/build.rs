@@ -10,13 +10,16 @@
 use std::env;
 use std::path::PathBuf;
 
+#[path = "../build/isa_check.rs"]
+mod isa_check;
 #[path = "../build/report.rs"]
 mod report;
 #[path = "../build/toolchain.rs"]
 mod toolchain;
 
 /// The translation unit and the headers it includes, relative to the repository root.
-const SOURCES: [&str; 3] = ["hip_kernels/selftest.cu", "hip_kernels/selftest.cuh", "hip_kernels/rcclx_port.h"];
+const SOURCES: [&str; 4] =
+    ["hip_kernels/selftest.cu", "hip_kernels/selftest.cuh", "hip_kernels/rcclx_port.h", "build/isa_check.rs"];
 const WHAT: &str = "selftest kernels";
 
 fn main() {
@@ -26,7 +29,7 @@ fn main() {
     for src in SOURCES {
         println!("cargo:rerun-if-changed={}", repo.join(src).display());
     }
-    for var in toolchain::ENV_VARS.iter().chain(&["RCCLX_REQUIRE_KERNELS", "RCCLX_KERNEL_REPORT", "RCCLX_NO_KERNELS"]) {
+    for var in toolchain::ENV_VARS.iter().chain(&["RCCLX_REQUIRE_KERNELS", "RCCLX_KERNEL_REPORT", "RCCLX_NO_KERNELS", "RCCLX_CUOBJDUMP"]) {
         println!("cargo:rerun-if-env-changed={var}");
     }
     let table = out_dir.join("selftest_kernels.rs");
@@ -50,7 +53,10 @@ fn main() {
         repo: &repo,
     };
     let outcomes = toolchain::compile_all(&unit);
-    let (built, resource_report) = report::collect(WHAT, &outcomes, require, report);
+    let (mut built, resource_report) = report::collect(WHAT, &outcomes, require, report);
+    let (rejected, isa_report) = isa_check::enforce(WHAT, &outcomes, unit.src, &repo, require);
+    built.retain(|(t, _)| !rejected.contains(t));
+    report::write_if_changed(&out_dir.join("selftest-isa-check.txt"), &isa_report);
     report::write_if_changed(&table, &report::code_object_table(&built));
     report::write_if_changed(&resources, &resource_report);
 }

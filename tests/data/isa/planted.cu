@@ -1,0 +1,44 @@
+// Kernels for tests/isa_check.rs: one that keeps every rule of build/isa_check.rs and one that
+// breaks each rule, compiled with the build's own compilers and flags.
+#include "rcclx_port.h"
+
+// Keeps every rule: the port's publication protocol in a loop (the shape that made clang drop
+// the waits, llvm/llvm-project PR 178316).
+extern "C" __global__ void __launch_bounds__(512, 1)
+planted_clean(uint32_t* flag, const uint32_t* peer_flag, uint32_t* d, int n) {
+  for (int it = 0; it < n; ++it) {
+    rcclx_block_publish();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      rcclx_st_release_sys(flag, (uint32_t)it);
+      while (!rcclx_epoch_geq(rcclx_poll_sys(peer_flag), (uint32_t)it)) rcclx_poll_pause();
+      rcclx_acquire_sys();
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < 1024; i += 512) d[i + (it + 1) * 1024] = d[i + it * 1024] + 1;
+  }
+}
+
+#if defined(__HIP__)
+// Breaks `release-without-wait`: the release as the language writes it (what rcclx did before
+// the port spelled out the wait); clang 19 and 22 drop the s_waitcnt after buffer_wbl2.
+extern "C" __global__ void __launch_bounds__(512, 1)
+planted_release_without_wait(uint32_t* flag, uint32_t* d, int n) {
+  for (int it = 0; it < n; ++it) {
+    __builtin_amdgcn_fence(__ATOMIC_RELEASE, "");
+    __syncthreads();
+    if (threadIdx.x == 0) __hip_atomic_store(flag, (uint32_t)it, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
+    for (int i = threadIdx.x; i < 1024; i += 512) d[i + (it + 1) * 1024] = d[i + it * 1024] + 1;
+  }
+}
+#endif
+
+// Breaks `scratch` (AMD) and `spill` (sm_90): an array indexed by a run-time value lives in
+// private (local) memory.
+extern "C" __global__ void __launch_bounds__(512, 1)
+planted_scratch(const uint32_t* in, uint32_t* out, int k) {
+  uint32_t a[64];
+#pragma unroll 1
+  for (int i = 0; i < 64; ++i) a[i] = in[threadIdx.x * 64 + i] * (uint32_t)(i + k);
+  out[threadIdx.x] = a[(threadIdx.x + (uint32_t)k) & 63];
+}

@@ -1,0 +1,115 @@
+//! The machine-code checker (`build/isa_check.rs`) fails on what it must: each rule on text
+//! written for it, then on planted kernels compiled by the build's own compilers (one per rule,
+//! `tests/data/isa/planted.cu`), while a kernel written with the port's primitives passes.
+
+mod common;
+
+#[path = "../build/isa_check.rs"]
+mod isa_check;
+#[path = "../build/toolchain.rs"]
+mod toolchain;
+
+use isa_check::Rule;
+use toolchain::{Outcome, Target};
+
+fn rules_of(findings: &[isa_check::Finding], kernel: &str) -> Vec<Rule> {
+    findings.iter().filter(|f| f.kernel == kernel).map(|f| f.rule).collect()
+}
+
+#[test]
+fn release_rule_on_disassembly() {
+    let dump = "\
+0000000000001600 <bad>:
+\tbuffer_wbl2 sc0 sc1                                        // 000000001650: E0A0C000 00000000
+\ts_barrier                                                  // 000000001658: BF8A0000
+0000000000001700 <good>:
+\tbuffer_wbl2 sc0 sc1                                        // 000000001668: E0A0C000 00000000
+\ts_waitcnt vmcnt(0)                                         // 00000000166c: BF8C0F70
+\tglobal_store_dword v1, v0, s[4:5] sc0 sc1                  // 000000001670: DE718000 00040001
+0000000000001800 <branch>:
+\tbuffer_wbl2 sc0 sc1
+\tv_mov_b32_e32 v0, s13
+\ts_cbranch_execz 5                                          // 000000001660: BF880005 <k+0x78>
+\ts_waitcnt vmcnt(0)
+0000000000001900 <lds>:
+\tbuffer_wbl2 sc0 sc1
+\tds_write_b32 v23, v25 offset:4
+\tglobal_load_dword v2, v66, s[2:3] sc0 sc1
+\ts_waitcnt vmcnt(0) lgkmcnt(0)
+\tflat_atomic_add v1, v2
+";
+    let funcs = isa_check::functions(dump);
+    assert_eq!(funcs.len(), 4);
+    let f = isa_check::release_without_wait(&funcs);
+    assert_eq!(rules_of(&f, "bad"), [Rule::ReleaseWithoutWait]);
+    assert_eq!(rules_of(&f, "branch"), [Rule::ReleaseWithoutWait]);
+    assert!(rules_of(&f, "good").is_empty() && rules_of(&f, "lds").is_empty(), "{f:?}");
+}
+
+#[test]
+fn release_rule_on_assembly() {
+    let asm = "\t.text\nk:\n\tbuffer_wbl2 sc0 sc1\n\tglobal_store_dword v1, v0, s[4:5] sc0 sc1 ; publish\n\
+               .LBB0_1:\n\ts_endpgm\n\t.section\t.rodata\n\t.amdgpu_metadata\namdhsa.kernels:\n  - .name: k\n";
+    let f = isa_check::release_without_wait(&isa_check::functions(asm));
+    assert_eq!(rules_of(&f, "k"), [Rule::ReleaseWithoutWait]);
+}
+
+#[test]
+fn scratch_and_spill_rules_on_metadata() {
+    let notes = "amdhsa.kernels:\n  - .agpr_count:     0\n    .args:\n      - .name: a\n        .size: 8\n\
+                 \x20   .name:           spills\n    .private_segment_fixed_size: 768\n    .uses_dynamic_stack: false\n\
+                 \x20   .vgpr_spill_count: 527\n  - .agpr_count:     0\n    .name:           clean\n\
+                 \x20   .private_segment_fixed_size: 0\n    .uses_dynamic_stack: false\n";
+    assert_eq!(isa_check::amd_kernel_count(notes), 2);
+    let f = isa_check::amd_scratch(notes);
+    assert_eq!(rules_of(&f, "spills"), [Rule::Scratch]);
+    assert!(rules_of(&f, "clean").is_empty());
+
+    let usage = " Function spills:\n  REG:64 STACK:16 SHARED:0 LOCAL:0 CONSTANT[0]:560\n Function clean:\n  REG:40 STACK:0 SHARED:8 LOCAL:0\n";
+    let f = isa_check::sm90_spills(usage);
+    assert_eq!(rules_of(&f, "spills"), [Rule::Spill]);
+    assert!(rules_of(&f, "clean").is_empty());
+}
+
+/// The planted kernels through the real compilers and disassemblers: every target must flag
+/// exactly the rule its planted kernel breaks, and nothing in `planted_clean`.
+#[test]
+fn planted_kernels_fail_their_rules() {
+    let repo = common::repo();
+    let out = std::env::temp_dir().join(format!("rcclx-isa-check-{}", std::process::id()));
+    std::fs::create_dir_all(&out).unwrap();
+    let src = repo.join("tests/data/isa/planted.cu");
+    let unit = toolchain::Unit { src: &src, include: &repo.join("hip_kernels"), stem: "planted", out_dir: &out, repo: &repo };
+    let outcomes = toolchain::compile_all(&unit);
+    let mut checked = Vec::new();
+    for (target, outcome) in &outcomes {
+        match outcome {
+            Outcome::Built { tool, path, .. } => {
+                let c = isa_check::check(*target, path, &src, Some(tool.path()), &repo)
+                    .unwrap_or_else(|e| panic!("{}: the checker could not read the planted kernels: {e}", target.name()));
+                checked.push(c);
+            }
+            Outcome::Failed { command, log } => panic!("{}: planted kernels did not compile: {command}\n{log}", target.name()),
+            Outcome::Missing { note } => {
+                assert!(!common::in_ci(), "{}: no compiler in CI ({note}): run ci/install-toolchains.sh", target.name());
+                eprintln!("NOTE: {}: no compiler ({note}); not checked", target.name());
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&out);
+    for c in &checked {
+        let name = c.target.name();
+        assert!(rules_of(&c.findings, "planted_clean").is_empty(), "{name}: {:?}", c.findings);
+        match c.target {
+            Target::Sm90 => assert_eq!(rules_of(&c.findings, "planted_scratch"), [Rule::Spill], "{name}"),
+            Target::Gfx942 | Target::Gfx950 => {
+                assert_eq!(rules_of(&c.findings, "planted_scratch"), [Rule::Scratch], "{name}");
+                let release = rules_of(&c.findings, "planted_release_without_wait");
+                assert!(!release.is_empty() && release.iter().all(|r| *r == Rule::ReleaseWithoutWait), "{name}: {release:?}");
+            }
+        }
+    }
+    if common::in_ci() {
+        assert_eq!(checked.len(), 3, "CI checks all three targets");
+    }
+}
