@@ -57,8 +57,10 @@ use crate::upstream;
 pub use exchange::{StockTransport, Transport};
 use lease::Lease;
 use record::Record;
-use teardown::{Owned, Slab};
-pub use teardown::{pending as ended_not_pooled, wait_pooled};
+pub use teardown::{
+    Counts as TeardownCounts, Fence, counts as teardown_counts, pending as ended_not_pooled, wait_pooled,
+};
+use teardown::{GraphRefs, Owned, Slab};
 
 /// Default staging buffer per rank (`RCCL_DDA_SENDBUF_BYTES`), without and with a
 /// low-precision switch on (larger windows halve its barriers per byte: +6-7 % at 256 MiB on
@@ -89,6 +91,10 @@ pub struct Clique {
     grid_cap: u32,
     kernels: Arc<Vec<Kernel>>,
     owned: Mutex<Option<Owned>>,
+    /// The graphs that captured its kernels and still live: its memory outlives them.
+    graphs: Arc<GraphRefs>,
+    /// A kernel was launched (eagerly or into a graph).
+    launched: std::sync::atomic::AtomicBool,
 }
 
 impl Clique {
@@ -114,10 +120,15 @@ impl Clique {
         if self.grid_cap > 0 { all.min(self.grid_cap) } else { all }
     }
 
-    /// Launches `launch` on `stream`.
-    pub fn launch(&self, launch: Launch, stream: gpu::Stream) -> Result<(), Error> {
+    /// Launches `launch` on `stream`; `captured`: the stream is being captured into a graph,
+    /// which then keeps this clique's memory alive until it is destroyed (`teardown.rs`).
+    pub fn launch(&self, launch: Launch, stream: gpu::Stream, captured: bool) -> Result<(), Error> {
         let rt = gpu::runtime()?;
         let _guard = rt.device_guard(self.device)?;
+        self.launched.store(true, Ordering::Release);
+        if captured {
+            self.graphs.retain(stream);
+        }
         let mut args = launch.args;
         let mut arg_ptr = match &mut args {
             LaunchArgs::Collective(a) => a as *mut KernelArgs as *mut c_void,
@@ -152,20 +163,28 @@ impl Clique {
         }
     }
 
-    /// Ends the clique: its memory goes back to the pool once no kernel and no peer can touch
-    /// it (`teardown.rs`). Never waits. `settled`: every kernel of this rank is known to have
-    /// ended (else the reaper waits for the device). An abort has told the kernels to stop
+    /// Ends the clique: its memory goes back to the pool once no kernel, no graph and no peer
+    /// can touch it (`teardown.rs`). Never waits. `fence`: what says this rank's last kernel
+    /// has ended (the communicator's order event). An abort has told the kernels to stop
     /// first ([`Clique::request_abort`]).
-    pub fn release(&self, settled: bool) {
+    pub fn release(&self, fence: Fence) {
         if let Some(owned) = self.owned.lock().take() {
-            teardown::bury(owned, self.device, settled);
+            teardown::bury(owned, self.device, fence, self.graphs.clone());
+        } else if let Fence::Event(e) = fence
+            && let Ok(rt) = gpu::runtime()
+        {
+            // SAFETY: the caller handed the event over and uses it no more.
+            let _ = unsafe { rt.destroy_event(e) };
         }
     }
 }
 
 impl Drop for Clique {
+    /// A clique dropped without [`Clique::release`]: one that never launched is known quiet;
+    /// otherwise nothing says when its kernels end, and its memory is kept.
     fn drop(&mut self) {
-        self.release(false);
+        let launched = self.launched.load(Ordering::Acquire);
+        self.release(if launched { Fence::Unknown } else { Fence::Ended });
     }
 }
 
@@ -673,6 +692,8 @@ fn assemble(l: Local, m: Mapped, r0: &Record, started: Instant) -> Clique {
         base_args,
         kernels,
         owned: Mutex::new(Some(Owned { peers: m.peers, lease: Some(m.lease), slab: res })),
+        graphs: Arc::default(),
+        launched: std::sync::atomic::AtomicBool::new(false),
     }
 }
 

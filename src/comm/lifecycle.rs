@@ -291,7 +291,7 @@ pub fn ended(comm: ncclComm_t, abort: bool, forward: impl FnOnce() -> ncclResult
     PENDING.lock().retain_mut(|b| !(b.states.iter().any(|s| Arc::ptr_eq(s, &state)) && step(b)));
     let r = forward();
     if let Some(c) = state.clique() {
-        c.release(state.order.settled());
+        c.release(state.order.take_fence(c.device));
     }
     r
 }

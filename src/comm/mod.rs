@@ -381,11 +381,12 @@ impl Job {
         if self.state.is_closed() {
             return ncclResult_t::Success; // aborted meanwhile (a deferred launch): nothing runs
         }
-        if let Err(e) = self.state.order.before(self.clique.device, self.stream) {
-            return self.failed(e);
-        }
+        let captured = match self.state.order.before(self.clique.device, self.stream) {
+            Ok(c) => c,
+            Err(e) => return self.failed(e),
+        };
         let family = launch.family;
-        match self.clique.launch(launch, self.stream) {
+        match self.clique.launch(launch, self.stream, captured) {
             Ok(()) => {
                 let _ = self.state.order.after(self.clique.device, true);
                 self.state.stats.count_family(family, self.bytes);
