@@ -237,6 +237,7 @@ fn usable(comm: ncclComm_t) -> Usable {
 /// A stock-library operation on `comm` and `stream` (everything but the intercepted
 /// collectives): ordered after the communicator's earlier operations, then forwarded.
 pub fn ordered(comm: ncclComm_t, stream: crate::gpu::Stream, forward: impl FnOnce() -> ncclResult_t) -> ncclResult_t {
+    lifecycle::touch(comm);
     match usable(comm) {
         Ok(None) => forward(),
         Err((_, code)) => code,
@@ -269,6 +270,7 @@ pub fn collective(
     bufs: Buffers,
     forward: impl FnOnce() -> ncclResult_t,
 ) -> ncclResult_t {
+    lifecycle::touch(comm);
     let (state, clique) = match usable(comm) {
         Ok(Some(sc)) => sc,
         Ok(None) => {
