@@ -331,6 +331,19 @@ pub fn progress() {
 
 /// One step of a batch; `true` when it has finished.
 fn step(b: &mut Batch) -> bool {
+    // A finalized or revoked communicator leaves its batch (the others go on where they can).
+    let (closed, open): (Vec<_>, Vec<_>) = std::mem::take(&mut b.states).into_iter().partition(|s| s.is_closed());
+    b.states = open;
+    for s in closed {
+        s.finish_setup(None);
+        if let Some(setup) = b.setup.as_mut()
+            && !setup.drop_member(s.comm())
+        {
+            let e = crate::error::Error::new(ncclResult_t::RemoteError, "a communicator of its batch was closed");
+            failed(&b.states, &e);
+            return true;
+        }
+    }
     if b.states.is_empty() {
         return true;
     }
@@ -422,8 +435,12 @@ pub fn revoked(comm: ncclComm_t) {
 pub fn ended(comm: ncclComm_t, abort: bool, forward: impl FnOnce() -> ncclResult_t) -> ncclResult_t {
     let Some(state) = super::remove(comm) else { return forward() };
     state.close(abort);
-    // Launches of a waiting non-blocking group on `comm` never run.
-    WAITING.lock().iter_mut().for_each(|g| g.launches.retain(|(job, _)| !Arc::ptr_eq(&job.state, &state)));
+    // Launches of a waiting non-blocking group on `comm` never run, and its handle (freed by the
+    // stock call) is not asked about again.
+    WAITING.lock().iter_mut().for_each(|g| {
+        g.launches.retain(|(job, _)| !Arc::ptr_eq(&job.state, &state));
+        g.comms.retain(|&c| c != comm);
+    });
     // A pending setup of `comm` loses it before the stock call frees the handle (another
     // thread's `progress` may be using it: the batch is taken out under the lock). The batch's
     // other communicators go on without it where the transport allows, else they fail.
