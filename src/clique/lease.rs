@@ -86,12 +86,15 @@ impl Lease {
         if fd < 0 {
             return Err(format!("shm_open {:?}: {}", name, std::io::Error::last_os_error()));
         }
-        // SAFETY: `fd` is an open shared-memory object. Reserving BYTES zero-fills what is new
-        // and fails on a full file system (tmpfs reserves nothing on ftruncate: the first store
-        // would then raise SIGBUS); every rank asks for the same size, so a concurrent call is
-        // harmless.
-        let reserved =
-            if no_space { libc::ENOSPC } else { unsafe { libc::posix_fallocate(fd, 0, BYTES as libc::off_t) } };
+        // Reserving BYTES zero-fills what is new and fails on a full file system (tmpfs reserves
+        // nothing on ftruncate: the first store would then raise SIGBUS).
+        let reserved = if no_space {
+            libc::ENOSPC
+        } else {
+            // SAFETY: `fd` is an open shared-memory object; every rank asks for the same size,
+            // so a concurrent call is harmless.
+            unsafe { libc::posix_fallocate(fd, 0, BYTES as libc::off_t) }
+        };
         let map = if reserved == 0 {
             // SAFETY: maps BYTES of the object just reserved; checked against MAP_FAILED below.
             unsafe {

@@ -909,8 +909,9 @@ mod tests {
 
     /// The all-gathers of several cliques, each rank a setup of its own (as ranks in separate
     /// processes are): parts by (clique, round), rank.
+    type Parts = HashMap<(usize, usize), Vec<Option<Vec<u8>>>>;
     #[derive(Clone, Default)]
-    struct Board(Arc<parking_lot::Mutex<HashMap<(usize, usize), Vec<Option<Vec<u8>>>>>>);
+    struct Board(Arc<parking_lot::Mutex<Parts>>);
 
     /// One setup's view of the board: member i is rank `ranks[i]` of clique `cliques[i]`.
     struct OnBoard {
