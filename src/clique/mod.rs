@@ -26,7 +26,12 @@
 //! test harness runs several ranks on one GPU (which the stock library refuses) through this
 //! same setup and these same kernels (`gpu-tests/src/world.rs`).
 //!
-//! Anything failing leaves the communicator without a clique: every call forwards.
+//! Every rank takes part in all three exchanges and reaches the same verdict: a local failure
+//! (lease, allocation, mapping) travels as `capable = 0` or a "mapped" bit of 0, and every rank
+//! turns the kernels off (every call forwards). An exchange that fails or a time limit that
+//! passes ends [`Setup::poll`] with an error, which the caller turns into a communicator in
+//! error; its peers time out into the same error. A rank that ends without a clique buries the
+//! buffers whose handles it published (`teardown.rs`) and never frees anything.
 //! The exchanges are the communicator's first operations on every rank (the caller makes sure
 //! no user operation is issued before setup ends), so they never put ranks out of step.
 

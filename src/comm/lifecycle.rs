@@ -18,8 +18,9 @@
 //!   `ncclInProgress` until its setup is done, so no user operation precedes the exchanges (an
 //!   operation before that gets `ncclInvalidUsage`, as the stock library answers for a
 //!   communicator that is not ready). A thread owning several ranks polls all of them forward.
-//!   `ncclCommAbort` ends a pending setup at any time; it takes the lock of the pending batches,
-//!   so no other thread's poll uses the handle once the stock library has freed it. Past
+//!   `ncclCommAbort` drops its communicator from a pending setup at any time (the rest of the
+//!   batch goes on); it takes the batch out under the lock of the pending batches first, so no
+//!   other thread's poll uses the handle once the stock library has freed it. Past
 //!   `RCCLX_SETUP_TIMEOUT_MS` the communicators are in error (`ncclRemoteError`).
 //!
 //! Setup is decided by every rank together: after the first exchange a rank never forwards on
