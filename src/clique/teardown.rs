@@ -266,18 +266,21 @@ pub(super) fn give_back(slab: Slab) {
     POOL.lock().push(slab);
 }
 
-/// Step 3: moves the buffers of closed cliques that no peer can read any more to the pool.
-fn collect() {
+/// Step 3: moves the buffers of closed cliques that no peer can read any more to the pool;
+/// how many.
+fn collect() -> usize {
     let mut graves = GRAVES.lock();
     let mut pool = POOL.lock();
-    let mut i = 0;
+    let (mut i, mut moved) = (0, 0);
     while i < graves.len() {
         if graves[i].quiet && graves[i].owned.lease.as_ref().is_none_or(|l| l.peers_done()) {
             pool.push(graves.swap_remove(i).owned.slab);
+            moved += 1;
         } else {
             i += 1;
         }
     }
+    moved
 }
 
 /// Ended cliques whose memory is not yet back in the pool.
@@ -349,12 +352,18 @@ fn reap() {
                 l.close();
             }
         }
-        collect();
+        let pooled = collect();
         // Kernels and peers end on their own time: look again soon, less often while nothing
-        // changes (a grave whose kernel never ends is polled, not waited for).
-        nap = if passed.is_empty() { (nap * 2).min(Duration::from_millis(50)) } else { Duration::from_millis(1) };
-        if !GRAVES.lock().is_empty() {
-            std::thread::sleep(nap);
+        // changes (a grave whose kernel never ends is polled, not waited for); a new burial
+        // wakes the reaper at once.
+        nap = if passed.is_empty() && pooled == 0 {
+            (nap * 2).min(Duration::from_millis(20))
+        } else {
+            Duration::from_millis(1)
+        };
+        let mut g = GRAVES.lock();
+        if !g.is_empty() {
+            WAKE.wait_for(&mut g, nap);
         }
     }
 }

@@ -73,6 +73,10 @@ unsafe impl Send for Waiting {}
 
 static WAITING: Mutex<Vec<Waiting>> = Mutex::new(Vec::new());
 
+/// The tests that use the process's waiting groups take turns (`async_state` flushes them).
+#[cfg(test)]
+pub(super) static WAITING_TURN: Mutex<()> = Mutex::new(());
+
 /// A batch of non-blocking communicators created together, set up together.
 struct Batch {
     states: Vec<Arc<State>>,
@@ -122,9 +126,13 @@ pub fn group_end(result: ncclResult_t, simulated: bool) -> ncclResult_t {
     }
     touched.sort_unstable();
     touched.dedup();
+    // Only communicators rcclx knows (every live one the stock library made through rcclx):
+    // `ended` removes them from waiting groups before their handles are freed.
+    touched.retain(|&c| super::lookup(c).is_some());
     if result == ncclResult_t::InProgress {
         // The stock library enqueues the group in the background: rcclx's part waits for it.
-        if !deferred.is_empty() || !touched.is_empty() {
+        let with_clique = touched.iter().any(|&c| super::lookup(c).is_some_and(|s| s.clique().is_some()));
+        if !deferred.is_empty() || with_clique {
             WAITING.lock().push(Waiting { comms: touched, launches: deferred });
         }
         return result;
@@ -434,14 +442,14 @@ pub fn revoked(comm: ncclComm_t) {
 /// never waits: an abort first tells rcclx's kernels to stop, and the clique's memory goes back
 /// to rcclx's pool once no kernel, no graph and no peer can touch it (`clique::teardown`).
 pub fn ended(comm: ncclComm_t, abort: bool, forward: impl FnOnce() -> ncclResult_t) -> ncclResult_t {
-    let Some(state) = super::remove(comm) else { return forward() };
-    state.close(abort);
     // Launches of a waiting non-blocking group on `comm` never run, and its handle (freed by the
     // stock call) is not asked about again.
     WAITING.lock().iter_mut().for_each(|g| {
-        g.launches.retain(|(job, _)| !Arc::ptr_eq(&job.state, &state));
+        g.launches.retain(|(job, _)| job.state.comm() != comm);
         g.comms.retain(|&c| c != comm);
     });
+    let Some(state) = super::remove(comm) else { return forward() };
+    state.close(abort);
     // A pending setup of `comm` loses it before the stock call frees the handle (another
     // thread's `progress` may be using it: the batch is taken out under the lock). The batch's
     // other communicators go on without it where the transport allows, else they fail.
@@ -507,6 +515,7 @@ mod tests {
     /// would join the caller's group and not run); outside the group it is.
     #[test]
     fn setup_is_not_polled_inside_an_open_group() {
+        let _turn = WAITING_TURN.lock();
         let polls = Arc::new(AtomicUsize::new(0));
         let s = super::super::insert(fake(1));
         let member = Member { comm: fake(1), rank: 0, nranks: 2, device: 0 };
@@ -527,18 +536,13 @@ mod tests {
 
     /// Item 8: the rcclx part of a non-blocking group waits until the stock library reports
     /// every communicator of the group ready, groups in the order they ended; a failed one
-    /// launches nothing; `ncclCommGetAsyncError` reports `ncclInProgress` meanwhile.
+    /// launches nothing; a destroyed communicator leaves the groups it was waiting in.
     #[test]
     fn a_non_blocking_groups_launches_wait_for_the_stock_group() {
-        // Forwarded operations of two communicators, in a group the stock library is still
-        // enqueuing.
-        group_start();
-        assert_eq!(super::super::ordered(fake(2), null(), || ncclResult_t::Success), ncclResult_t::Success);
-        assert_eq!(super::super::ordered(fake(3), null(), || ncclResult_t::Success), ncclResult_t::Success);
-        assert_eq!(group_end(ncclResult_t::InProgress, false), ncclResult_t::InProgress);
-        group_start();
-        super::super::ordered(fake(4), null(), || ncclResult_t::Success);
-        assert_eq!(group_end(ncclResult_t::InProgress, false), ncclResult_t::InProgress);
+        let _turn = WAITING_TURN.lock();
+        let wait = |comms: Vec<ncclComm_t>| WAITING.lock().push(Waiting { comms, launches: Vec::new() });
+        wait(vec![fake(2), fake(3)]);
+        wait(vec![fake(4)]);
         assert!(waiting_for(fake(2)) && waiting_for(fake(3)) && waiting_for(fake(4)));
         // Communicator 3 is still in progress: neither group runs (the second waits its turn).
         let stock = |c: ncclComm_t| if c == fake(3) { ncclResult_t::InProgress } else { ncclResult_t::Success };
@@ -547,15 +551,27 @@ mod tests {
         flush_waiting(|_| ncclResult_t::Success);
         assert!(!waiting_for(fake(2)) && !waiting_for(fake(3)) && !waiting_for(fake(4)));
         // A group whose stock part failed is dropped.
-        group_start();
-        super::super::ordered(fake(5), null(), || ncclResult_t::Success);
-        group_end(ncclResult_t::InProgress, false);
+        wait(vec![fake(5)]);
         flush_waiting(|_| ncclResult_t::RemoteError);
         assert!(!waiting_for(fake(5)));
-        // A blocking group (stock returned ncclSuccess) leaves nothing waiting.
-        group_start();
-        super::super::ordered(fake(6), null(), || ncclResult_t::Success);
-        group_end(ncclResult_t::Success, false);
+        // A communicator destroyed meanwhile is never asked about again.
+        wait(vec![fake(6), fake(7)]);
+        ended(fake(7), false, || ncclResult_t::Success);
+        flush_waiting(|c| {
+            assert_ne!(c, fake(7), "a destroyed communicator was queried");
+            ncclResult_t::Success
+        });
         assert!(!waiting_for(fake(6)));
+        // A group without rcclx launches or communicators with kernels leaves nothing waiting,
+        // blocking or not.
+        let s = super::super::insert(fake(8));
+        s.finish_setup(None);
+        for stock in [ncclResult_t::InProgress, ncclResult_t::Success] {
+            group_start();
+            super::super::ordered(fake(8), null(), || ncclResult_t::Success);
+            assert_eq!(group_end(stock, false), stock);
+            assert!(!waiting_for(fake(8)));
+        }
+        ended(fake(8), false, || ncclResult_t::Success);
     }
 }

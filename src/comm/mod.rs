@@ -448,6 +448,7 @@ mod tests {
     #[test]
     fn a_comm_whose_setup_heard_no_peer_is_in_error() {
         let _turn = LAST_ERROR.lock();
+        let _waiting = lifecycle::WAITING_TURN.lock();
         let s = insert(fake(7));
         lifecycle::timed_out(std::slice::from_ref(&s));
         // ncclGetLastError gives rcclx's text until the stock library reports a newer error.
