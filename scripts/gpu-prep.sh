@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds everything the GPU suite needs on a machine without a GPU and stages it in .carry/
 # (git-ignored): librcclx.so, the GPU test programs of gpu-tests/ (selftest, lowp_accuracy,
-# timeout, ranks, lifecycle) and the rccl-tests-compat binaries.
+# timeout, ranks, lifecycle, teardown) and the rccl-tests-compat binaries.
 # Then, on the GPU machine: bash scripts/gpu-tests.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +17,7 @@ T=$CARGO_TARGET_DIR/release
 cargo build --release -p rcclx-gpu-tests --bins
 bash rccl-tests-compat/build.sh >/dev/null
 bash gpu-tests/fidelity/build.sh >/dev/null
-BINS="selftest lowp_accuracy timeout ranks lifecycle"
+BINS="selftest lowp_accuracy timeout ranks lifecycle teardown"
 rm -rf .carry && mkdir -p .carry/bench
 cp "$T/librcclx.so" .carry/
 for bin in $BINS; do cp "$T/$bin" .carry/; done
