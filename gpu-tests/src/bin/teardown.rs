@@ -5,6 +5,7 @@
 //!
 //! ```text
 //! teardown [--layout streams|procs] [--nranks N] [--cycles K] [--race-cycles R] [--only CHECK]
+//!          [--shm-full]
 //! ```
 //! (defaults: streams, 2 ranks, 200 cycles, 1000 race cycles, every check). Checks (PASS|FAIL|SKIP
 //! lines, then `N passed, M failed`; exit 0, 1 a check failed, 2 no GPU, 3 a stall):
@@ -22,6 +23,9 @@
 //!   on (no fault, and sites that cannot fire in this layout: `peer` on one GPU, `ipc` as
 //!   streams), off (`describe`, `alloc`, `lease`, `ipc` as procs) or in error (`exchange1..3`);
 //!   no hang, and every process's ended setups back in the pool (nothing freed, nothing leaked).
+//!   With `--shm-full` (the caller mounted a full tmpfs over `/dev/shm`), every setup must end
+//!   with the kernels off (no lease file can be reserved: a WARN, no SIGBUS), run it with
+//!   `--only fault-`.
 //! * `shm-residue`: a process killed with SIGKILL in the middle of a setup leaves its lease file;
 //!   the next process's first setup removes it.
 //! * `fork-exit` (streams): a forked child that calls `exit()` leaves the parent's communicators
@@ -72,12 +76,22 @@ struct Opts {
     cycles: usize,
     race_cycles: usize,
     only: Option<String>,
+    /// `/dev/shm` is full (a small tmpfs mounted by the caller): no lease file can be reserved,
+    /// so every setup, even without a fault, must end with the kernels off (no SIGBUS).
+    shm_full: bool,
     role: Role,
 }
 
 fn parse(args: Vec<String>) -> Result<Opts, String> {
-    let mut o =
-        Opts { layout: Layout::Streams, nranks: 2, cycles: 200, race_cycles: 1000, only: None, role: Role::Main };
+    let mut o = Opts {
+        layout: Layout::Streams,
+        nranks: 2,
+        cycles: 200,
+        race_cycles: 1000,
+        only: None,
+        shm_full: false,
+        role: Role::Main,
+    };
     let (mut peer, mut fault, mut victim, mut sweep, mut dir, mut ranks) = (None, None, None, None, None, None);
     let mut it = args.into_iter();
     while let Some(a) = it.next() {
@@ -89,6 +103,7 @@ fn parse(args: Vec<String>) -> Result<Opts, String> {
             "--cycles" => o.cycles = num(value("--cycles")?, "--cycles")?.max(1),
             "--race-cycles" => o.race_cycles = num(value("--race-cycles")?, "--race-cycles")?.max(1),
             "--only" => o.only = Some(value("--only")?),
+            "--shm-full" => o.shm_full = true,
             "--peer" => peer = Some(num(value("--peer")?, "--peer")?),
             "--fault-child" => fault = Some(value("--fault-child")?),
             "--shm-victim" => victim = Some(PathBuf::from(value("--shm-victim")?)),
@@ -125,7 +140,7 @@ fn parse(args: Vec<String>) -> Result<Opts, String> {
 fn main() -> ExitCode {
     let o = match harness::options_or_exit(
         "teardown",
-        "usage: teardown [--layout streams|procs] [--nranks N] [--cycles K] [--race-cycles R] [--only CHECK]",
+        "usage: teardown [--layout streams|procs] [--nranks N] [--cycles K] [--race-cycles R] [--only CHECK] [--shm-full]",
         parse,
     ) {
         Ok(o) => o,
@@ -481,10 +496,13 @@ fn replay_after_destroy(rt: &'static Runtime, o: &Opts) -> Result<Outcome, Fail>
 
 // ---- a fault at each setup stage --------------------------------------------------------------
 
-/// What every rank must end with when `site` fails on rank 1, in `layout` on one GPU.
-fn expected_verdict(site: &str, layout: Layout) -> &'static str {
+/// What every rank must end with when `site` fails on rank 1, in `layout` on one GPU (with
+/// `/dev/shm` full, every setup that gets past its first exchange finds no room for its lease).
+fn expected_verdict(site: &str, layout: Layout, shm_full: bool) -> &'static str {
     match site {
-        "none" | "peer" => "on",                    // peer access is only enabled between two GPUs
+        "describe" | "alloc" | "lease" if shm_full => "off",
+        "none" | "peer" | "ipc" if shm_full => "off",
+        "none" | "peer" => "on", // peer access is only enabled between two GPUs
         "ipc" if layout == Layout::Streams => "on", // one process: raw pointers, no IPC
         "exchange1" | "exchange2" | "exchange3" => "err",
         _ => "off",
@@ -526,7 +544,7 @@ fn fault_stage(o: &Opts, site: &str) -> Result<Outcome, Fail> {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
-    let want = expected_verdict(site, o.layout);
+    let want = expected_verdict(site, o.layout, o.shm_full);
     let report = format!("RCCLX_FAULT_INJECT={env:?}, {} ranks ({}): verdicts {verdicts:?}", o.nranks, o.layout.name());
     if !failures.is_empty() {
         return Err(Fail(format!("{}: {report}", failures.join("; "))));
