@@ -325,7 +325,7 @@ if step lifecycle; then
   for n in ${LIFECYCLE_N:-2 4 8}; do run lifecycle-n$n 300 "$ART/lifecycle" --nranks "$n"; done
   # Issue 37 (gpu-tests/src/bin/teardown.rs): captures during teardown with peers in other
   # processes, replay after destroy, a fault at each setup stage, /dev/shm residue, fork, and
-  # concurrent destroys (the last three as streams only).
+  # concurrent destroys (the last two as streams only).
   for layout in streams procs; do
     for n in ${LIFECYCLE_N:-2 4 8}; do
       run teardown-$layout-n$n 900 "$ART/teardown" --layout "$layout" --nranks "$n"

@@ -14,7 +14,7 @@
 //!   K communicators, whose other ranks are in other processes with `--layout procs`: no capture
 //!   may fail (a device-wide wait in teardown invalidates a concurrent capture), every replay and
 //!   every AllReduce exact.
-//! * `replay-after-destroy` (streams): capture every rank's AllReduce, destroy the communicators,
+//! * `replay-after-destroy`: capture every rank's AllReduce, destroy the communicators,
 //!   set up new ones of the same sizes, replay the old graphs (exact: they still run on the old
 //!   cliques' memory, which the graphs keep), then use the new ones (exact: nothing of theirs was
 //!   touched); once the graphs are destroyed every ended clique's memory is back in the pool.
@@ -34,7 +34,8 @@
 //!   streams of their own at once, R times each: every ended clique goes quiet only after its
 //!   own fence passed (`rcclx::clique::teardown_counts`), no fence query fails, all exact.
 //!
-//! Child roles (started by the checks above): `--peer RANK --dir D --cycles K`, `--fault-child
+//! Child roles (started by the checks above): `--peer RANK --dir D --cycles K`, `--replay-peer
+//! RANK --dir D`, `--fault-child
 //! SITE --ranks R,R.. --dir D`, `--shm-victim D`, `--shm-sweep D`.
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
@@ -65,6 +66,7 @@ const SITES: [&str; 9] = ["none", "describe", "alloc", "lease", "ipc", "peer", "
 enum Role {
     Main,
     Peer { rank: usize, dir: PathBuf, cycles: usize },
+    ReplayPeer { rank: usize, dir: PathBuf },
     Fault { site: String, ranks: Vec<usize>, dir: PathBuf },
     ShmVictim(PathBuf),
     ShmSweep(PathBuf),
@@ -93,6 +95,7 @@ fn parse(args: Vec<String>) -> Result<Opts, String> {
         role: Role::Main,
     };
     let (mut peer, mut fault, mut victim, mut sweep, mut dir, mut ranks) = (None, None, None, None, None, None);
+    let mut replay_peer = None;
     let mut it = args.into_iter();
     while let Some(a) = it.next() {
         let mut value = |what: &str| it.next().ok_or(format!("{what} needs a value"));
@@ -105,6 +108,7 @@ fn parse(args: Vec<String>) -> Result<Opts, String> {
             "--only" => o.only = Some(value("--only")?),
             "--shm-full" => o.shm_full = true,
             "--peer" => peer = Some(num(value("--peer")?, "--peer")?),
+            "--replay-peer" => replay_peer = Some(num(value("--replay-peer")?, "--replay-peer")?),
             "--fault-child" => fault = Some(value("--fault-child")?),
             "--shm-victim" => victim = Some(PathBuf::from(value("--shm-victim")?)),
             "--shm-sweep" => sweep = Some(PathBuf::from(value("--shm-sweep")?)),
@@ -124,6 +128,10 @@ fn parse(args: Vec<String>) -> Result<Opts, String> {
         return Err("--nranks must be 2..=8".into());
     }
     let dir = || dir.clone().ok_or("this role needs --dir");
+    if let Some(rank) = replay_peer {
+        o.role = Role::ReplayPeer { rank, dir: dir()? };
+        return Ok(o);
+    }
     o.role = match (peer, fault, victim, sweep) {
         (Some(rank), None, None, None) => Role::Peer { rank, dir: dir()?, cycles: o.cycles },
         (None, Some(site), None, None) => {
@@ -154,6 +162,7 @@ fn main() -> ExitCode {
     let child = match &o.role {
         Role::Main => None,
         Role::Peer { rank, dir, cycles } => Some(peer(rt, &o, *rank, dir, *cycles)),
+        Role::ReplayPeer { rank, dir } => Some(replay_peer(rt, &o, *rank, dir)),
         Role::Fault { site, ranks, dir } => Some(fault_child(rt, &o, site, ranks, dir)),
         Role::ShmVictim(dir) => Some(shm_victim(rt, dir)),
         Role::ShmSweep(dir) => Some(shm_sweep(rt, dir)),
@@ -295,8 +304,13 @@ fn pooled(what: &str) -> Result<(), Fail> {
 
 /// Children for ranks 1..N of a `--layout procs` check, each with `args` after its rank.
 fn spawn_peers(o: &Opts, args: &[String]) -> Result<Children, Fail> {
+    spawn_peers_as(o, "--peer", args)
+}
+
+/// [`spawn_peers`] in the child role `role` (`--peer`, `--replay-peer`).
+fn spawn_peers_as(o: &Opts, role: &str, args: &[String]) -> Result<Children, Fail> {
     Children::spawn((1..o.nranks).map(|r| {
-        let mut a = vec!["--nranks".to_string(), o.nranks.to_string(), "--peer".into(), r.to_string()];
+        let mut a = vec!["--nranks".to_string(), o.nranks.to_string(), role.to_string(), r.to_string()];
         a.extend(args.iter().cloned());
         a
     }))
@@ -431,67 +445,87 @@ fn peer(rt: &'static Runtime, o: &Opts, rank: usize, dir: &Path, k: usize) -> Re
 
 fn replay_after_destroy(rt: &'static Runtime, o: &Opts) -> Result<Outcome, Fail> {
     let dir = fresh_dir("teardown-replay")?;
-    let p = placement(Layout::Streams, o.nranks);
-    let n = o.nranks;
-    let bufs = Bufs::new(rt, n)?;
-    let a = join(rt, p, &(0..n).collect::<Vec<_>>(), &dir.join("a"), None)?;
+    let p = placement(o.layout, o.nranks);
+    match o.layout {
+        Layout::Streams => replay_ranks(rt, p, &(0..o.nranks).collect::<Vec<_>>(), &dir).map(Outcome::Pass),
+        Layout::Procs => {
+            let mut peers = spawn_peers_as(o, "--replay-peer", &["--dir".into(), dir.display().to_string()])?;
+            let mine = replay_ranks(rt, p, &[0], &dir);
+            if mine.is_err() {
+                peers.kill_all();
+            }
+            let report = mine?;
+            peers.finish(WAIT)?;
+            Ok(Outcome::Pass(format!("rank 0 of {} processes: {report}", o.nranks)))
+        }
+    }
+}
+
+/// `--replay-peer RANK`: rank RANK of `replay-after-destroy` as procs.
+fn replay_peer(rt: &'static Runtime, o: &Opts, rank: usize, dir: &Path) -> Result<(), Fail> {
+    replay_ranks(rt, placement(Layout::Procs, o.nranks), &[rank], dir).map(|_| ())
+}
+
+/// This process's `ranks` of `replay-after-destroy`.
+fn replay_ranks(rt: &'static Runtime, p: Placement, ranks: &[usize], dir: &Path) -> Result<String, Fail> {
+    let (n, k) = (p.nranks, ranks.len());
+    let bufs = Bufs::new(rt, k)?;
+    let a = join(rt, p, ranks, &dir.join("a"), None)?;
     all_reduce(rt, &a, &bufs, 1)?;
-    // Capture every rank's AllReduce of salt 2 (inputs uploaded now; replays read them).
+    // Capture every local rank's AllReduce of salt 2 (inputs uploaded now; replays read them).
     {
         let _g = rt.device_guard(0)?;
-        for (i, &r) in a.ranks.iter().enumerate() {
+        for (i, &r) in ranks.iter().enumerate() {
             bufs.send[i].copy_from_host(&input(r, 2))?;
         }
     }
     let mut graphs = Vec::new();
-    for i in 0..n {
+    for i in 0..k {
         rt.begin_capture(a.streams[i])?;
         let called = call(&a, &bufs, i, a.streams[i]);
         let g = rt.end_capture(a.streams[i])?;
         called?;
         graphs.push(g);
     }
-    let replay = |w: &World| -> Result<(), Fail> {
-        for (i, g) in graphs.iter().enumerate() {
-            rt.launch_graph(*g, w.streams[i])?;
+    let replay = |streams: &[Stream]| -> Result<(), Fail> {
+        for (g, &s) in graphs.iter().zip(streams) {
+            rt.launch_graph(*g, s)?;
         }
-        for i in 0..n {
-            harness::gpu::wait_stream(rt, w.streams[i], WAIT, "replay")?;
-            verify(&bufs, i, i, n, 2)?;
+        for (i, &r) in ranks.iter().enumerate() {
+            harness::gpu::wait_stream(rt, streams[i], WAIT, &format!("rank {r}: replay"))?;
+            verify(&bufs, i, r, n, 2)?;
         }
         Ok(())
     };
-    replay(&a)?;
-    let streams: Vec<Stream> = (0..n).map(|_| rt.create_stream(0)).collect::<Result<_, _>>()?;
+    replay(&a.streams)?;
+    let streams: Vec<Stream> = (0..k).map(|_| rt.create_stream(0)).collect::<Result<_, _>>()?;
     let before = clique::teardown_counts();
     a.end(rt); // destroy while the graphs live
     std::thread::sleep(Duration::from_millis(200));
     let held = clique::ended_not_pooled();
-    if held < n {
-        return Err(Fail(format!("{held} of {n} destroyed cliques held while their graphs live")));
+    if held < k {
+        return Err(Fail(format!("{held} of {k} destroyed cliques held while their graphs live")));
     }
-    let b = join(rt, p, &(0..n).collect::<Vec<_>>(), &dir.join("b"), None)?;
+    let b = join(rt, p, ranks, &dir.join("b"), None)?;
     // The old graphs again, on streams of their own: they run on the old cliques' memory.
-    let old =
-        World { placement: p, ranks: (0..n).collect(), devices: vec![0; n], comms: vec![], streams, cliques: vec![] };
-    replay(&old)?;
+    replay(&streams)?;
     all_reduce(rt, &b, &bufs, 3)?;
     all_reduce(rt, &b, &bufs, 4)?;
     for g in graphs {
         // SAFETY: every replay was waited for; not used again.
         unsafe { rt.destroy_graph(g) }?;
     }
-    for s in old.streams {
+    for s in streams {
         // SAFETY: idle, ours, not used again.
         let _ = unsafe { rt.destroy_stream(s) };
     }
     b.end(rt);
     pooled("replay-after-destroy")?;
     let after = clique::teardown_counts();
-    Ok(Outcome::Pass(format!(
-        "{n} ranks: {held} destroyed cliques held by their graphs; old graphs replayed exactly after destroy, the new communicator exact; {} graves quiet by the reaper since",
+    Ok(format!(
+        "{k} of {n} ranks here: {held} destroyed cliques held by their graphs; old graphs replayed exactly after destroy, the new communicator exact; {} graves quiet by the reaper since",
         after.quiet_by_reaper - before.quiet_by_reaper
-    )))
+    ))
 }
 
 // ---- a fault at each setup stage --------------------------------------------------------------
