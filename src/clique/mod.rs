@@ -359,14 +359,29 @@ pub type Outcome = Vec<(ncclComm_t, Option<Clique>)>;
 /// The code of a setup that ran past its limit.
 pub const TIMED_OUT: ncclResult_t = ncclResult_t::RemoteError;
 
+/// Whether a setup could not start because the stock library lacks a call it needs (the same
+/// library, so the same answer, on every rank).
+pub fn lacks_stock_calls(e: &Error) -> bool {
+    e.code == ncclResult_t::InvalidUsage && e.what.starts_with("stock library lacks")
+}
+
 impl Setup {
     /// Starts setting up `comms`, whose stock initialisation is complete, through the stock
     /// communicators: issues the record exchange. Never blocks on a peer. `Err`: nothing was
-    /// posted.
-    pub fn start(comms: &[ncclComm_t]) -> Result<Setup, Error> {
-        let members = comms.iter().map(|&c| query(c)).collect::<Result<Vec<_>, _>>()?;
+    /// posted. Communicators of a size the kernels cannot serve (one rank, more than
+    /// [`MAX_RANKS`]) take no part: that is the same on every one of their ranks, so all of them
+    /// forward without an exchange; they come back at once as the second value (no clique), and
+    /// the setup is `None` when no communicator is left.
+    pub fn start(comms: &[ncclComm_t]) -> Result<(Option<Setup>, Outcome), Error> {
+        let all = comms.iter().map(|&c| query(c)).collect::<Result<Vec<_>, _>>()?;
+        let (members, others): (Vec<Member>, Vec<Member>) =
+            all.into_iter().partition(|m| (2..=MAX_RANKS).contains(&m.nranks));
+        let forward = others.iter().map(|m| (m.comm, None)).collect();
+        if members.is_empty() {
+            return Ok((None, forward));
+        }
         let transport = StockTransport::new(&members);
-        Setup::with(members, Box::new(transport), Sharing::default())
+        Ok((Some(Setup::with(members, Box::new(transport), Sharing::default())?), forward))
     }
 
     /// Starts setting up `members` (ranks of one or more cliques, all driven by the calling
@@ -1136,6 +1151,18 @@ mod tests {
         assert_eq!(ends[0], Ok(false), "the batch's other communicator finished");
         assert_eq!(ends[2], Ok(false), "its peer finished with the same verdict");
         assert_eq!(ends[1], Err(TIMED_OUT), "the aborted communicator's peer ends in error");
+    }
+
+    /// Only a stock library without the setup's calls (the same on every rank) lets a setup
+    /// that posted nothing forward; any other failure to start may be this rank's alone.
+    #[test]
+    fn only_missing_stock_calls_forward_without_an_exchange() {
+        assert!(lacks_stock_calls(&Error::new(ncclResult_t::InvalidUsage, "stock library lacks ncclAllGather")));
+        assert!(!lacks_stock_calls(&Error::upstream(
+            "ncclAllGather (rcclx setup exchange)",
+            ncclResult_t::InvalidUsage
+        )));
+        assert!(!lacks_stock_calls(&Error::internal("an exchange buffer could not be allocated")));
     }
 
     #[test]

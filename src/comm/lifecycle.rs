@@ -247,9 +247,17 @@ fn set_up_now(states: &[Arc<State>]) -> ncclResult_t {
     }
     let comms: Vec<ncclComm_t> = states.iter().map(|s| s.comm()).collect();
     let setup = match clique::Setup::start(&comms) {
-        Ok(s) => s,
+        Ok((setup, forward)) => {
+            adopt_outcome(states, forward);
+            match setup {
+                Some(s) => s,
+                None => return ncclResult_t::Success,
+            }
+        }
         Err(e) => return not_started(states, e),
     };
+    let states: Vec<Arc<State>> = states.iter().filter(|s| !s.set_up()).cloned().collect();
+    let states = &states[..];
     match clique::establish(setup, || states.iter().any(|s| s.is_closed()), setup_limit()) {
         Ok(outcome) => {
             adopt_outcome(states, outcome);
@@ -267,7 +275,7 @@ fn set_up_now(states: &[Arc<State>]) -> ncclResult_t {
 /// could not be allocated, a stock error) may be this rank's alone, and its peers' exchange
 /// would pair with its next collective: the communicators are in error, as after a timeout.
 fn not_started(states: &[Arc<State>], e: crate::error::Error) -> ncclResult_t {
-    if e.code == ncclResult_t::InvalidUsage {
+    if clique::lacks_stock_calls(&e) {
         tracing::warn!("rcclx setup failed ({e}); these communicators forward every call");
         states.iter().for_each(|s| s.finish_setup(None));
         ncclResult_t::Success
@@ -368,7 +376,10 @@ fn step(b: &mut Batch) -> bool {
         }
         let comms: Vec<ncclComm_t> = b.states.iter().map(|s| s.comm()).collect();
         match clique::Setup::start(&comms) {
-            Ok(mut s) => {
+            Ok((setup, forward)) => {
+                adopt_outcome(&b.states, forward);
+                b.states.retain(|s| !s.set_up());
+                let Some(mut s) = setup else { return true };
                 s.set_limit(setup_limit());
                 b.setup = Some(s);
             }
