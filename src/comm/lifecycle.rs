@@ -461,6 +461,7 @@ pub fn ended(comm: ncclComm_t, abort: bool, forward: impl FnOnce() -> ncclResult
     });
     let Some(state) = super::remove(comm) else { return forward() };
     state.close(abort);
+    state.quiesce();
     // A pending setup of `comm` loses it before the stock call frees the handle (another
     // thread's `progress` may be using it: the batch is taken out under the lock). The batch's
     // other communicators go on without it where the transport allows, else they fail.

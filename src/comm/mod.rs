@@ -10,7 +10,8 @@
 //! only `abi` calls it.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::RwLock;
@@ -35,6 +36,10 @@ pub struct State {
     clique: OnceLock<Option<Arc<Clique>>>,
     /// Finalized, revoked or aborted: rcclx launches nothing more on it, calls forward.
     closed: AtomicBool,
+    /// rcclx launches of this communicator under way ([`Job::run`]): `lifecycle::ended` waits
+    /// for them (microseconds) before it hands the clique's fence over, so no launch slips in
+    /// after the fence (a deferred group's launches may run in another thread).
+    launching: std::sync::atomic::AtomicUsize,
     /// Finalized: operations get `ncclInvalidUsage` (see [`State::finalize`]).
     finalized: AtomicBool,
     /// Setup never heard from a peer (`RCCLX_SETUP_TIMEOUT_MS`): every call is `ncclRemoteError`.
@@ -51,6 +56,7 @@ impl State {
             stats: Stats::default(),
             clique: OnceLock::new(),
             closed: AtomicBool::new(false),
+            launching: std::sync::atomic::AtomicUsize::new(0),
             finalized: AtomicBool::new(false),
             setup_failed: AtomicBool::new(false),
             error_reported: AtomicBool::new(false),
@@ -97,7 +103,15 @@ impl State {
     }
 
     pub fn is_closed(&self) -> bool {
-        self.closed.load(Relaxed)
+        self.closed.load(SeqCst)
+    }
+
+    /// Waits until no rcclx launch of this communicator is under way; after [`State::close`],
+    /// none starts any more.
+    pub(crate) fn quiesce(&self) {
+        while self.launching.load(SeqCst) > 0 {
+            std::thread::yield_now();
+        }
     }
 
     /// `ncclCommFinalize`: from now on an operation on this communicator is invalid usage, which
@@ -112,7 +126,7 @@ impl State {
 
     /// rcclx launches nothing more on this communicator; its kernels stop waiting.
     pub fn close(&self, stop_kernels: bool) {
-        self.closed.store(true, Relaxed);
+        self.closed.store(true, SeqCst);
         if stop_kernels && let Some(c) = self.clique() {
             c.request_abort();
         }
@@ -380,6 +394,20 @@ impl Job {
 
     /// Orders and launches.
     fn run(self, launch: Launch) -> ncclResult_t {
+        // Announced before the check (both SeqCst): `ended` either sees this launch under way
+        // and waits for it, or this launch sees the communicator closed.
+        struct Underway(Arc<State>);
+        impl Drop for Underway {
+            fn drop(&mut self) {
+                self.0.launching.fetch_sub(1, SeqCst); // also when the launch panicked
+            }
+        }
+        self.state.launching.fetch_add(1, SeqCst);
+        let _underway = Underway(self.state.clone());
+        self.run_open(launch)
+    }
+
+    fn run_open(self, launch: Launch) -> ncclResult_t {
         if self.state.is_closed() {
             return ncclResult_t::Success; // aborted meanwhile (a deferred launch): nothing runs
         }
