@@ -269,7 +269,11 @@ fn forward_in_order(
         tracing::warn!("comm {:p}: ordering across streams: {e}", state.comm());
     }
     let r = forward();
-    if let Err(e) = state.order.after(clique.device, !lifecycle::in_group()) {
+    // Inside a group the stock library enqueues at the group's end (the event follows there);
+    // `ncclInProgress` (a non-blocking communicator): in the background, so an event recorded
+    // now would precede the operation (a stream switch records one later instead).
+    let enqueued = !lifecycle::in_group() && r != ncclResult_t::InProgress;
+    if let Err(e) = state.order.after(clique.device, enqueued) {
         tracing::warn!("comm {:p}: ordering across streams: {e}", state.comm());
     }
     r
