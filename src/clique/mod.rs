@@ -288,8 +288,30 @@ impl Fault {
     /// The sites, for messages.
     pub const SITES: &'static str = "describe, alloc, lease, ipc, peer, exchange1, exchange2, exchange3";
 
+    /// The faults `RCCLX_FAULT_INJECT` asks for on `rank`: only in a build with the cargo
+    /// feature `fault-inject` (the GPU test builds, `scripts/gpu-prep.sh`) and in unit tests;
+    /// elsewhere the variable is ignored with a warning.
+    fn from_config(spec: Option<&str>, rank: usize) -> Result<Fault, String> {
+        #[cfg(any(test, feature = "fault-inject"))]
+        {
+            Fault::parse(spec, rank)
+        }
+        #[cfg(not(any(test, feature = "fault-inject")))]
+        {
+            let _ = rank;
+            static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+            if spec.is_some_and(|s| !s.trim().is_empty()) && !WARNED.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    "RCCLX_FAULT_INJECT is ignored: this library was built without the test-only feature fault-inject"
+                );
+            }
+            Ok(Fault::default())
+        }
+    }
+
     /// `SITE` or `SITE:RANK` (default: every rank); read at every setup, like the FP8 switches.
     /// An unknown site or rank is an error (a typo must not pass as a test without a fault).
+    #[cfg_attr(not(any(test, feature = "fault-inject")), allow(dead_code))]
     pub fn parse(spec: Option<&str>, rank: usize) -> Result<Fault, String> {
         let mut f = Fault::default();
         let Some(spec) = spec.map(str::trim).filter(|s| !s.is_empty()) else { return Ok(f) };
@@ -392,7 +414,7 @@ impl Setup {
         let mut locals = Vec::new();
         for member in members {
             crate::log::set_device(member.device);
-            let fault = Fault::parse(cfg.fault_inject.as_deref(), member.rank)
+            let fault = Fault::from_config(cfg.fault_inject.as_deref(), member.rank)
                 .map_err(|e| Error::new(ncclResult_t::InvalidArgument, e))?;
             let mut l = Local {
                 member,

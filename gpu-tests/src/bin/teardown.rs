@@ -18,7 +18,8 @@
 //!   set up new ones of the same sizes, replay the old graphs (exact: they still run on the old
 //!   cliques' memory, which the graphs keep), then use the new ones (exact: nothing of theirs was
 //!   touched); once the graphs are destroyed every ended clique's memory is back in the pool.
-//! * `fault-<site>`: `RCCLX_FAULT_INJECT=<site>:1` in every process: each rank's setup runs on
+//! * `fault-<site>`: `RCCLX_FAULT_INJECT=<site>:1` in every process (a build with the cargo
+//!   feature `rcclx/fault-inject`, as `scripts/gpu-prep.sh` makes): each rank's setup runs on
 //!   its own (as in separate processes) and every rank must end with the same verdict: kernels
 //!   on (no fault, and sites that cannot fire in this layout: `peer` on one GPU, `ipc` as
 //!   streams), off (`describe`, `alloc`, `lease`, `ipc` as procs) or in error (`exchange1..3`);
@@ -584,7 +585,12 @@ fn fault_stage(o: &Opts, site: &str) -> Result<Outcome, Fail> {
         return Err(Fail(format!("{}: {report}", failures.join("; "))));
     }
     if verdicts.len() != o.nranks || verdicts.iter().any(|v| v.split(' ').nth(1) != Some(want)) {
-        return Err(Fail(format!("every rank should end {want}: {report}")));
+        let hint = if want != "on" && verdicts.iter().all(|v| v.ends_with(" on")) {
+            " (no fault fired: is rcclx built with the fault-inject feature, as scripts/gpu-prep.sh does?)"
+        } else {
+            ""
+        };
+        return Err(Fail(format!("every rank should end {want}: {report}{hint}")));
     }
     Ok(Outcome::Pass(report))
 }
