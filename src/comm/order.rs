@@ -67,10 +67,6 @@ impl Order {
         let rt = gpu::runtime()?;
         let captured = rt.is_capturing(now)?;
         let now = now.as_raw() as usize;
-        if !captured {
-            inner.last_eager = Some(now);
-            inner.fenced = false;
-        }
         let Some((prev, prev_captured)) = inner.last.replace((now, captured)) else { return Ok(captured) };
         if prev == now {
             return Ok(captured);
@@ -95,8 +91,15 @@ impl Order {
         let mut inner = self.inner.lock();
         inner.current = false;
         let Some((last, captured)) = inner.last else { return Ok(()) };
-        if !launched || captured {
+        if captured {
             return Ok(()); // an event recorded in a capture must not be waited for outside it
+        }
+        // An operation outside a capture (one whose launch failed never gets here): the fence
+        // must cover it from now on.
+        inner.last_eager = Some(last);
+        inner.fenced = false;
+        if !launched {
+            return Ok(());
         }
         let rt = gpu::runtime()?;
         let _guard = rt.device_guard(device)?;
