@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds everything the GPU suite needs on a machine without a GPU and stages it in .carry/
 # (git-ignored): librcclx.so, the GPU test programs of gpu-tests/ (selftest, lowp_accuracy,
-# timeout, ranks, lifecycle) and the rccl-tests-compat binaries.
+# timeout, ranks, lifecycle, teardown) and the rccl-tests-compat binaries.
 # Then, on the GPU machine: bash scripts/gpu-tests.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,14 +10,15 @@ bash ci/install-toolchains.sh >/dev/null
 # NVIDIA code object (the GPU machines are NVIDIA; CI builds all three targets), in a target
 # directory of its own so that switching between the two builds recompiles nothing.
 export RCCLX_TARGETS=${RCCLX_TARGETS:-sm_90} RCCLX_REQUIRE_KERNELS=1 CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target/gpu}
-cargo build --release --lib
+# fault-inject: the test-only RCCLX_FAULT_INJECT sites (fidelity, teardown).
+cargo build --release --lib --features fault-inject
 T=$CARGO_TARGET_DIR/release
 # (RCCLX_REQUIRE_KERNELS=1 fails the build without them; nvcc compresses the fatbin, so the
 # kernel names are not visible in the library.)
-cargo build --release -p rcclx-gpu-tests --bins
+cargo build --release -p rcclx-gpu-tests --bins --features rcclx/fault-inject
 bash rccl-tests-compat/build.sh >/dev/null
 bash gpu-tests/fidelity/build.sh >/dev/null
-BINS="selftest lowp_accuracy timeout ranks lifecycle"
+BINS="selftest lowp_accuracy timeout ranks lifecycle teardown"
 rm -rf .carry && mkdir -p .carry/bench
 cp "$T/librcclx.so" .carry/
 for bin in $BINS; do cp "$T/$bin" .carry/; done

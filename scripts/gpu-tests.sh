@@ -36,7 +36,7 @@
 #   RANKS_N="3 4 5 6 7 8", RANKS_GPUS (default: the GPUs present, at most 2),
 #   RANKS_SUITES="dda windows stress a2av graph procs lowp"  (ranks step: rank counts, GPUs, parts)
 #   RCCLX_UPSTREAM_LIB  stock libnccl.so.2 (default: the one of python3's nvidia-nccl wheel)
-#   RCCLX_ARTIFACTS   folder with librcclx.so, selftest, lowp_accuracy, timeout, ranks, lifecycle and bench/ (default .carry)
+#   RCCLX_ARTIFACTS   folder with librcclx.so, selftest, lowp_accuracy, timeout, ranks, lifecycle, teardown and bench/ (default .carry)
 # Every command runs under `timeout`; logs go to OUTDIR (default bench/results/<date>-gpu),
 # with summary.txt listing each step and its exit code.
 set -uo pipefail
@@ -323,6 +323,14 @@ fi
 # clique's kernels stuck; destroys that do not wait for other cliques' calls; a destroyed stream.
 if step lifecycle; then
   for n in ${LIFECYCLE_N:-2 4 8}; do run lifecycle-n$n 300 "$ART/lifecycle" --nranks "$n"; done
+  # Issue 37 (gpu-tests/src/bin/teardown.rs): captures during teardown with peers in other
+  # processes, replay after destroy, a fault at each setup stage, /dev/shm residue, fork, and
+  # concurrent destroys (the last two as streams only).
+  for layout in streams procs; do
+    for n in ${LIFECYCLE_N:-2 4 8}; do
+      run teardown-$layout-n$n 900 "$ART/teardown" --layout "$layout" --nranks "$n"
+    done
+  done
 fi
 
 # Plots of the benchmark's JSON files (needs matplotlib).

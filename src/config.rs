@@ -278,7 +278,7 @@ config_table! {
     lowp_enable: bool = false, "RCCL_LOW_PRECISION_ENABLE", "1: low precision for every collective that has it (AllReduce, AllGather, ReduceScatter, AllToAll)";
     lowp_codec: LowpCodec = LowpCodec::Fp8, "RCCLX_LOW_PRECISION_CODEC", "`fp8` or `int8`: the wire format of the low-precision collectives (block-scaled, same bytes; int8 has about 4x less error)";
     lowp_min_bytes: Option<u64> = None, "RCCLX_LP_MIN_BYTES", "low precision only for messages of at least this many bytes (default by rank count and collective)";
-    fault_inject: Option<String> = None, "RCCLX_FAULT_INJECT", "test only: `alloc`, `ipc` or `peer`, optionally `:RANK` (default every rank): that setup step fails, so the communicator must forward";
+    fault_inject: Option<String> = None, "RCCLX_FAULT_INJECT", "test only (cargo feature fault-inject; ignored otherwise): a setup site (`describe`, `alloc`, `lease`, `ipc`, `peer`: kernels off everywhere; `exchange1`..`exchange3`: the communicator in error everywhere), optionally `:RANK` (default every rank); an unknown site is an error";
 }
 
 /// Largest `RCCLX_DDA_LL_MAX_BYTES` honoured (the LL inbox takes 32 bytes per message byte).

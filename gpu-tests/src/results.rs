@@ -116,11 +116,37 @@ impl Tally {
         self.failed
     }
 
+    /// Whether the run passed: nothing failed, and something passed (a run that checked
+    /// nothing, say a filter that matched no case, asserted nothing: a failure).
+    pub fn ok(&self) -> bool {
+        self.failed == 0 && self.passed > 0
+    }
+
     /// Prints `N passed, M failed` (and `, K skipped` if any were) and returns the exit status:
-    /// success, or [`EXIT_FAILED`] if anything failed.
+    /// success, or [`EXIT_FAILED`] if anything failed or nothing passed.
     pub fn finish(self) -> ExitCode {
         let skipped = if self.skipped > 0 { format!(", {} skipped", self.skipped) } else { String::new() };
         println!("{} passed, {} failed{skipped}", self.passed, self.failed);
-        if self.failed == 0 { ExitCode::SUCCESS } else { ExitCode::from(EXIT_FAILED) }
+        if self.passed == 0 && self.failed == 0 {
+            println!("FAIL no check passed: nothing was asserted");
+        }
+        if self.ok() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_FAILED) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_that_checked_nothing_fails() {
+        assert!(!Tally::new().ok(), "zero cases passed");
+        let mut t = Tally::new();
+        t.check("skipped", || Ok(Outcome::Skip("needs 2 GPUs".into())));
+        assert!(!t.ok(), "only skips passed");
+        t.check("one", || Ok(Outcome::Pass(String::new())));
+        assert!(t.ok());
+        t.check("two", || Err(Fail("no".into())));
+        assert!(!t.ok());
     }
 }

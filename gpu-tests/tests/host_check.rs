@@ -29,23 +29,34 @@ fn host_check(args: &[&str], passed_want: usize) {
     assert_eq!(failed, 0, "{args:?}: {summary}");
     assert_eq!(passed, passed_want, "{args:?}: {summary}");
     assert_eq!(stdout.lines().filter(|l| l.starts_with("PASS ")).count(), passed);
+    assert!(stdout.lines().any(|l| l.starts_with("PASS lp-coverage")), "no low-precision coverage line");
+}
+
+#[test]
+fn a_filter_that_matches_nothing_fails() {
+    let out = Command::new(env!("CARGO_BIN_EXE_lowp_accuracy"))
+        .args(["--host-check", "--quick", "--filter", "no such case"])
+        .output()
+        .expect("run lowp_accuracy");
+    assert!(!out.status.success(), "a run that checked nothing passed:\n{}", String::from_utf8_lossy(&out.stdout));
 }
 
 #[test]
 fn lowp_accuracy_host_check_passes() {
-    // 5 collectives x 3 types x 5 counts x 3 distributions x 2 placements.
-    host_check(&["--codec", "fp8"], 450);
+    // 5 collectives x 3 types x 5 counts x 3 distributions x 2 placements, and one
+    // low-precision coverage line per collective.
+    host_check(&["--codec", "fp8"], 450 + 5);
 }
 
 #[test]
 fn lowp_accuracy_host_check_passes_int8() {
-    host_check(&["--codec", "int8"], 450);
+    host_check(&["--codec", "int8"], 450 + 5);
 }
 
 #[test]
 fn lowp_accuracy_host_check_passes_3_ranks() {
     // AllReduce x 3 types x 5 counts x 3 distributions x 2 placements: the re-quantizing form.
     for codec in ["fp8", "int8"] {
-        host_check(&["--codec", codec, "--procs", "3", "--filter", "allreduce"], 90);
+        host_check(&["--codec", codec, "--procs", "3", "--filter", "allreduce"], 90 + 1);
     }
 }

@@ -32,6 +32,11 @@ pub trait Transport: Send {
     /// Per member, what every rank of its clique contributed (in rank order, concatenated), once
     /// all of it has arrived; `None` before. Never blocks.
     fn poll(&mut self) -> Result<Option<Vec<Vec<u8>>>, Error>;
+    /// Forgets member `i` (its communicator was aborted; its handle is freed next), also in the
+    /// exchange in flight; later parts and results leave it out. `false`: not supported.
+    fn drop_member(&mut self, _i: usize) -> bool {
+        false
+    }
 }
 
 /// The stock communicators' `ncclAllGather`, one stock group per exchange.
@@ -70,6 +75,23 @@ impl Transport for StockTransport {
             Some(ex) => ex.poll(),
             None => Err(Error::internal("exchange polled before it started")),
         }
+    }
+
+    fn drop_member(&mut self, i: usize) -> bool {
+        if i >= self.members.len() {
+            return false;
+        }
+        self.members.remove(i);
+        if let Some(ex) = &mut self.inflight
+            && i < ex.parts.len()
+        {
+            let (_, _, slot) = ex.parts.remove(i);
+            ex.enqueued.remove(i);
+            // Its all-gather may still be in flight (the abort ends it): the slot is never
+            // reused.
+            std::mem::forget(slot);
+        }
+        true
     }
 }
 

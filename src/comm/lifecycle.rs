@@ -18,12 +18,26 @@
 //!   `ncclInProgress` until its setup is done, so no user operation precedes the exchanges (an
 //!   operation before that gets `ncclInvalidUsage`, as the stock library answers for a
 //!   communicator that is not ready). A thread owning several ranks polls all of them forward.
-//!   `ncclCommAbort` ends a pending setup at any time; it takes the lock of the pending batches,
-//!   so no other thread's poll uses the handle once the stock library has freed it. Past
+//!   `ncclCommAbort` drops its communicator from a pending setup at any time (the rest of the
+//!   batch goes on); it takes the batch out under the lock of the pending batches first, so no
+//!   other thread's poll uses the handle once the stock library has freed it. Past
 //!   `RCCLX_SETUP_TIMEOUT_MS` the communicators are in error (`ncclRemoteError`).
+//!
+//! Setup is decided by every rank together: after the first exchange a rank never forwards on
+//! its own (its peers would pair its next collective with their pending exchange). A local
+//! failure (allocation, lease, IPC) is reported through the remaining exchanges, so every rank
+//! turns the kernels off; a failure of the exchange itself, or the time limit, puts the
+//! communicators in error (`ncclRemoteError`) on this rank, and its peers time out into the same
+//! error. Setup is never advanced from inside an open group (its exchange would join the user's
+//! group and not run). An abort of one communicator of a pending batch drops only that one.
 //!
 //! Inside a group, rcclx's kernels wait for the outermost `ncclGroupEnd` (the stock library
 //! launches nothing before it), and `ncclGroupSimulateEnd` drops them, as it drops the group.
+//! When a non-blocking group's `ncclGroupEnd` returns `ncclInProgress`, the stock library is
+//! still enqueuing it in the background: rcclx's launches of that group wait until
+//! `ncclCommGetAsyncError` reports every communicator of the group ready (NCCL's rule: nothing
+//! else on those streams before), then run in the group's order, so every rank's streams hold
+//! the stock and the rcclx kernels of a group in the same order.
 
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
@@ -42,7 +56,26 @@ thread_local! {
     static CREATED_IN_GROUP: RefCell<Vec<ncclComm_t>> = const { RefCell::new(Vec::new()) };
     /// rcclx launches of the current group, run at its end.
     static DEFERRED: RefCell<Vec<(Job, Launch)>> = const { RefCell::new(Vec::new()) };
+    /// Communicators with an operation in the current group.
+    static TOUCHED: RefCell<Vec<ncclComm_t>> = const { RefCell::new(Vec::new()) };
 }
+
+/// The rcclx part of a non-blocking group the stock library is still enqueuing: run once every
+/// communicator of the group is ready, groups in the order they ended.
+struct Waiting {
+    comms: Vec<ncclComm_t>,
+    launches: Vec<(Job, Launch)>,
+}
+
+// SAFETY: communicator handles are keys usable from any thread; the jobs' states and cliques
+// are shared, thread-safe objects; the mutex below serializes their use.
+unsafe impl Send for Waiting {}
+
+static WAITING: Mutex<Vec<Waiting>> = Mutex::new(Vec::new());
+
+/// The tests that use the process's waiting groups take turns (`async_state` flushes them).
+#[cfg(test)]
+pub(super) static WAITING_TURN: Mutex<()> = Mutex::new(());
 
 /// A batch of non-blocking communicators created together, set up together.
 struct Batch {
@@ -78,6 +111,7 @@ pub fn group_end(result: ncclResult_t, simulated: bool) -> ncclResult_t {
     }
     let created = CREATED_IN_GROUP.with(|p| std::mem::take(&mut *p.borrow_mut()));
     let deferred = DEFERRED.with(|p| std::mem::take(&mut *p.borrow_mut()));
+    let mut touched = TOUCHED.with(|p| std::mem::take(&mut *p.borrow_mut()));
     let states: Vec<Arc<State>> = created.iter().filter_map(|&c| super::lookup(c)).collect();
     let mut first_failure = ncclResult_t::Success;
     match result {
@@ -87,19 +121,94 @@ pub fn group_end(result: ncclResult_t, simulated: bool) -> ncclResult_t {
         _ => states.iter().for_each(|s| s.finish_setup(None)),
     }
     // A simulated group launches nothing; a failed one neither (peers may lack its calls).
-    if !simulated && result.is_ok_or_in_progress() {
-        for (job, launch) in deferred {
-            let code = job.run(launch);
-            if !code.is_ok() && first_failure.is_ok() {
-                first_failure = code;
-            }
+    if simulated || !result.is_ok_or_in_progress() {
+        return if first_failure.is_ok() { result } else { first_failure };
+    }
+    touched.sort_unstable();
+    touched.dedup();
+    // Only communicators rcclx knows (every live one the stock library made through rcclx):
+    // `ended` removes them from waiting groups before their handles are freed.
+    touched.retain(|&c| super::lookup(c).is_some());
+    if result == ncclResult_t::InProgress {
+        // The stock library enqueues the group in the background: rcclx's part waits for it.
+        let with_clique = touched.iter().any(|&c| super::lookup(c).is_some_and(|s| s.clique().is_some()));
+        if !deferred.is_empty() || with_clique {
+            WAITING.lock().push(Waiting { comms: touched, launches: deferred });
         }
+        return result;
+    }
+    let code = run_group(&touched, deferred);
+    if first_failure.is_ok() && !code.is_ok() {
+        first_failure = code;
     }
     if first_failure.is_ok() { result } else { first_failure }
 }
 
+/// The stock part of a group is on its streams: each communicator's forwarded operations get
+/// their order event, then rcclx's launches run in the group's order. The first failure.
+fn run_group(touched: &[ncclComm_t], launches: Vec<(Job, Launch)>) -> ncclResult_t {
+    for s in touched.iter().filter_map(|&c| super::lookup(c)) {
+        if let Some(c) = s.clique()
+            && let Err(e) = s.order.after(c.device, true)
+        {
+            tracing::warn!("comm {:p}: ordering across streams: {e}", s.comm());
+        }
+    }
+    let mut first_failure = ncclResult_t::Success;
+    for (job, launch) in launches {
+        let code = job.run(launch);
+        if !code.is_ok() && first_failure.is_ok() {
+            first_failure = code;
+        }
+    }
+    first_failure
+}
+
+/// Runs the rcclx part of every waiting non-blocking group whose communicators the stock
+/// library reports ready, in the order the groups ended (a group still in progress holds back
+/// the later ones). A group whose communicator is in error launches nothing (its peers may
+/// lack the group's calls, as for a failed blocking group).
+fn flush_waiting(state_of: impl Fn(ncclComm_t) -> ncclResult_t) {
+    loop {
+        let group = {
+            let mut waiting = WAITING.lock();
+            let Some(first) = waiting.first() else { return };
+            let states: Vec<ncclResult_t> = first.comms.iter().map(|&c| state_of(c)).collect();
+            if states.contains(&ncclResult_t::InProgress) {
+                return;
+            }
+            let g = waiting.remove(0);
+            if states.iter().any(|r| !r.is_ok()) {
+                tracing::warn!(
+                    "rcclx: a non-blocking group failed in the stock library; its rcclx launches are dropped"
+                );
+                continue;
+            }
+            g
+        };
+        let code = run_group(&group.comms, group.launches);
+        if !code.is_ok() {
+            crate::upstream::report_error(&format!("rcclx: a launch of a non-blocking group failed ({})", code.0));
+        }
+    }
+}
+
+/// Whether an rcclx part of a non-blocking group with `comm` is still waiting.
+fn waiting_for(comm: ncclComm_t) -> bool {
+    WAITING.lock().iter().any(|g| g.comms.contains(&comm))
+}
+
+/// An operation on `comm` inside a group (its stock part, if any, is enqueued at the group's
+/// end).
+pub(super) fn touch(comm: ncclComm_t) {
+    if in_group() {
+        TOUCHED.with(|t| t.borrow_mut().push(comm));
+    }
+}
+
 /// Queues an rcclx launch until the outermost `ncclGroupEnd` of this thread.
 pub(super) fn defer(job: Job, launch: Launch) {
+    TOUCHED.with(|t| t.borrow_mut().push(job.state.comm()));
     DEFERRED.with(|d| d.borrow_mut().push((job, launch)));
 }
 
@@ -130,36 +239,50 @@ pub fn adopt(comm: ncclComm_t, clique: Option<clique::Clique>) {
 }
 
 /// Blocking setup of `states`, all owned by this thread, in one batch: what the creation call
-/// returns, `ncclSuccess` or, when a peer never answered within `RCCLX_SETUP_TIMEOUT_MS`,
-/// `ncclRemoteError` (the peer died, or runs without rcclx: [`timed_out`]).
+/// returns, `ncclSuccess` or, when the setup failed after it posted an exchange or a peer never
+/// answered within `RCCLX_SETUP_TIMEOUT_MS`, `ncclRemoteError` ([`failed`]).
 fn set_up_now(states: &[Arc<State>]) -> ncclResult_t {
     if states.is_empty() {
         return ncclResult_t::Success;
     }
     let comms: Vec<ncclComm_t> = states.iter().map(|s| s.comm()).collect();
     let setup = match clique::Setup::start(&comms) {
-        Ok(s) => s,
-        Err(e) => {
-            give_up(states, e);
-            return ncclResult_t::Success;
+        Ok((setup, forward)) => {
+            adopt_outcome(states, forward);
+            match setup {
+                Some(s) => s,
+                None => return ncclResult_t::Success,
+            }
         }
+        Err(e) => return not_started(states, e),
     };
+    let states: Vec<Arc<State>> = states.iter().filter(|s| !s.set_up()).cloned().collect();
+    let states = &states[..];
     match clique::establish(setup, || states.iter().any(|s| s.is_closed()), setup_limit()) {
         Ok(outcome) => {
             adopt_outcome(states, outcome);
             ncclResult_t::Success
         }
-        Err(_) => {
-            timed_out(states);
+        Err(e) => {
+            failed(states, &e);
             ncclResult_t::RemoteError
         }
     }
 }
 
-/// A setup that failed: `states` forward every call.
-fn give_up(states: &[Arc<State>], why: crate::error::Error) {
-    tracing::warn!("rcclx setup failed ({why}); these communicators forward every call");
-    states.iter().for_each(|s| s.finish_setup(None));
+/// A setup that could not post its first exchange. A stock library without the calls setup
+/// needs is the same on every rank: every call forwards. Anything else (an exchange buffer that
+/// could not be allocated, a stock error) may be this rank's alone, and its peers' exchange
+/// would pair with its next collective: the communicators are in error, as after a timeout.
+fn not_started(states: &[Arc<State>], e: crate::error::Error) -> ncclResult_t {
+    if clique::lacks_stock_calls(&e) {
+        tracing::warn!("rcclx setup failed ({e}); these communicators forward every call");
+        states.iter().for_each(|s| s.finish_setup(None));
+        ncclResult_t::Success
+    } else {
+        failed(states, &e);
+        ncclResult_t::RemoteError
+    }
 }
 
 /// `RCCLX_SETUP_TIMEOUT_MS` (`None`: no bound).
@@ -168,18 +291,29 @@ fn setup_limit() -> Option<Duration> {
     (ms > 0).then(|| Duration::from_millis(ms))
 }
 
-/// A setup whose peers did not answer in time: its communicators are in error
-/// (`ncclRemoteError` from every call and from `ncclCommGetAsyncError`), as the stock library's
-/// are after a peer failed; the application aborts them.
-pub(super) fn timed_out(states: &[Arc<State>]) {
-    let text = format!(
-        "rcclx: setup: a peer did not answer within RCCLX_SETUP_TIMEOUT_MS={} (it died, or runs without rcclx); the communicator reports ncclRemoteError",
-        crate::config::get().setup_timeout_ms
-    );
+/// A setup that timed out or failed after its first exchange: its communicators are in error
+/// (`ncclRemoteError` from every call and from `ncclCommGetAsyncError`), as the stock
+/// library's are after a peer failed; the application aborts them. Its peers end the same way
+/// (their next exchange never completes).
+pub(super) fn failed(states: &[Arc<State>], why: &crate::error::Error) {
+    let text = if why.code == clique::TIMED_OUT {
+        format!(
+            "rcclx: setup: a peer did not answer within RCCLX_SETUP_TIMEOUT_MS={} (it died, or runs without rcclx); the communicator reports ncclRemoteError",
+            crate::config::get().setup_timeout_ms
+        )
+    } else {
+        format!("rcclx: setup failed after its peers joined ({why}); the communicator reports ncclRemoteError")
+    };
     crate::upstream::report_error(&text);
     for s in states {
         s.fail_setup();
     }
+}
+
+/// [`failed`] with a timeout.
+#[cfg(test)]
+pub(super) fn timed_out(states: &[Arc<State>]) {
+    failed(states, &crate::error::Error::new(clique::TIMED_OUT, "test"));
 }
 
 /// Each communicator of a finished setup takes its clique (or forwards).
@@ -192,22 +326,49 @@ fn adopt_outcome(states: &[Arc<State>], outcome: clique::Outcome) {
 }
 
 /// Advances every pending non-blocking setup by one step, without blocking. Another thread
-/// already doing so is left to it.
+/// already doing so is left to it, and so is a call from inside an open group (the setup's
+/// exchange would join the caller's group and not run).
 pub fn progress() {
+    if in_group() {
+        return;
+    }
     let Some(mut pending) = PENDING.try_lock() else { return };
-    pending.retain_mut(|b| !step(b));
+    let mut done = Vec::new();
+    let mut i = 0;
+    while i < pending.len() {
+        if step(&mut pending[i]) {
+            done.push(pending.swap_remove(i));
+        } else {
+            i += 1;
+        }
+    }
+    drop(pending);
+    drop(done); // outside the lock: an ended setup buries its buffers
 }
 
 /// One step of a batch; `true` when it has finished.
 fn step(b: &mut Batch) -> bool {
-    if b.states.iter().any(|s| s.is_closed()) {
-        b.states.iter().for_each(|s| s.finish_setup(None));
+    // A finalized or revoked communicator leaves its batch (the others go on where they can).
+    let (closed, open): (Vec<_>, Vec<_>) = std::mem::take(&mut b.states).into_iter().partition(|s| s.is_closed());
+    b.states = open;
+    for s in closed {
+        s.finish_setup(None);
+        if let Some(setup) = b.setup.as_mut()
+            && !setup.drop_member(s.comm())
+        {
+            let e = crate::error::Error::new(ncclResult_t::RemoteError, "a communicator of its batch was closed");
+            failed(&b.states, &e);
+            return true;
+        }
+    }
+    if b.states.is_empty() {
         return true;
     }
     if b.setup.is_none() {
         match b.states.iter().map(|s| upstream_state(s.comm())).find(|r| *r != ncclResult_t::Success) {
             Some(ncclResult_t::InProgress) => return false,
             Some(_) => {
+                // The stock initialisation failed: the stock library answers every call.
                 b.states.iter().for_each(|s| s.finish_setup(None));
                 return true;
             }
@@ -215,26 +376,28 @@ fn step(b: &mut Batch) -> bool {
         }
         let comms: Vec<ncclComm_t> = b.states.iter().map(|s| s.comm()).collect();
         match clique::Setup::start(&comms) {
-            Ok(s) => b.setup = Some(s),
+            Ok((setup, forward)) => {
+                adopt_outcome(&b.states, forward);
+                b.states.retain(|s| !s.set_up());
+                let Some(mut s) = setup else { return true };
+                s.set_limit(setup_limit());
+                b.setup = Some(s);
+            }
             Err(e) => {
-                give_up(&b.states, e);
+                not_started(&b.states, e);
                 return true;
             }
         }
     }
     let Some(setup) = b.setup.as_mut() else { return true };
     match setup.poll() {
-        Ok(None) if setup_limit().is_some_and(|l| setup.elapsed() > l) => {
-            timed_out(&b.states);
-            true
-        }
         Ok(None) => false,
         Ok(Some(outcome)) => {
             adopt_outcome(&b.states, outcome);
             true
         }
         Err(e) => {
-            give_up(&b.states, e);
+            failed(&b.states, &e);
             true
         }
     }
@@ -254,6 +417,12 @@ fn upstream_state(comm: ncclComm_t) -> ncclResult_t {
 /// `ncclCommGetAsyncError` reported `ncclSuccess` for `comm`: what rcclx adds. A communicator
 /// whose setup is still running reports `ncclInProgress`; one with a late rcclx error, that error.
 pub fn async_state(comm: ncclComm_t) -> ncclResult_t {
+    if !in_group() {
+        flush_waiting(upstream_state);
+        if waiting_for(comm) {
+            return ncclResult_t::InProgress;
+        }
+    }
     let Some(state) = super::lookup(comm) else { return ncclResult_t::Success };
     if !state.set_up() {
         progress();
@@ -282,16 +451,139 @@ pub fn revoked(comm: ncclComm_t) {
 
 /// `ncclCommDestroy` / `ncclCommAbort` of `comm`: `forward` is the stock call. rcclx's part
 /// never waits: an abort first tells rcclx's kernels to stop, and the clique's memory goes back
-/// to rcclx's pool once no kernel and no peer can touch it (`clique::teardown`).
+/// to rcclx's pool once no kernel, no graph and no peer can touch it (`clique::teardown`).
 pub fn ended(comm: ncclComm_t, abort: bool, forward: impl FnOnce() -> ncclResult_t) -> ncclResult_t {
+    // Launches of a waiting non-blocking group on `comm` never run, and its handle (freed by the
+    // stock call) is not asked about again.
+    WAITING.lock().iter_mut().for_each(|g| {
+        g.launches.retain(|(job, _)| job.state.comm() != comm);
+        g.comms.retain(|&c| c != comm);
+    });
     let Some(state) = super::remove(comm) else { return forward() };
     state.close(abort);
-    // A pending setup of `comm` ends here (its batch's other communicators then forward), under
-    // the lock: another thread's `progress` may be using the handle, which the stock call frees.
-    PENDING.lock().retain_mut(|b| !(b.states.iter().any(|s| Arc::ptr_eq(s, &state)) && step(b)));
+    state.quiesce();
+    // A pending setup of `comm` loses it before the stock call frees the handle (another
+    // thread's `progress` may be using it: the batch is taken out under the lock). The batch's
+    // other communicators go on without it where the transport allows, else they fail.
+    let batch = {
+        let mut pending = PENDING.lock();
+        let i = pending.iter().position(|b| b.states.iter().any(|s| Arc::ptr_eq(s, &state)));
+        i.map(|i| pending.swap_remove(i))
+    };
+    if let Some(mut b) = batch {
+        state.finish_setup(None);
+        b.states.retain(|s| !Arc::ptr_eq(s, &state));
+        let kept = match b.setup.as_mut() {
+            None => true,
+            Some(setup) => setup.drop_member(comm),
+        };
+        if !kept {
+            let e = crate::error::Error::new(
+                ncclResult_t::RemoteError,
+                "another communicator of its non-blocking batch was aborted during setup",
+            );
+            failed(&b.states, &e);
+        } else if !b.states.is_empty() {
+            PENDING.lock().push(b);
+        }
+        // A batch dropped here (outside the lock) buries its published buffers.
+    }
     let r = forward();
     if let Some(c) = state.clique() {
-        c.release(state.order.settled());
+        c.release(state.order.take_fence(c.device));
     }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clique::{Member, Setup, Sharing, Transport};
+    use crate::error::Error;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn fake(n: usize) -> ncclComm_t {
+        (0x7300_0000 + n * 64) as ncclComm_t
+    }
+
+    fn null() -> crate::gpu::Stream {
+        // SAFETY: a null stream handle is the legacy default stream; nothing is launched here.
+        unsafe { crate::gpu::Stream::from_raw(std::ptr::null_mut()) }
+    }
+
+    /// Counts polls; its peers never answer.
+    struct Counting(Arc<AtomicUsize>);
+    impl Transport for Counting {
+        fn start(&mut self, _: Vec<Vec<u8>>) -> Result<(), Error> {
+            Ok(())
+        }
+        fn poll(&mut self) -> Result<Option<Vec<Vec<u8>>>, Error> {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            Ok(None)
+        }
+    }
+
+    /// Item 10: a pending setup is never advanced from inside an open group (its exchange
+    /// would join the caller's group and not run); outside the group it is.
+    #[test]
+    fn setup_is_not_polled_inside_an_open_group() {
+        let _turn = WAITING_TURN.lock();
+        let polls = Arc::new(AtomicUsize::new(0));
+        let s = super::super::insert(fake(1));
+        let member = Member { comm: fake(1), rank: 0, nranks: 2, device: 0 };
+        let setup = Setup::with(vec![member], Box::new(Counting(polls.clone())), Sharing::default()).unwrap();
+        PENDING.lock().push(Batch { states: vec![s.clone()], setup: Some(setup) });
+        group_start();
+        assert_eq!(async_state(fake(1)), ncclResult_t::InProgress);
+        progress();
+        assert_eq!(polls.load(Ordering::Relaxed), 0, "a setup was polled inside an open group");
+        group_end(ncclResult_t::Success, false);
+        assert_eq!(async_state(fake(1)), ncclResult_t::InProgress);
+        assert!(polls.load(Ordering::Relaxed) > 0, "the setup was not polled outside the group");
+        // An abort ends it (the batch loses its only communicator) and forwards.
+        assert_eq!(ended(fake(1), true, || ncclResult_t::Success), ncclResult_t::Success);
+        assert!(s.set_up() && s.clique().is_none());
+        assert!(!PENDING.lock().iter().any(|b| b.states.iter().any(|t| Arc::ptr_eq(t, &s))));
+    }
+
+    /// Item 8: the rcclx part of a non-blocking group waits until the stock library reports
+    /// every communicator of the group ready, groups in the order they ended; a failed one
+    /// launches nothing; a destroyed communicator leaves the groups it was waiting in.
+    #[test]
+    fn a_non_blocking_groups_launches_wait_for_the_stock_group() {
+        let _turn = WAITING_TURN.lock();
+        let wait = |comms: Vec<ncclComm_t>| WAITING.lock().push(Waiting { comms, launches: Vec::new() });
+        wait(vec![fake(2), fake(3)]);
+        wait(vec![fake(4)]);
+        assert!(waiting_for(fake(2)) && waiting_for(fake(3)) && waiting_for(fake(4)));
+        // Communicator 3 is still in progress: neither group runs (the second waits its turn).
+        let stock = |c: ncclComm_t| if c == fake(3) { ncclResult_t::InProgress } else { ncclResult_t::Success };
+        flush_waiting(stock);
+        assert!(waiting_for(fake(2)) && waiting_for(fake(4)));
+        flush_waiting(|_| ncclResult_t::Success);
+        assert!(!waiting_for(fake(2)) && !waiting_for(fake(3)) && !waiting_for(fake(4)));
+        // A group whose stock part failed is dropped.
+        wait(vec![fake(5)]);
+        flush_waiting(|_| ncclResult_t::RemoteError);
+        assert!(!waiting_for(fake(5)));
+        // A communicator destroyed meanwhile is never asked about again.
+        wait(vec![fake(6), fake(7)]);
+        ended(fake(7), false, || ncclResult_t::Success);
+        flush_waiting(|c| {
+            assert_ne!(c, fake(7), "a destroyed communicator was queried");
+            ncclResult_t::Success
+        });
+        assert!(!waiting_for(fake(6)));
+        // A group without rcclx launches or communicators with kernels leaves nothing waiting,
+        // blocking or not.
+        let s = super::super::insert(fake(8));
+        s.finish_setup(None);
+        for stock in [ncclResult_t::InProgress, ncclResult_t::Success] {
+            group_start();
+            super::super::ordered(fake(8), null(), || ncclResult_t::Success);
+            assert_eq!(group_end(stock, false), stock);
+            assert!(!waiting_for(fake(8)));
+        }
+        ended(fake(8), false, || ncclResult_t::Success);
+    }
 }

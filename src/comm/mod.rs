@@ -10,7 +10,8 @@
 //! only `abi` calls it.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::RwLock;
@@ -35,6 +36,10 @@ pub struct State {
     clique: OnceLock<Option<Arc<Clique>>>,
     /// Finalized, revoked or aborted: rcclx launches nothing more on it, calls forward.
     closed: AtomicBool,
+    /// rcclx launches of this communicator under way ([`Job::run`]): `lifecycle::ended` waits
+    /// for them (microseconds) before it hands the clique's fence over, so no launch slips in
+    /// after the fence (a deferred group's launches may run in another thread).
+    launching: std::sync::atomic::AtomicUsize,
     /// Finalized: operations get `ncclInvalidUsage` (see [`State::finalize`]).
     finalized: AtomicBool,
     /// Setup never heard from a peer (`RCCLX_SETUP_TIMEOUT_MS`): every call is `ncclRemoteError`.
@@ -51,6 +56,7 @@ impl State {
             stats: Stats::default(),
             clique: OnceLock::new(),
             closed: AtomicBool::new(false),
+            launching: std::sync::atomic::AtomicUsize::new(0),
             finalized: AtomicBool::new(false),
             setup_failed: AtomicBool::new(false),
             error_reported: AtomicBool::new(false),
@@ -97,7 +103,15 @@ impl State {
     }
 
     pub fn is_closed(&self) -> bool {
-        self.closed.load(Relaxed)
+        self.closed.load(SeqCst)
+    }
+
+    /// Waits until no rcclx launch of this communicator is under way; after [`State::close`],
+    /// none starts any more.
+    pub(crate) fn quiesce(&self) {
+        while self.launching.load(SeqCst) > 0 {
+            std::thread::yield_now();
+        }
     }
 
     /// `ncclCommFinalize`: from now on an operation on this communicator is invalid usage, which
@@ -112,7 +126,7 @@ impl State {
 
     /// rcclx launches nothing more on this communicator; its kernels stop waiting.
     pub fn close(&self, stop_kernels: bool) {
-        self.closed.store(true, Relaxed);
+        self.closed.store(true, SeqCst);
         if stop_kernels && let Some(c) = self.clique() {
             c.request_abort();
         }
@@ -237,6 +251,7 @@ fn usable(comm: ncclComm_t) -> Usable {
 /// A stock-library operation on `comm` and `stream` (everything but the intercepted
 /// collectives): ordered after the communicator's earlier operations, then forwarded.
 pub fn ordered(comm: ncclComm_t, stream: crate::gpu::Stream, forward: impl FnOnce() -> ncclResult_t) -> ncclResult_t {
+    lifecycle::touch(comm);
     match usable(comm) {
         Ok(None) => forward(),
         Err((_, code)) => code,
@@ -254,7 +269,11 @@ fn forward_in_order(
         tracing::warn!("comm {:p}: ordering across streams: {e}", state.comm());
     }
     let r = forward();
-    if let Err(e) = state.order.after(clique.device, !lifecycle::in_group()) {
+    // Inside a group the stock library enqueues at the group's end (the event follows there);
+    // `ncclInProgress` (a non-blocking communicator): in the background, so an event recorded
+    // now would precede the operation (a stream switch records one later instead).
+    let enqueued = !lifecycle::in_group() && r != ncclResult_t::InProgress;
+    if let Err(e) = state.order.after(clique.device, enqueued) {
         tracing::warn!("comm {:p}: ordering across streams: {e}", state.comm());
     }
     r
@@ -269,6 +288,7 @@ pub fn collective(
     bufs: Buffers,
     forward: impl FnOnce() -> ncclResult_t,
 ) -> ncclResult_t {
+    lifecycle::touch(comm);
     let (state, clique) = match usable(comm) {
         Ok(Some(sc)) => sc,
         Ok(None) => {
@@ -378,14 +398,29 @@ impl Job {
 
     /// Orders and launches.
     fn run(self, launch: Launch) -> ncclResult_t {
+        // Announced before the check (both SeqCst): `ended` either sees this launch under way
+        // and waits for it, or this launch sees the communicator closed.
+        struct Underway(Arc<State>);
+        impl Drop for Underway {
+            fn drop(&mut self) {
+                self.0.launching.fetch_sub(1, SeqCst); // also when the launch panicked
+            }
+        }
+        self.state.launching.fetch_add(1, SeqCst);
+        let _underway = Underway(self.state.clone());
+        self.run_open(launch)
+    }
+
+    fn run_open(self, launch: Launch) -> ncclResult_t {
         if self.state.is_closed() {
             return ncclResult_t::Success; // aborted meanwhile (a deferred launch): nothing runs
         }
-        if let Err(e) = self.state.order.before(self.clique.device, self.stream) {
-            return self.failed(e);
-        }
+        let captured = match self.state.order.before(self.clique.device, self.stream) {
+            Ok(c) => c,
+            Err(e) => return self.failed(e),
+        };
         let family = launch.family;
-        match self.clique.launch(launch, self.stream) {
+        match self.clique.launch(launch, self.stream, captured) {
             Ok(()) => {
                 let _ = self.state.order.after(self.clique.device, true);
                 self.state.stats.count_family(family, self.bytes);
@@ -445,6 +480,7 @@ mod tests {
     #[test]
     fn a_comm_whose_setup_heard_no_peer_is_in_error() {
         let _turn = LAST_ERROR.lock();
+        let _waiting = lifecycle::WAITING_TURN.lock();
         let s = insert(fake(7));
         lifecycle::timed_out(std::slice::from_ref(&s));
         // ncclGetLastError gives rcclx's text until the stock library reports a newer error.

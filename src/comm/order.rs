@@ -18,6 +18,7 @@
 
 use parking_lot::Mutex;
 
+use crate::clique::Fence;
 use crate::error::Error;
 use crate::gpu::{self, Event, Stream};
 
@@ -34,8 +35,11 @@ struct Inner {
     event: Option<Event>,
     /// The event marks the previous operation (recorded right after it).
     current: bool,
-    /// An operation was captured into a graph (its replays are not covered by the event).
-    captured_any: bool,
+    /// The stream of the last operation enqueued outside a capture (`None` before the first).
+    last_eager: Option<usize>,
+    /// The event was recorded after that operation: it covers every operation enqueued
+    /// outside a capture so far (each stream switch waited for the previous one).
+    fenced: bool,
 }
 
 // SAFETY: `Event` is an opaque handle usable from any thread; the mutex serializes its use.
@@ -56,21 +60,21 @@ impl Inner {
 }
 
 impl Order {
-    /// Orders an operation on `now` (a stream of device `device`) after the previous one.
-    pub fn before(&self, device: i32, now: Stream) -> Result<(), Error> {
+    /// Orders an operation on `now` (a stream of device `device`) after the previous one;
+    /// whether `now` is being captured into a graph.
+    pub fn before(&self, device: i32, now: Stream) -> Result<bool, Error> {
         let mut inner = self.inner.lock();
         let rt = gpu::runtime()?;
         let captured = rt.is_capturing(now)?;
-        inner.captured_any |= captured;
         let now = now.as_raw() as usize;
-        let Some((prev, prev_captured)) = inner.last.replace((now, captured)) else { return Ok(()) };
+        let Some((prev, prev_captured)) = inner.last.replace((now, captured)) else { return Ok(captured) };
         if prev == now {
-            return Ok(());
+            return Ok(captured);
         }
         if prev_captured != captured {
             tracing::debug!("rcclx: stream switch between a captured and an uncaptured stream left unordered");
             inner.current = false;
-            return Ok(());
+            return Ok(captured);
         }
         let _guard = rt.device_guard(device)?;
         let event = inner.event(device)?;
@@ -78,7 +82,7 @@ impl Order {
             rt.record_event(event, stream(prev))?;
         }
         rt.stream_wait_event(stream(now), event)?;
-        Ok(())
+        Ok(captured)
     }
 
     /// After an operation was enqueued on the stream given to [`Order::before`]; `launched`:
@@ -87,29 +91,51 @@ impl Order {
         let mut inner = self.inner.lock();
         inner.current = false;
         let Some((last, captured)) = inner.last else { return Ok(()) };
-        if !launched || captured {
+        if captured {
             return Ok(()); // an event recorded in a capture must not be waited for outside it
+        }
+        // An operation outside a capture (one whose launch failed never gets here): the fence
+        // must cover it from now on.
+        inner.last_eager = Some(last);
+        inner.fenced = false;
+        if !launched {
+            return Ok(());
         }
         let rt = gpu::runtime()?;
         let _guard = rt.device_guard(device)?;
         let event = inner.event(device)?;
         rt.record_event(event, stream(last))?;
         inner.current = true;
+        inner.fenced = true;
         Ok(())
     }
 }
 
 impl Order {
-    /// Whether every operation of the communicator has completed, as the event after the last
-    /// one says (never waits). `false` when that is unknown: an operation without an event of
-    /// its own, or one captured into a graph.
-    pub fn settled(&self) -> bool {
-        let inner = self.inner.lock();
-        match (inner.last, inner.current, inner.event) {
-            _ if inner.captured_any => false,
-            (None, _, _) => true,
-            (Some(_), true, Some(event)) => gpu::runtime().is_ok_and(|rt| rt.query_event(event).unwrap_or(false)),
-            _ => false,
+    /// What says that every operation of the communicator enqueued outside a capture has ended
+    /// (the graphs that captured its kernels are tracked by the clique): the event after the
+    /// last one, handed over (recorded now on that operation's stream if it has none yet: an
+    /// operation forwarded inside a group that never ended). Never waits. The communicator
+    /// records nothing more after this (it has ended).
+    pub fn take_fence(&self, device: i32) -> Fence {
+        let mut inner = self.inner.lock();
+        let Some(last) = inner.last_eager else { return Fence::Ended };
+        let Ok(rt) = gpu::runtime() else { return Fence::Unknown };
+        if !inner.fenced {
+            let recorded = rt.device_guard(device).map_err(Error::from).and_then(|_g| {
+                let event = inner.event(device)?;
+                rt.record_event(event, stream(last))?;
+                Ok(())
+            });
+            if let Err(e) = recorded {
+                tracing::warn!("rcclx: marking a communicator's last operation: {e}; its memory is kept");
+                return Fence::Unknown;
+            }
+            inner.fenced = true;
+        }
+        match inner.event.take() {
+            Some(e) => Fence::Event(e),
+            None => Fence::Unknown,
         }
     }
 }

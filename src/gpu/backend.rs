@@ -126,6 +126,19 @@ pub(crate) trait Backend: Send + Sync {
     /// # Safety
     /// `exec` came from `capture_end` and is not used afterwards.
     unsafe fn graph_destroy(&self, exec: *mut c_void) -> Result<(), Error>;
+    /// Makes the graph being captured on `stream` own one reference to a new user object, whose
+    /// release (the graph destroyed, its launches completed) calls `release(data)` on a driver
+    /// thread. `Ok(false)`: the stream is not capturing (nothing retained, `release` not called).
+    /// On `Err`, `release` was not called and will not be.
+    ///
+    /// # Safety
+    /// `release` must not call the runtime and `data` must stay valid until it is called.
+    unsafe fn capture_retain(
+        &self,
+        stream: *mut c_void,
+        release: unsafe extern "C" fn(*mut c_void),
+        data: *mut c_void,
+    ) -> Result<bool, Error>;
 }
 
 /// Resolves one symbol of `lib` as a value of type `T`.

@@ -34,6 +34,8 @@ const CU_EVENT_DISABLE_TIMING: c_uint = 0x2;
 const CU_STREAM_CAPTURE_STATUS_NONE: c_int = 0;
 const CU_STREAM_CAPTURE_STATUS_ACTIVE: c_int = 1;
 const CU_STREAM_CAPTURE_MODE_RELAXED: c_int = 2;
+const CU_USER_OBJECT_NO_DESTRUCTOR_SYNC: c_uint = 1;
+const CU_GRAPH_USER_OBJECT_MOVE: c_uint = 1;
 
 entry_points! {
     /// The CUDA driver entry points rcclx uses (signatures from `cuda.h`).
@@ -103,6 +105,16 @@ entry_points! {
         cuGraphExecDestroy = "cuGraphExecDestroy": fn(Handle) -> CUresult;
         // Free and total device memory: the GPU tests' leak checks.
         cuMemGetInfo = "cuMemGetInfo_v2": fn(*mut usize, *mut usize) -> CUresult;
+        // A graph that captured rcclx kernels keeps their clique's memory (`Runtime::capture_retain`).
+        cuStreamGetCaptureInfo3 = "cuStreamGetCaptureInfo_v3": fn(
+            Handle, *mut c_int, *mut u64, *mut Handle, *mut *const Handle, *mut *const c_void, *mut usize,
+        ) -> CUresult;
+        cuStreamGetCaptureInfo2 = "cuStreamGetCaptureInfo_v2":
+            fn(Handle, *mut c_int, *mut u64, *mut Handle, *mut *const Handle, *mut usize) -> CUresult;
+        cuUserObjectCreate = "cuUserObjectCreate":
+            fn(*mut Handle, *mut c_void, Option<unsafe extern "C" fn(*mut c_void)>, c_uint, c_uint) -> CUresult;
+        cuUserObjectRelease = "cuUserObjectRelease": fn(Handle, c_uint) -> CUresult;
+        cuGraphRetainUserObject = "cuGraphRetainUserObject": fn(Handle, Handle, c_uint, c_uint) -> CUresult;
     }
 }
 
@@ -546,5 +558,56 @@ impl Backend for Cuda {
             self.api.cuGraphExecDestroy.ok_or(Error::Unsupported { call: "cuGraphExecDestroy", runtime: "cuda" })?;
         // SAFETY: the caller passes an instantiated graph it no longer uses.
         self.check("cuGraphExecDestroy", unsafe { f(exec) })
+    }
+
+    unsafe fn capture_retain(
+        &self,
+        stream: *mut c_void,
+        release: unsafe extern "C" fn(*mut c_void),
+        data: *mut c_void,
+    ) -> Result<bool, Error> {
+        let unsupported = |call| Error::Unsupported { call, runtime: "cuda" };
+        let create = self.api.cuUserObjectCreate.ok_or(unsupported("cuUserObjectCreate"))?;
+        let drop_ref = self.api.cuUserObjectRelease.ok_or(unsupported("cuUserObjectRelease"))?;
+        let retain = self.api.cuGraphRetainUserObject.ok_or(unsupported("cuGraphRetainUserObject"))?;
+        let (mut status, mut graph): (c_int, Handle) = (0, std::ptr::null_mut());
+        let r = if let Some(info) = self.api.cuStreamGetCaptureInfo3 {
+            // SAFETY: `stream` is a valid stream; the optional outputs are NULL, the others locals.
+            unsafe {
+                info(
+                    stream,
+                    &mut status,
+                    std::ptr::null_mut(),
+                    &mut graph,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                )
+            }
+        } else if let Some(info) = self.api.cuStreamGetCaptureInfo2 {
+            // SAFETY: as above.
+            unsafe {
+                info(stream, &mut status, std::ptr::null_mut(), &mut graph, std::ptr::null_mut(), std::ptr::null_mut())
+            }
+        } else {
+            return Err(unsupported("cuStreamGetCaptureInfo"));
+        };
+        self.check("cuStreamGetCaptureInfo", r)?;
+        if status != CU_STREAM_CAPTURE_STATUS_ACTIVE || graph.is_null() {
+            return Ok(false);
+        }
+        let mut object: Handle = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; the caller vouches for `release` and `data`; the only
+        // flag CUDA accepts.
+        let r = unsafe { create(&mut object, data, Some(release), 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC) };
+        self.check("cuUserObjectCreate", r)?;
+        // SAFETY: `graph` is the graph being captured; our one reference moves to it.
+        let r = unsafe { retain(graph, object, 1, CU_GRAPH_USER_OBJECT_MOVE) };
+        if let Err(e) = self.check("cuGraphRetainUserObject", r) {
+            // SAFETY: drops the reference we still own: `release(data)` runs once, as on success.
+            let _ = unsafe { drop_ref(object, 1) };
+            return Err(e);
+        }
+        Ok(true)
     }
 }

@@ -102,6 +102,13 @@ entry_points! {
         hipGraphLaunch = "hipGraphLaunch": fn(Handle, Handle) -> HipError;
         hipGraphDestroy = "hipGraphDestroy": fn(Handle) -> HipError;
         hipGraphExecDestroy = "hipGraphExecDestroy": fn(Handle) -> HipError;
+        // A graph that captured rcclx kernels keeps their clique's memory (`Runtime::capture_retain`).
+        hipStreamGetCaptureInfo_v2 = "hipStreamGetCaptureInfo_v2":
+            fn(Handle, *mut c_int, *mut u64, *mut Handle, *mut *const Handle, *mut usize) -> HipError;
+        hipUserObjectCreate = "hipUserObjectCreate":
+            fn(*mut Handle, *mut c_void, Option<unsafe extern "C" fn(*mut c_void)>, c_uint, c_uint) -> HipError;
+        hipUserObjectRelease = "hipUserObjectRelease": fn(Handle, c_uint) -> HipError;
+        hipGraphRetainUserObject = "hipGraphRetainUserObject": fn(Handle, Handle, c_uint, c_uint) -> HipError;
     }
 }
 
@@ -598,6 +605,41 @@ impl Backend for Hip {
             self.api.hipGraphExecDestroy.ok_or(Error::Unsupported { call: "hipGraphExecDestroy", runtime: "hip" })?;
         // SAFETY: the caller passes an instantiated graph it no longer uses.
         self.check("hipGraphExecDestroy", unsafe { f(exec) })
+    }
+
+    unsafe fn capture_retain(
+        &self,
+        stream: *mut c_void,
+        release: unsafe extern "C" fn(*mut c_void),
+        data: *mut c_void,
+    ) -> Result<bool, Error> {
+        // hipUserObjectNoDestructorSync, hipGraphUserObjectMove.
+        const NO_DESTRUCTOR_SYNC: c_uint = 1;
+        const MOVE: c_uint = 1;
+        let unsupported = |call| Error::Unsupported { call, runtime: "hip" };
+        let info = self.api.hipStreamGetCaptureInfo_v2.ok_or(unsupported("hipStreamGetCaptureInfo_v2"))?;
+        let create = self.api.hipUserObjectCreate.ok_or(unsupported("hipUserObjectCreate"))?;
+        let drop_ref = self.api.hipUserObjectRelease.ok_or(unsupported("hipUserObjectRelease"))?;
+        let retain = self.api.hipGraphRetainUserObject.ok_or(unsupported("hipGraphRetainUserObject"))?;
+        let (mut status, mut graph): (c_int, Handle) = (0, std::ptr::null_mut());
+        // SAFETY: `stream` is a valid stream; the optional outputs are NULL, the others locals.
+        let r = unsafe {
+            info(stream, &mut status, std::ptr::null_mut(), &mut graph, std::ptr::null_mut(), std::ptr::null_mut())
+        };
+        self.check("hipStreamGetCaptureInfo_v2", r)?;
+        if status != HIP_STREAM_CAPTURE_STATUS_ACTIVE || graph.is_null() {
+            return Ok(false);
+        }
+        let mut object: Handle = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; the caller vouches for `release` and `data`.
+        self.check("hipUserObjectCreate", unsafe { create(&mut object, data, Some(release), 1, NO_DESTRUCTOR_SYNC) })?;
+        // SAFETY: `graph` is the graph being captured; our one reference moves to it.
+        if let Err(e) = self.check("hipGraphRetainUserObject", unsafe { retain(graph, object, 1, MOVE) }) {
+            // SAFETY: drops the reference we still own: `release(data)` runs once, as on success.
+            let _ = unsafe { drop_ref(object, 1) };
+            return Err(e);
+        }
+        Ok(true)
     }
 }
 

@@ -425,6 +425,25 @@ impl Runtime {
         // SAFETY: forwarded from the caller.
         unsafe { self.backend.graph_destroy(graph.0) }
     }
+
+    /// If `stream` is being captured: the graph takes one reference to a new user object whose
+    /// release calls `release(data)`, once the graph (and every executable graph made from it)
+    /// is destroyed and their launches have completed; `Ok(true)`. `Ok(false)`: not capturing.
+    /// How a clique's memory outlives the graphs that captured its kernels (NCCL keeps its
+    /// persistent plans the same way).
+    ///
+    /// # Safety
+    /// `release` runs on a driver thread: it must not call the runtime, and `data` must stay
+    /// valid until it runs. On `Err` it never runs.
+    pub unsafe fn capture_retain(
+        &self,
+        stream: Stream,
+        release: unsafe extern "C" fn(*mut c_void),
+        data: *mut c_void,
+    ) -> Result<bool, Error> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.backend.capture_retain(stream.0, release, data) }
+    }
 }
 
 impl fmt::Debug for Runtime {

@@ -147,15 +147,45 @@ fn run_one_process(opts: &Opts, rt: &'static Runtime) -> ExitCode {
     };
     let (codec, _) = model_codec(rt, opts.codec);
     let mut tally = Tally::new();
+    let mut coverage = LpCoverage::default();
     for_each_prepared(&opts.cases(), n, codec, opts.seed, |_, case, p, lowp, _| {
         let mut notes = Vec::new();
         let rs = comms.run_case(rt, case, p, &mut |s| notes.push(s));
         let (ok, line) = judge(case, lowp, &rs);
+        coverage.add(case.g.op, lowp);
         tally.record(ok, &line);
         notes.iter().for_each(|s| println!("    {s}"));
     });
     comms.destroy(rt);
+    coverage.check(&mut tally, opts);
     tally.finish()
+}
+
+/// Cases per collective, and how many of them the low-precision path runs (`judge` checks
+/// that it ran exactly there).
+#[derive(Default)]
+pub struct LpCoverage(std::collections::BTreeMap<&'static str, (usize, usize)>);
+
+impl LpCoverage {
+    pub fn add(&mut self, op: Op, lowp: bool) {
+        let e = self.0.entry(op.name()).or_default();
+        e.0 += 1;
+        e.1 += usize::from(lowp);
+    }
+
+    /// With the LP switch on and every message eligible (`RCCLX_LP_MIN_BYTES=0`), every
+    /// collective the run exercised must have had at least one low-precision case: a run that
+    /// checked only the exact path asserted nothing about low precision.
+    pub fn check(&self, tally: &mut Tally, opts: &Opts) {
+        if opts.no_lp || opts.default_min_bytes {
+            return;
+        }
+        for (op, (cases, lp)) in &self.0 {
+            let ok = *lp >= 1;
+            let verdict = if ok { "PASS" } else { "FAIL" };
+            tally.record(ok, &format!("{verdict} lp-coverage {op}: {lp} of {cases} cases on the low-precision path"));
+        }
+    }
 }
 
 /// `--host-check`: the model stands in for the GPU's output of every rank.
@@ -172,8 +202,10 @@ fn run_host_check(opts: &Opts) -> ExitCode {
         codec.name(),
         all.len()
     );
+    let mut coverage = LpCoverage::default();
     for_each_prepared(&all, n, codec, opts.seed, |_, case, p, lowp, prep| {
         let g = case.g;
+        coverage.add(g.op, lowp);
         let mut notes = Vec::new();
         let rs: Vec<RankResult> = (0..n)
             .map(|r| {
@@ -207,6 +239,7 @@ fn run_host_check(opts: &Opts) -> ExitCode {
         tally.record(ok, &format!("{line} [host {prep:.2} s]"));
         notes.iter().for_each(|s| println!("    {s}"));
     });
+    coverage.check(&mut tally, opts);
     tally.finish()
 }
 

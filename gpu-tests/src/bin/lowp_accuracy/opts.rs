@@ -126,23 +126,33 @@ fn parse_codec(s: &str) -> Option<LowpCodec> {
     }
 }
 
-/// Sets the LP switches, the codec and the rest of the test's environment: the codec always,
-/// the LP switch always with `--no-lp`, the others unless already set.
+/// Sets the LP switches, the codec and the rest of the test's environment. The switches the
+/// checks depend on are the test's own, whatever was exported (an exported
+/// `RCCL_LOW_PRECISION_ENABLE=0` or a large `RCCLX_LP_MIN_BYTES` would otherwise turn the run into
+/// an exact-path test that passes with no low-precision coverage): the LP switch (off only with
+/// `--no-lp`), the codec, and `RCCLX_LP_MIN_BYTES=0` (removed, so the library's default holds,
+/// with `--default-min-bytes`). `NCCL_NVLS_ENABLE` only when unset.
 pub fn set_default_env(no_lp: bool, default_min_bytes: bool, codec: LowpCodec) {
     let lp = if no_lp { "0" } else { "1" };
-    for (k, v) in [
-        ("RCCL_LOW_PRECISION_ENABLE", lp),
-        (CODEC_VAR, codec_name(codec)),
-        ("RCCLX_LP_MIN_BYTES", "0"),
-        ("NCCL_NVLS_ENABLE", "0"),
-    ] {
-        let forced = (no_lp && k == "RCCL_LOW_PRECISION_ENABLE") || k == CODEC_VAR;
-        if default_min_bytes && k == "RCCLX_LP_MIN_BYTES" {
-            continue;
+    let set = |k: &str, v: Option<&str>| {
+        let old = std::env::var(k).ok();
+        if old.as_deref() != v
+            && let Some(old) = &old
+        {
+            println!("INFO {k}={old} from the environment replaced by the test's own ({})", v.unwrap_or("unset"));
         }
-        if forced || std::env::var_os(k).is_none() {
-            // SAFETY: called at the start of main, before any other thread exists.
-            unsafe { std::env::set_var(k, v) };
+        // SAFETY: called at the start of main, before any other thread exists.
+        unsafe {
+            match v {
+                Some(v) => std::env::set_var(k, v),
+                None => std::env::remove_var(k),
+            }
         }
+    };
+    set("RCCL_LOW_PRECISION_ENABLE", Some(lp));
+    set(CODEC_VAR, Some(codec_name(codec)));
+    set("RCCLX_LP_MIN_BYTES", if default_min_bytes { None } else { Some("0") });
+    if std::env::var_os("NCCL_NVLS_ENABLE").is_none() {
+        set("NCCL_NVLS_ENABLE", Some("0"));
     }
 }

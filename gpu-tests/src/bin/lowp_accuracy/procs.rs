@@ -61,6 +61,7 @@ pub fn run_procs(opts: &Opts) -> ExitCode {
     let mut reported = vec![false; all.len()];
     let (mut done, mut eof) = (vec![false; n], vec![false; n]);
     let mut tally = Tally::new();
+    let mut coverage = crate::LpCoverage::default();
     let mut fatal = false;
     while !eof.iter().all(|&e| e) {
         match children.lines().recv(CHILD_SILENCE) {
@@ -84,7 +85,9 @@ pub fn run_procs(opts: &Opts) -> ExitCode {
                             let rs: Vec<RankResult> =
                                 results.remove(&idx).unwrap_or_default().into_iter().flatten().collect();
                             let c = &all[idx];
-                            let (ok, l) = judge(c, expect_lowp(c.g.op, c.g.io, c.g.count, n), &rs);
+                            let lowp = expect_lowp(c.g.op, c.g.io, c.g.count, n);
+                            let (ok, l) = judge(c, lowp, &rs);
+                            coverage.add(c.g.op, lowp);
                             tally.record(ok, &l);
                             reported[idx] = true;
                         }
@@ -140,6 +143,7 @@ pub fn run_procs(opts: &Opts) -> ExitCode {
     if fatal && tally.failed() == 0 {
         tally.count_failures(1);
     }
+    coverage.check(&mut tally, opts);
     tally.finish()
 }
 
