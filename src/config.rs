@@ -7,6 +7,8 @@
 use std::sync::OnceLock;
 
 use crate::collective::{COLLS, COUNT, Coll, Shape, Spec};
+use crate::env::env_only;
+pub use crate::env::{conf_files, env, parse_conf, secure_env};
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * 1024;
@@ -329,31 +331,6 @@ pub fn lowp_switches_now() -> ([bool; COUNT], LowpCodec) {
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
 
-/// The process environment as the configuration reads it: `secure_getenv` (a set-user-ID
-/// program ignores these variables, as the dynamic loader does its own); non-UTF-8 is unset.
-pub fn env(name: &str) -> Option<String> {
-    secure_env(name)?.into_string().ok()
-}
-
-unsafe extern "C" {
-    /// glibc >= 2.17 (`libc` 0.2 does not declare it).
-    fn secure_getenv(name: *const std::ffi::c_char) -> *mut std::ffi::c_char;
-}
-
-/// `secure_getenv(name)`, unset when the process runs with elevated privileges.
-pub fn secure_env(name: &str) -> Option<std::ffi::OsString> {
-    use std::os::unix::ffi::OsStringExt;
-    let key = std::ffi::CString::new(name).ok()?;
-    // SAFETY: `key` is NUL-terminated; a non-NULL result points into the environment and is
-    // copied at once.
-    let p = unsafe { secure_getenv(key.as_ptr()) };
-    if p.is_null() {
-        return None;
-    }
-    // SAFETY: non-NULL result of secure_getenv: a NUL-terminated string.
-    Some(std::ffi::OsString::from_vec(unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes().to_vec()))
-}
-
 /// The process configuration, read from the environment on first use. Logs, as the stock
 /// library does for its own (`ENV`), each variable set, and warns once per invalid value,
 /// clamped value and unknown name.
@@ -364,7 +341,8 @@ pub fn get() -> &'static Config {
         for w in &warnings {
             tracing::warn!("{w}");
         }
-        let names: Vec<String> = std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()).collect();
+        let mut names: Vec<String> = std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()).collect();
+        names.extend(conf_files().iter().map(|(k, _)| k.clone()).filter(|k| env_only(k).is_none()));
         for w in unknown_names(&names) {
             tracing::warn!("{w}");
         }
@@ -379,21 +357,30 @@ pub fn get() -> &'static Config {
 
 /// Variables rcclx reads outside the table above (logging, the GPU runtime, host identity).
 const READ_ELSEWHERE: &[(&str, &str, &str)] = &[
-    ("RCCLX_LOG", "unset", "log filter in tracing's syntax (e.g. `rcclx=trace`); wins over NCCL_DEBUG"),
+    (
+        "RCCLX_LOG",
+        "unset",
+        "developer's log filter: `level` or `target=level` items (e.g. `rcclx=trace`); wins over NCCL_DEBUG",
+    ),
     ("RCCLX_GPU_RUNTIME", "cuda, then hip", "`cuda` or `hip`: the only GPU runtime rcclx may load"),
-    ("NCCL_DEBUG", "WARN", "VERSION, WARN, INFO or TRACE, as for the stock library"),
+    ("NCCL_DEBUG", "unset (silent)", "VERSION, WARN, INFO, ABORT or TRACE, as for the stock library"),
     (
         "NCCL_DEBUG_SUBSYS",
         "INIT,BOOTSTRAP,ENV",
-        "subsystems that log at INFO/TRACE (rcclx's: INIT, COLL, ENV, ALLOC, CALL)",
+        "subsystems that log at INFO/TRACE (rcclx's: INIT, BOOTSTRAP, COLL, TUNING, ENV, ALLOC, CALL)",
     ),
-    ("NCCL_DEBUG_FILE", "stderr", "rcclx writes to this file name plus `.rcclx` (`%h` host, `%p` pid)"),
+    (
+        "NCCL_DEBUG_FILE",
+        "stdout",
+        "above VERSION, rcclx writes to the stock library's file name plus `.rcclx` (`%h` host, `%p` pid, `%%`)",
+    ),
     ("NCCL_DEBUG_TIMESTAMP_LEVELS", "WARN", "levels whose lines carry a timestamp"),
     (
         "NCCL_DEBUG_TIMESTAMP_FORMAT",
         "[%F %T] ",
-        "strftime format of the timestamp (`%Nf`: N digits of the second's fraction)",
+        "strftime format of the timestamp (`%Nf`: N digits of the second's fraction; `_` is a space)",
     ),
+    ("NCCL_CONF_FILE", "~/.nccl.conf", "NCCL's configuration file; then /etc/nccl.conf (the environment wins)"),
     (
         "NCCL_HOSTID",
         "hostname + boot id",
@@ -539,6 +526,16 @@ mod tests {
         assert!(w[1].contains("RCCLX_DISABLED") && w[1].contains("RCCLX_DISABLE?"));
         assert!(names(&["RCCL_ENABLE_DDA_BROADCAST", "RCCLX_LOG", "NCCL_DEBUG"]).is_empty());
         assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
+
+    #[test]
+    fn nccl_conf_lines_as_nccl_reads_them() {
+        let got = parse_conf("# a comment\nNCCL_DEBUG=INFO\nno equals sign\nA=b=c\n=x\nSPACED = v \n #x=1\n");
+        let want: Vec<(String, String)> = [("NCCL_DEBUG", "INFO"), ("A", "b=c"), ("SPACED ", " v "), (" #x", "1")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(got, want);
     }
 
     #[test]

@@ -71,7 +71,8 @@ fn loaded() -> &'static Result<Upstream, String> {
         match &r {
             Ok(u) => {
                 let targets: Vec<&str> = crate::kernels::CODE_OBJECTS.iter().map(|c| c.target).collect();
-                let mode = if crate::config::get().disable {
+                let cfg = crate::config::get();
+                let mode = if cfg.disable {
                     "disabled by RCCLX_DISABLE=1: every call goes to the stock library".to_string()
                 } else if targets.is_empty() {
                     "built without GPU kernels: every call goes to the stock library".to_string()
@@ -80,13 +81,13 @@ fn loaded() -> &'static Result<Upstream, String> {
                 };
                 tracing::info!(
                     target: crate::log::VERSION_TARGET,
-                    "rcclx {}+{} over {} (NCCL {}); {mode}",
+                    "rcclx version {}+{} over {} (NCCL {}); {mode}",
                     env!("CARGO_PKG_VERSION"),
                     env!("RCCLX_GIT_HASH"),
                     u.path.display(),
                     u.version()
                 );
-                if targets.is_empty() && !crate::config::get().disable {
+                if targets.is_empty() && !cfg.disable {
                     tracing::warn!(
                         "this librcclx.so was built without GPU kernels (no kernel compiler at build time): \
                          every call goes to the stock library. Rebuild with `bash scripts/run.sh`"
@@ -237,14 +238,16 @@ pub fn guarded<R>(call: impl FnOnce() -> R) -> R {
     call()
 }
 
-/// One TRACE line per exported call; calls coming back from inside the stock library (it
-/// called one of its own exports, bound to rcclx by the dynamic linker) say so.
+/// One TRACE line per exported call, for `RCCLX_LOG` only ([`crate::log::ENTRY_TARGET`]:
+/// NCCL's own `CALL` lines come from the stock library); calls coming back from inside the
+/// stock library (it called one of its own exports, bound to rcclx by the dynamic linker) say
+/// so.
 pub fn trace_entry(name: &'static str) {
     crate::log::init();
     if DEPTH.with(|d| d.get() > 0) {
-        tracing::trace!(target: crate::log::CALL_TARGET, "{name}: re-entered from the stock library, passed straight back");
+        tracing::trace!(target: crate::log::ENTRY_TARGET, "{name}: re-entered from the stock library, passed straight back");
     } else {
-        tracing::trace!(target: crate::log::CALL_TARGET, "{name}");
+        tracing::trace!(target: crate::log::ENTRY_TARGET, "{name}");
     }
 }
 

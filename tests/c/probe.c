@@ -6,7 +6,7 @@
  *   cc -DPROBE_LINKED probe.c -L<dir with libnccl.so> -lnccl -ldl   (DT_NEEDED libnccl.so.2)
  *   cc probe.c -ldl                                                 (dlopen of a path)
  *
- * Usage: probe <result-file> <all|bcast|bcast-first> [library]   (library: dlopen build only)
+ * Usage: probe <result-file> <all|bcast|bcast-first|reset> [library]   (library: dlopen build only)
  *
  * Own prototypes (copied from the stock nccl.h), so that no CUDA header is needed; the
  * signatures themselves are checked by tests/c_abi.rs.
@@ -186,7 +186,7 @@ static void probe_own(const struct own_api *o) {
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: %s <result-file> <all|bcast|bcast-first> [library]\n", argv[0]);
+    fprintf(stderr, "usage: %s <result-file> <all|bcast|bcast-first|reset> [library]\n", argv[0]);
     return 2;
   }
   out = fopen(argv[1], "w");
@@ -243,6 +243,21 @@ int main(int argc, char **argv) {
     fprintf(out, "ncclBcast(comm=NULL)=%d\n", plain.ncclBcast(NULL, 0, ncclFloat32, 0, NULL, NULL));
   } else if (strcmp(argv[2], "all") == 0) {
     probe_all(&plain, "");
+    probe_all(&prof, "p");
+    probe_own(&own);
+  } else if (strcmp(argv[2], "reset") == 0) {
+    /* Calls that log under the environment's NCCL_DEBUG, then NCCL_DEBUG=WARN and
+     * ncclResetDebugInit, then the same calls again (tests/logs.rs). */
+    probe_all(&plain, "");
+    probe_own(&own);
+    fflush(stdout);
+    printf("--- ncclResetDebugInit\n");
+    fflush(stdout);
+    setenv("NCCL_DEBUG", "WARN", 1);
+    void (*reset)(void) = NULL;
+    set_fn(&reset, dlsym(h, "ncclResetDebugInit"));
+    fprintf(out, "ncclResetDebugInit=%s\n", reset ? "present" : "absent");
+    if (reset) reset();
     probe_all(&prof, "p");
     probe_own(&own);
   } else {
