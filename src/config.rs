@@ -100,10 +100,12 @@ macro_rules! config_table {
             $( #[doc = concat!("`", $var, "`: ", $doc)] pub $field: $ty, )*
             /// The per-collective variables (`collective::Spec` names them).
             pub per_coll: PerColl,
+            /// NCCL's peer-to-peer variables, when they turn rcclx's kernels off ([`p2p_off`]).
+            pub p2p_off: Option<String>,
         }
 
         impl Default for Config {
-            fn default() -> Self { Self { $( $field: $default, )* per_coll: PerColl::default() } }
+            fn default() -> Self { Self { $( $field: $default, )* per_coll: PerColl::default(), p2p_off: None } }
         }
 
         /// The variables of the table, as (variable, default as text, meaning).
@@ -124,6 +126,7 @@ macro_rules! config_table {
                     }
                 )*
                 c.per_coll = PerColl::from_lookup(&lookup, &mut warnings);
+                c.p2p_off = p2p_off(&lookup);
                 c.clamp(&mut warnings);
                 (c, warnings)
             }
@@ -311,6 +314,12 @@ impl Config {
         }
     }
 
+    /// Every call goes to the stock library: `RCCLX_DISABLE=1`, or NCCL's peer-to-peer
+    /// variables forbid the peer access rcclx's kernels need.
+    pub fn forward_all(&self) -> bool {
+        self.disable || self.p2p_off.is_some()
+    }
+
     /// Low precision switched on for `coll` (its own switch or `RCCL_LOW_PRECISION_ENABLE`).
     pub fn lowp_on(&self, coll: Coll) -> bool {
         coll.spec().lowp_var.is_some() && (self.lowp_enable || self.per_coll.lowp[coll as usize])
@@ -331,6 +340,45 @@ pub fn lowp_switches_now() -> ([bool; COUNT], LowpCodec) {
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
 
+/// Why NCCL's peer-to-peer variables turn rcclx's kernels off (every call then goes to the
+/// stock library), read as NCCL reads them (`ncclGetLevel`, `src/graph/paths.cc`):
+/// `NCCL_P2P_DISABLE=1`; or `NCCL_P2P_LEVEL` below `SYS` (`LOC`, `NVL`, `NVB`, `C2C`, `PIX`,
+/// `PXB`, `P2C`, `PXN`, `PHB`, or the old numbers 0-3). rcclx's kernels read and write peers'
+/// memory directly and rcclx does not tell an NVLink path from a PCIe one, so any restriction
+/// of peer-to-peer paths keeps them off; `SYS` (or 4, 5) restricts nothing.
+pub fn p2p_off(lookup: impl Fn(&str) -> Option<String>) -> Option<String> {
+    if lookup("NCCL_P2P_DISABLE").is_some_and(|v| c_strtol(&v) == 1) {
+        return Some("NCCL_P2P_DISABLE=1".into());
+    }
+    let v = lookup("NCCL_P2P_LEVEL")?;
+    const NAMES: [&str; 10] = ["LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS"];
+    let below_sys = match NAMES.iter().position(|n| *n == v) {
+        Some(i) => i < 9,
+        None if v.starts_with(|c: char| c.is_ascii_digit()) => c_strtol(&v) < 4,
+        None => false,
+    };
+    below_sys.then(|| format!("NCCL_P2P_LEVEL={v}"))
+}
+
+/// `strtol(s, NULL, 0)`: leading decimal, `0x` hex or `0` octal digits; 0 when there are none.
+fn c_strtol(s: &str) -> i64 {
+    let s = s.trim_start();
+    let (neg, s) = match s.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, s.strip_prefix('+').unwrap_or(s)),
+    };
+    let (radix, digits) = if let Some(h) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        (16, h)
+    } else if s.starts_with('0') {
+        (8, s)
+    } else {
+        (10, s)
+    };
+    let end = digits.find(|c: char| !c.is_digit(radix)).unwrap_or(digits.len());
+    let v = i64::from_str_radix(&digits[..end], radix).unwrap_or(0);
+    if neg { -v } else { v }
+}
+
 /// The process configuration, read from the environment on first use. Logs, as the stock
 /// library does for its own (`ENV`), each variable set, and warns once per invalid value,
 /// clamped value and unknown name.
@@ -350,6 +398,9 @@ pub fn get() -> &'static Config {
             if let Some(value) = env(v.name) {
                 tracing::info!("{} set by environment to {value}", v.name);
             }
+        }
+        if let Some(why) = &c.p2p_off {
+            tracing::info!("{why}: rcclx's peer-to-peer kernels are off; every call goes to the stock library");
         }
         c
     })
@@ -379,6 +430,12 @@ const READ_ELSEWHERE: &[(&str, &str, &str)] = &[
         "NCCL_DEBUG_TIMESTAMP_FORMAT",
         "[%F %T] ",
         "strftime format of the timestamp (`%Nf`: N digits of the second's fraction; `_` is a space)",
+    ),
+    ("NCCL_P2P_DISABLE", "0", "1: rcclx's peer-to-peer kernels are off, every call goes to the stock library"),
+    (
+        "NCCL_P2P_LEVEL",
+        "unset",
+        "below SYS (LOC, NVL, ..., PHB, or 0-3): rcclx's kernels are off, as for NCCL_P2P_DISABLE=1",
     ),
     ("NCCL_CONF_FILE", "~/.nccl.conf", "NCCL's configuration file; then /etc/nccl.conf (the environment wins)"),
     (
@@ -526,6 +583,26 @@ mod tests {
         assert!(w[1].contains("RCCLX_DISABLED") && w[1].contains("RCCLX_DISABLE?"));
         assert!(names(&["RCCL_ENABLE_DDA_BROADCAST", "RCCLX_LOG", "NCCL_DEBUG"]).is_empty());
         assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
+
+    #[test]
+    fn nccl_p2p_variables_as_nccl_reads_them() {
+        let off = |pairs: &[(&str, &str)]| parse(pairs).0.p2p_off;
+        assert_eq!(off(&[]), None);
+        assert_eq!(off(&[("NCCL_P2P_DISABLE", "1")]).as_deref(), Some("NCCL_P2P_DISABLE=1"));
+        assert_eq!(off(&[("NCCL_P2P_DISABLE", "0x1")]).as_deref(), Some("NCCL_P2P_DISABLE=1"));
+        // NCCL: only the value 1 disables; anything else leaves NCCL_P2P_LEVEL in charge.
+        assert_eq!(off(&[("NCCL_P2P_DISABLE", "2")]), None);
+        assert_eq!(off(&[("NCCL_P2P_DISABLE", "yes")]), None);
+        for level in ["LOC", "NVL", "PIX", "PHB", "0", "3"] {
+            assert_eq!(off(&[("NCCL_P2P_LEVEL", level)]), Some(format!("NCCL_P2P_LEVEL={level}")));
+        }
+        for level in ["SYS", "4", "5", "9", "nvl", "bogus"] {
+            assert_eq!(off(&[("NCCL_P2P_LEVEL", level)]), None, "{level}");
+        }
+        assert!(parse(&[("NCCL_P2P_LEVEL", "NVL")]).0.forward_all());
+        assert_eq!(c_strtol(" 010"), 8);
+        assert_eq!(c_strtol("-3x"), -3);
     }
 
     #[test]

@@ -74,6 +74,8 @@ fn loaded() -> &'static Result<Upstream, String> {
                 let cfg = crate::config::get();
                 let mode = if cfg.disable {
                     "disabled by RCCLX_DISABLE=1: every call goes to the stock library".to_string()
+                } else if let Some(why) = &cfg.p2p_off {
+                    format!("peer-to-peer kernels off by {why}: every call goes to the stock library")
                 } else if targets.is_empty() {
                     "built without GPU kernels: every call goes to the stock library".to_string()
                 } else {
@@ -87,7 +89,7 @@ fn loaded() -> &'static Result<Upstream, String> {
                     u.path.display(),
                     u.version()
                 );
-                if targets.is_empty() && !cfg.disable {
+                if targets.is_empty() && !cfg.forward_all() {
                     tracing::warn!(
                         "this librcclx.so was built without GPU kernels (no kernel compiler at build time): \
                          every call goes to the stock library. Rebuild with `bash scripts/run.sh`"
@@ -252,10 +254,11 @@ pub fn trace_entry(name: &'static str) {
 }
 
 /// True when a hook must behave as a plain forward: the call comes from inside the stock
-/// library (it called one of its own exports and the dynamic linker bound it to rcclx), or
-/// `RCCLX_DISABLE=1`.
+/// library (it called one of its own exports and the dynamic linker bound it to rcclx),
+/// `RCCLX_DISABLE=1`, or NCCL's peer-to-peer variables forbid rcclx's kernels
+/// (`config::p2p_off`).
 pub fn pass_through() -> bool {
-    DEPTH.with(|d| d.get() > 0) || crate::config::get().disable
+    DEPTH.with(|d| d.get() > 0) || crate::config::get().forward_all()
 }
 
 /// Error strings rcclx can give without the stock library (same wording as NCCL's).

@@ -328,6 +328,24 @@ fn reset_debug_init_reads_the_variables_again() {
     same_shapes(after, &host(), &["WARN"], "after ncclResetDebugInit");
 }
 
+/// `NCCL_P2P_DISABLE=1` and `NCCL_P2P_LEVEL=LOC`: one INFO line says every call goes to the
+/// stock library, and the version line says so too; results as stock's.
+#[test]
+fn p2p_disable_forwards_everything() {
+    let Some(s) = Setup::new("p2p") else { return };
+    for (var, value) in [("NCCL_P2P_DISABLE", "1"), ("NCCL_P2P_LEVEL", "LOC")] {
+        let r = s.run("all", &[("NCCL_DEBUG", "INFO".as_ref()), (var, value.as_ref())]);
+        let log = r.rcclx_log();
+        let said = format!("{var}={value}: rcclx's peer-to-peer kernels are off; every call goes to the stock library");
+        assert_eq!(log.iter().filter(|(l, m)| *l == "INFO" && *m == said).count(), 1, "{}", r.dump());
+        assert!(
+            log.iter().any(|(_, m)| m.starts_with("rcclx version ") && m.contains(&format!("off by {var}={value}"))),
+            "{}",
+            r.dump()
+        );
+    }
+}
+
 #[test]
 fn shapes_of_known_lines() {
     let h = "node7";
