@@ -463,6 +463,10 @@ const TOOL_NAMES: &[&str] = &[
     "RCCLX_BENCH_LIBS",
     "RCCLX_ARTIFACTS",
     "RCCLX_LP_FORCE",
+    // The wheel's and the zig link's build variables (python/README.md).
+    "RCCLX_WHEEL_ZIG",
+    "RCCLX_LINK_ZIG",
+    "RCCLX_LINK_TARGET",
 ];
 
 /// One warning per `RCCLX_*` name rcclx does not know, and per `RCCL_*` name two edits or

@@ -175,6 +175,13 @@ pub fn report_error(text: &str) {
     set_last_error(text);
 }
 
+/// A forwarded call failed (not `ncclInProgress`): the stock library's error is now the newest,
+/// so `ncclGetLastError` returns its text, even when it equals the one before rcclx's error.
+pub fn forwarded_error() {
+    let mut e = OWN_LAST_ERROR.lock();
+    e.set = false;
+}
+
 pub fn set_last_error(text: &str) {
     let stock_then = stock_last_error();
     let mut e = OWN_LAST_ERROR.lock();

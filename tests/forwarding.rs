@@ -99,7 +99,8 @@ impl Setup {
 }
 
 /// rcclx is really in the process (its own API answers) and forwards to the expected library.
-fn assert_rcclx_present(r: &Run, upstream: &Path) {
+/// `disabled`: `RCCLX_DISABLE=1`, where `ncclGetLastError` is the stock library's alone.
+fn assert_rcclx_present(r: &Run, upstream: &Path, disabled: bool) {
     let code = rcclx::abi::own::RCCLX_VERSION_CODE;
     assert_eq!(r.get("rcclxGetVersion"), format!("0 {code}"), "{}", r.dump());
     // ncclInvalidArgument for NULL pointers, as NCCL does for its own functions.
@@ -116,7 +117,16 @@ fn assert_rcclx_present(r: &Run, upstream: &Path) {
     assert_eq!(r.get("rcclxAllToAllvDynamicPackedEx(bad wire)"), "4", "{}", r.dump());
     assert_eq!(r.get("rcclxAllToAllvDynamicPackedEx(fp8, unknown comm)"), "5", "{}", r.dump());
     let said = r.rcclx_log().into_iter().filter(|l| *l == common::PROBE_A2AV_WARNING).count();
-    assert_eq!(said, 2, "one WARN line per AllToAllv on an unknown communicator (plain, FP8):\n{}", r.dump());
+    assert_eq!(said, 3, "one WARN line per AllToAllv on an unknown communicator (plain, FP8, plain):\n{}", r.dump());
+    // ncclGetLastError: rcclx's text after rcclx's error; the stock library's after a newer
+    // stock error, even one whose text equals the stock error before rcclx's.
+    let own = r.get("rcclxLastError(rcclx's)");
+    assert!(
+        disabled || own.starts_with("rcclx: rcclxAllToAllvDynamic: comm 0x7f00 is not a communicator"),
+        "{}",
+        r.dump()
+    );
+    assert_eq!(r.get("rcclxLastError(stock's again)"), "AllReduce : comm argument is NULL", "{}", r.dump());
     let said = r.rcclx_log().into_iter().filter(|l| *l == common::PROBE_A2AV_WIRE_WARNING).count();
     assert_eq!(said, 1, "one WARN line for the unknown wire:\n{}", r.dump());
     let path = r.get("rcclxGetUpstreamPath");
@@ -129,7 +139,7 @@ fn forwarding(mode: Mode, nccl: Option<Nccl>) {
     let stock = s.stock(mode, "all", &[]);
     let r = s.rcclx(mode, "all", &[]);
     common::assert_same_results(&stock, &r);
-    assert_rcclx_present(&r, &s.nccl.lib);
+    assert_rcclx_present(&r, &s.nccl.lib, false);
     // Nothing to warn about: no rcclx log line at the default level.
     assert!(r.rcclx_log_unprovoked().is_empty(), "unexpected rcclx log lines:\n{}", r.dump());
 }
@@ -174,7 +184,7 @@ fn disable_is_pass_through() {
     for mode in [Mode::Installed, Mode::Preload, Mode::Dlopen] {
         let r = s.rcclx(mode, "all", &[("RCCLX_DISABLE", "1".as_ref()), ("RCCLX_LOG", "rcclx=debug".as_ref())]);
         common::assert_same_results(if mode == Mode::Dlopen { &stock_dl } else { &stock }, &r);
-        assert_rcclx_present(&r, &s.nccl.lib);
+        assert_rcclx_present(&r, &s.nccl.lib, true);
         // The setting was read and honoured (the ENV line and the banner say so).
         assert!(
             r.rcclx_log().iter().any(|(lvl, m)| *lvl == "INFO" && *m == "RCCLX_DISABLE set by environment to 1"),

@@ -245,6 +245,17 @@ int main(int argc, char **argv) {
     probe_all(&plain, "");
     probe_all(&prof, "p");
     probe_own(&own);
+    if (own.rcclxAllToAllvDynamic) {
+      /* ncclGetLastError after: a stock error, rcclx's, the same stock error again (newer
+       * than rcclx's, with the text of the one before it): the stock library's text. */
+      size_t counts[1] = {0};
+      ncclComm_t unknown = (ncclComm_t)(uintptr_t)0x7f00;
+      plain.ncclAllReduce(NULL, NULL, 16, ncclFloat32, ncclSum, NULL, NULL);
+      own.rcclxAllToAllvDynamic(NULL, counts, NULL, 0, 0, counts, ncclFloat32, unknown, NULL);
+      str_line("rcclxLastError(rcclx's)", plain.ncclGetLastError(NULL));
+      plain.ncclAllReduce(NULL, NULL, 16, ncclFloat32, ncclSum, NULL, NULL);
+      str_line("rcclxLastError(stock's again)", plain.ncclGetLastError(NULL));
+    }
   } else if (strcmp(argv[2], "reset") == 0) {
     /* Calls that log under the environment's NCCL_DEBUG, then NCCL_DEBUG=WARN and
      * ncclResetDebugInit, then the same calls again (tests/logs.rs). */
