@@ -16,7 +16,7 @@
 # path (LD_LIBRARY_PATH, rpath). Programs can also link against it with -L PREFIX/lib -lnccl.
 #
 # The stock library must then be given with RCCLX_UPSTREAM_LIB=/path/to/libnccl.so.2 (or be
-# discoverable: see README "Finding the stock library"): inside such a process
+# discoverable: see README "Troubleshooting"): inside such a process
 # dlopen("libnccl.so.2") returns rcclx itself, which rcclx detects (marker symbol
 # rcclxGetVersion / same file) and skips, so it never forwards to itself.
 #
