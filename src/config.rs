@@ -437,6 +437,8 @@ const READ_ELSEWHERE: &[(&str, &str, &str)] = &[
         "unset",
         "below SYS (LOC, NVL, ..., PHB, or 0-3): rcclx's kernels are off, as for NCCL_P2P_DISABLE=1",
     ),
+    ("NCCL_NVTX_DISABLE", "0", "1: no NVTX ranges for the collectives rcclx runs (as for the stock library's)"),
+    ("NVTX_INJECTION64_PATH", "unset", "the NVTX tool (set by nsys and the like): rcclx's ranges go to it"),
     ("NCCL_CONF_FILE", "~/.nccl.conf", "NCCL's configuration file; then /etc/nccl.conf (the environment wins)"),
     (
         "NCCL_HOSTID",

@@ -173,6 +173,20 @@ pub fn linked_probe(dir: &Path, nccl_lib: &Path) -> PathBuf {
     exe
 }
 
+/// `tests/c/nvtx_record.c`, the recording NVTX injection library, built into `dir`.
+pub fn nvtx_recorder(dir: &Path) -> PathBuf {
+    let lib = dir.join("libnvtx_record.so");
+    must(
+        cc().args(C_FLAGS)
+            .args(["-shared", "-fPIC"])
+            .arg(c_src("nvtx_record.c"))
+            .args(["-ldl", "-lpthread", "-o"])
+            .arg(&lib),
+        "compiling the NVTX recorder",
+    );
+    lib
+}
+
 /// `tests/c/probe.c` built to `dlopen` the library given on its command line.
 pub fn dlopen_probe(dir: &Path) -> PathBuf {
     let exe = dir.join("probe_dlopen");
