@@ -70,7 +70,7 @@ fn assert_one_warning(r: &Run, needles: &[&str]) {
 fn installed(dir: &Path) -> (PathBuf, PathBuf) {
     let prefix = dir.join("prefix");
     common::install(&prefix);
-    let probe = common::linked_probe(dir, &prefix.join("lib/librcclx.so"));
+    let probe = common::linked_probe(dir, &prefix.join("lib/libnccl.so.2"));
     (prefix, probe)
 }
 

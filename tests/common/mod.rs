@@ -144,8 +144,8 @@ fn c_src(name: &str) -> PathBuf {
 
 /// `tests/c/probe.c` linked with `-lnccl` against `nccl_lib` through a `libnccl.so` symlink in
 /// `dir` (the way nccl-tests links), so its `DT_NEEDED` is the library's SONAME,
-/// `libnccl.so.2`. rcclx has no SONAME: linking against it (as `-l:libnccl.so.2`, a symlink of
-/// that name) records the link name, `libnccl.so.2`, as well.
+/// `libnccl.so.2` (the stock library's, or that of rcclx's copy installed under that name). A
+/// library without a SONAME is linked as `-l:libnccl.so.2`, which records that name as well.
 pub fn linked_probe(dir: &Path, nccl_lib: &Path) -> PathBuf {
     let link_dir = dir.join("link");
     std::fs::create_dir_all(&link_dir).unwrap();
@@ -200,10 +200,16 @@ pub fn install(prefix: &Path) {
         Command::new("bash").arg(repo().join("scripts/install.sh")).arg(prefix).env("RCCLX_LIB", lib()),
         "scripts/install.sh",
     );
-    for name in ["libnccl.so.2", "libnccl.so", "librccl.so.1", "librccl.so"] {
-        let p = prefix.join("lib").join(name);
-        let target = std::fs::read_link(&p).unwrap_or_else(|e| panic!("{} is not a symlink: {e}", p.display()));
-        assert_eq!(target, Path::new("librcclx.so"), "{}", p.display());
+    // A copy per stock name, its SONAME that name; the unversioned names are symlinks.
+    for (file, link) in
+        [("librcclx.so.0", "librcclx.so"), ("libnccl.so.2", "libnccl.so"), ("librccl.so.1", "librccl.so")]
+    {
+        let f = prefix.join("lib").join(file);
+        let dynamic = stdout_of(Command::new("readelf").arg("-d").arg(&f), "readelf -d");
+        assert!(dynamic.contains(&format!("Library soname: [{file}]")), "{}:\n{dynamic}", f.display());
+        let l = prefix.join("lib").join(link);
+        let target = std::fs::read_link(&l).unwrap_or_else(|e| panic!("{} is not a symlink: {e}", l.display()));
+        assert_eq!(target, Path::new(file), "{}", l.display());
     }
     assert!(prefix.join("include/rcclx.h").is_file());
 }
