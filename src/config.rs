@@ -402,6 +402,12 @@ pub fn get() -> &'static Config {
         if let Some(why) = &c.p2p_off {
             tracing::info!("{why}: rcclx's peer-to-peer kernels are off; every call goes to the stock library");
         }
+        if let Some(plugin) = env("NCCL_PROFILER_PLUGIN").filter(|p| !p.is_empty()) {
+            tracing::info!(
+                "NCCL_PROFILER_PLUGIN={plugin}: the plugin sees the calls the stock library runs, not the \
+                 collectives rcclx runs itself (those have NVTX ranges and rcclx's statistics)"
+            );
+        }
         c
     })
 }
@@ -436,6 +442,11 @@ const READ_ELSEWHERE: &[(&str, &str, &str)] = &[
         "NCCL_P2P_LEVEL",
         "unset",
         "below SYS (LOC, NVL, ..., PHB, or 0-3): rcclx's kernels are off, as for NCCL_P2P_DISABLE=1",
+    ),
+    (
+        "NCCL_PROFILER_PLUGIN",
+        "unset",
+        "read by the stock library; rcclx says once (INFO) that the plugin does not see the collectives it runs",
     ),
     ("NCCL_NVTX_DISABLE", "0", "1: no NVTX ranges for the collectives rcclx runs (as for the stock library's)"),
     ("NVTX_INJECTION64_PATH", "unset", "the NVTX tool (set by nsys and the like): rcclx's ranges go to it"),

@@ -346,6 +346,21 @@ fn p2p_disable_forwards_everything() {
     }
 }
 
+/// `NCCL_PROFILER_PLUGIN`: rcclx cannot feed the plugin the collectives it runs, and says so
+/// once, at INFO.
+#[test]
+fn profiler_plugin_limit_is_said_once() {
+    let Some(s) = Setup::new("profiler") else { return };
+    let r =
+        s.run("all", &[("NCCL_DEBUG", "INFO".as_ref()), ("NCCL_PROFILER_PLUGIN", "/nonexistent/libprof.so".as_ref())]);
+    let said = r
+        .rcclx_log()
+        .iter()
+        .filter(|(l, m)| *l == "INFO" && m.starts_with("NCCL_PROFILER_PLUGIN=/nonexistent/libprof.so: the plugin sees"))
+        .count();
+    assert_eq!(said, 1, "{}", r.dump());
+}
+
 #[test]
 fn shapes_of_known_lines() {
     let h = "node7";
