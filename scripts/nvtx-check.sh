@@ -7,8 +7,10 @@
 # NVTX_INJECTION64_PATH=OUT/libnvtx_record.so and NVTX_RECORD_DIR=OUT (one OUT/nvtx.<pid>.log
 # per process: every NVTX instance's domains, pushes and pops, with the library that made each),
 # then prints per process the ranges by library and name. It fails (exit 1) when COMMAND fails,
-# when no range came from librcclx.so, when a process's pushes and pops do not pair up, or when
-# one of rcclx's ranges is not domain NCCL, a collective's name and a non-zero size payload.
+# when no range came from rcclx, when a process's pushes and pops do not pair up, or when one of
+# rcclx's ranges is not domain NCCL, a collective's name and a non-zero size payload. rcclx's
+# ranges are those made by an object whose file name matches NVTX_CHECK_FROM (a Python regular
+# expression; default `rcclx|^ranks$`: librcclx.so, or gpu-tests' `ranks`, which links rcclx in).
 #
 # Example (1 H200, several ranks on it; rcclx runs the collectives):
 #   bash scripts/nvtx-check.sh /tmp/nvtx -- .carry/ranks --nranks 4 --gpus 1 --suite dda --quick
@@ -30,9 +32,9 @@ rc=0
 NVTX_INJECTION64_PATH="$OUT/libnvtx_record.so" NVTX_RECORD_DIR="$OUT" "$@" || rc=$?
 echo "nvtx-check: command exit status $rc"
 
-python3 - "$OUT" "$rc" <<'PY'
+python3 - "$OUT" "$rc" "${NVTX_CHECK_FROM:-rcclx|^ranks\$}" <<'PY'
 import collections, glob, os, re, sys
-out, rc = sys.argv[1], int(sys.argv[2])
+out, rc, mine = sys.argv[1], int(sys.argv[2]), re.compile(sys.argv[3])
 names = {"ncclAllReduce", "ncclAllGather", "ncclReduceScatter", "ncclAlltoAll", "ncclBroadcast"}
 bad, rcclx_ranges = [], 0
 for path in sorted(glob.glob(os.path.join(out, "nvtx.*.log"))):
@@ -42,7 +44,7 @@ for path in sorted(glob.glob(os.path.join(out, "nvtx.*.log"))):
         if m:
             dom, name, ptype, payload, lib = m.groups()
             pushes[(lib, dom, name)] += 1
-            if "rcclx" in lib:
+            if mine.search(lib):
                 rcclx_ranges += 1
                 if dom != "NCCL" or name not in names or ptype != "1" or payload == "0":
                     bad.append(f"{path}: rcclx range {line.strip()}")
@@ -58,7 +60,7 @@ for path in sorted(glob.glob(os.path.join(out, "nvtx.*.log"))):
         if n_push != pops[(lib, dom)]:
             bad.append(f"{path}: {lib} {dom}: {n_push} pushes, {pops[(lib, dom)]} pops")
 if rcclx_ranges == 0:
-    bad.append("no range from librcclx.so (no collective ran on rcclx's kernels, or no NVTX)")
+    bad.append("no range from rcclx (no collective ran on rcclx's kernels, or no NVTX)")
 if rc != 0:
     bad.append(f"the command failed (exit status {rc})")
 for b in bad:
