@@ -16,6 +16,10 @@ Output: one PNG per JSON file, ``<name>.png`` next to the JSON file (or in ``--o
 ``<name>-<type>-<op>.png``. Repeated sizes (``-N`` cycles) are reduced to their median. Plain
 nccl-tests JSON files (no ``per_library``) are drawn as one library.
 
+``--speedup PNG`` draws instead one panel for all the files: the ratio against size, one line
+per file (the README's plot). A file can be ``ARCHIVE.tar.gz:MEMBER``, a JSON file inside a
+results folder's ``logs.tar.gz``.
+
 Only matplotlib is needed (headless "Agg" backend; no display).
 
 Usage:
@@ -25,6 +29,7 @@ Usage:
 Examples:
   python3 bench/plot.py bench/results/DATE/ar-P2-eager.json          # -> .../ar-P2-eager.png
   python3 bench/plot.py bench/results/DATE/*.json --outdir /tmp/plots --place both
+  python3 bench/plot.py --speedup docs/speedup.png R/logs.tar.gz:speed/a.json R/logs.tar.gz:speed/b.json
 """
 import argparse
 import json
@@ -32,6 +37,7 @@ import math
 import os
 import statistics
 import sys
+import tarfile
 
 import matplotlib
 
@@ -56,9 +62,18 @@ def fmt_bytes(x, _pos=None):
 
 
 def load(path):
-    """The JSON document, with the libraries in order and the time key (time or cpu_time)."""
-    with open(path, encoding="utf-8") as f:
-        doc = json.load(f)
+    """The JSON document, with the libraries in order and the time key (time or cpu_time).
+    ``ARCHIVE.tar.gz:MEMBER`` reads a file inside a results folder's ``logs.tar.gz``."""
+    archive, sep, member = path.partition(".tar.gz:")
+    if sep:
+        with tarfile.open(archive + ".tar.gz") as tar:
+            f = tar.extractfile(member)
+            if f is None:
+                raise ValueError(f"{member} is not a file in {archive}.tar.gz")
+            doc = json.loads(f.read().decode("utf-8"))
+    else:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
     if not isinstance(doc, dict) or "results" not in doc:
         raise ValueError("no 'results': not a benchmark JSON file")
     libs = [lib["name"] for lib in doc.get("libraries", [])]
@@ -270,6 +285,40 @@ def plot_file(path, outdir, split, places, dpi, title):
     return written
 
 
+def plot_speedup(paths, png, dpi, title, place="out_of_place"):
+    """One panel for several files: time(first library) / time(second) against size, one line
+    per file (its collective, eager or graph, and type), e.g. the README's summary plot."""
+    fig, ax = plt.subplots(figsize=(8.5, 4.6))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    names = None
+    for i, path in enumerate(paths):
+        doc, libs = load(path)
+        if len(libs) < 2:
+            raise ValueError(f"{path}: one library, no ratio")
+        names = names or libs[:2]
+        dtype, op = groups_of(doc)[0]
+        _, ratios = series(doc, libs[:2], dtype, op, place)
+        pts = ratios[libs[1]]
+        if not pts:
+            continue
+        cfg = doc.get("config", {})
+        how = "CUDA graph" if cfg.get("graph") else "eager"
+        label = f"{cfg.get('collective', '?')}, {dtype}, {how} (geomean {geomean([y for _, y in pts]):.2f}x)"
+        xs, ys = zip(*pts)
+        ax.plot(xs, ys, marker="o", ms=3.5, lw=1.6, color=colors[i % len(colors)], label=label)
+    ax.axhline(1.0, color="0.3", lw=1, ls=":")
+    log2_size_axis(ax)
+    ax.set_ylabel(f"time({names[0]}) / time({names[1]})" if names else "ratio")
+    lo, hi = ax.get_ylim()
+    ax.set_ylim(min(lo, 0.9), hi)
+    ax.legend(fontsize=8, loc="best")
+    ax.set_title(title or "speed-up", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(png, dpi=dpi)
+    plt.close(fig)
+    return png
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -281,8 +330,17 @@ def main(argv=None):
                     help="which results to draw (default out_of_place; both: in-place dashed)")
     ap.add_argument("--dpi", type=int, default=110)
     ap.add_argument("--title", help="title prefix (default: the JSON file name)")
+    ap.add_argument("--speedup", metavar="PNG",
+                    help="instead: one plot of every file's speed-up (first library / second) in PNG")
     args = ap.parse_args(argv)
     places = PLACES if args.place == "both" else (args.place,)
+    if args.speedup:
+        try:
+            print(plot_speedup(args.json, args.speedup, args.dpi, args.title, places[0]))
+            return 0
+        except (OSError, ValueError, KeyError, TypeError, tarfile.TarError) as e:
+            print(f"--speedup: {e}", file=sys.stderr)
+            return 1
     rc = 0
     for path in args.json:
         try:

@@ -42,6 +42,9 @@ fn main() {
     let repo = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
     println!("cargo:rustc-env=RCCLX_GIT_HASH={}", git_hash(&repo));
+    // The library's own SONAME; scripts/install.sh rewrites it in the copies it installs under
+    // the stock names (scripts/set-soname.py: a name of up to these 13 bytes fits in place).
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,librcclx.so.0");
     let require = toolchain::flag("RCCLX_REQUIRE_KERNELS");
     let report = require || toolchain::flag("RCCLX_KERNEL_REPORT");
 

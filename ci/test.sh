@@ -21,7 +21,9 @@
 #                                      target/release/librcclx.so.debug), `auditwheel show` must
 #                                      say manylinux_2_28 or older; installed in a fresh venv with
 #                                      the stock NCCL wheel, its CLI (`info`: the library's JSON)
-#                                      and ctypes loading checked
+#                                      and ctypes loading checked; the wheel and
+#                                      librcclx.so.debug (same GNU build ID) are left in
+#                                      target/wheels/ (WHEEL_OUT)
 #   8. rccl-tests-compat/build.sh, then its selftest's host section: the benchmark and checker
 #                                      build (nvcc), usage errors exit 2, output in nccl-tests'
 #                                      format, JSON read by bench/ratios.py (no GPU needed)
@@ -160,7 +162,8 @@ TEST_COUNTS="$(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /
   END { printf "%d passed, %d failed, %d ignored", p, f, g }' "$TEST_LOG")"
 
 # 7. The Python package.
-step 0 "python wheel, manylinux_2_28 (ci/wheel.sh)" bash ci/wheel.sh
+# The wheel and its debug file (same build ID) stay in CI's output, side by side.
+step 0 "python wheel, manylinux_2_28 (ci/wheel.sh)" env WHEEL_OUT="${WHEEL_OUT:-$REPO/target/wheels}" bash ci/wheel.sh
 
 # 8. The benchmark and checker (nvcc): they build, and their host-only checks (options, usage
 # errors exit 2, output in nccl-tests' format, JSON readable by bench/) pass without a GPU.

@@ -230,6 +230,14 @@ if so[:4] == b"\x7fELF" and os.path.isfile(built):
             bad.append(f"the CRC in rcclx/librcclx.so's .gnu_debuglink is not {debug}'s")
         if ".debug_info" not in sections(dbg):
             bad.append(f"{debug} has no .debug_info")
+        # A GNU build ID (python/zig-link.sh), the same in the library and its debug file.
+        bid = mine.get(".note.gnu.build-id", b"")
+        if len(bid) < 16 + 20:
+            bad.append("rcclx/librcclx.so has no 20-byte GNU build ID (.note.gnu.build-id)")
+        elif sections(dbg).get(".note.gnu.build-id") != bid:
+            bad.append(f"{debug}'s build ID is not rcclx/librcclx.so's")
+        else:
+            print(f"  build ID {bid[16:].hex()} in the wheel's librcclx.so and in {debug}")
 elif not os.path.isfile(built):
     bad.append(f"{built} is missing")
 # With RCCLX_REQUIRE_KERNELS=1 the code objects of all three targets are embedded: an NVIDIA

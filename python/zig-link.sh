@@ -15,6 +15,9 @@
 #   --target=...                      dropped (zig gets -target)
 # and adds:
 #   -Wl,-z,defs   a symbol that glibc 2.28 lacks fails the link instead of loading lazily
+#   -Wl,--build-id=sha1
+#                 a GNU build ID, as cargo's own link (gcc/ld) gives: perf, gdb, debuginfod and
+#                 systemd-coredump find librcclx.so.debug by it (zig's lld adds none by default)
 # Response files (@file, which rustc uses for long command lines) are filtered the same way.
 set -eu
 ZIG="${RCCLX_LINK_ZIG:-zig}"
@@ -47,4 +50,4 @@ for arg in "$@"; do
   esac
 done
 
-"$ZIG" cc -target "$TARGET" "$@" -Wl,-z,defs
+"$ZIG" cc -target "$TARGET" "$@" -Wl,-z,defs -Wl,--build-id=sha1

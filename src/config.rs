@@ -7,6 +7,8 @@
 use std::sync::OnceLock;
 
 use crate::collective::{COLLS, COUNT, Coll, Shape, Spec};
+use crate::env::env_only;
+pub use crate::env::{conf_files, env, parse_conf, secure_env};
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * 1024;
@@ -98,10 +100,12 @@ macro_rules! config_table {
             $( #[doc = concat!("`", $var, "`: ", $doc)] pub $field: $ty, )*
             /// The per-collective variables (`collective::Spec` names them).
             pub per_coll: PerColl,
+            /// NCCL's peer-to-peer variables, when they turn rcclx's kernels off ([`p2p_off`]).
+            pub p2p_off: Option<String>,
         }
 
         impl Default for Config {
-            fn default() -> Self { Self { $( $field: $default, )* per_coll: PerColl::default() } }
+            fn default() -> Self { Self { $( $field: $default, )* per_coll: PerColl::default(), p2p_off: None } }
         }
 
         /// The variables of the table, as (variable, default as text, meaning).
@@ -122,6 +126,7 @@ macro_rules! config_table {
                     }
                 )*
                 c.per_coll = PerColl::from_lookup(&lookup, &mut warnings);
+                c.p2p_off = p2p_off(&lookup);
                 c.clamp(&mut warnings);
                 (c, warnings)
             }
@@ -309,6 +314,12 @@ impl Config {
         }
     }
 
+    /// Every call goes to the stock library: `RCCLX_DISABLE=1`, or NCCL's peer-to-peer
+    /// variables forbid the peer access rcclx's kernels need.
+    pub fn forward_all(&self) -> bool {
+        self.disable || self.p2p_off.is_some()
+    }
+
     /// Low precision switched on for `coll` (its own switch or `RCCL_LOW_PRECISION_ENABLE`).
     pub fn lowp_on(&self, coll: Coll) -> bool {
         coll.spec().lowp_var.is_some() && (self.lowp_enable || self.per_coll.lowp[coll as usize])
@@ -329,29 +340,43 @@ pub fn lowp_switches_now() -> ([bool; COUNT], LowpCodec) {
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
 
-/// The process environment as the configuration reads it: `secure_getenv` (a set-user-ID
-/// program ignores these variables, as the dynamic loader does its own); non-UTF-8 is unset.
-pub fn env(name: &str) -> Option<String> {
-    secure_env(name)?.into_string().ok()
-}
-
-unsafe extern "C" {
-    /// glibc >= 2.17 (`libc` 0.2 does not declare it).
-    fn secure_getenv(name: *const std::ffi::c_char) -> *mut std::ffi::c_char;
-}
-
-/// `secure_getenv(name)`, unset when the process runs with elevated privileges.
-pub fn secure_env(name: &str) -> Option<std::ffi::OsString> {
-    use std::os::unix::ffi::OsStringExt;
-    let key = std::ffi::CString::new(name).ok()?;
-    // SAFETY: `key` is NUL-terminated; a non-NULL result points into the environment and is
-    // copied at once.
-    let p = unsafe { secure_getenv(key.as_ptr()) };
-    if p.is_null() {
-        return None;
+/// Why NCCL's peer-to-peer variables turn rcclx's kernels off (every call then goes to the
+/// stock library), read as NCCL reads them (`ncclGetLevel`, `src/graph/paths.cc`):
+/// `NCCL_P2P_DISABLE=1`; or `NCCL_P2P_LEVEL` below `SYS` (`LOC`, `NVL`, `NVB`, `C2C`, `PIX`,
+/// `PXB`, `P2C`, `PXN`, `PHB`, or the old numbers 0-3). rcclx's kernels read and write peers'
+/// memory directly and rcclx does not tell an NVLink path from a PCIe one, so any restriction
+/// of peer-to-peer paths keeps them off; `SYS` (or 4, 5) restricts nothing.
+pub fn p2p_off(lookup: impl Fn(&str) -> Option<String>) -> Option<String> {
+    if lookup("NCCL_P2P_DISABLE").is_some_and(|v| c_strtol(&v) == 1) {
+        return Some("NCCL_P2P_DISABLE=1".into());
     }
-    // SAFETY: non-NULL result of secure_getenv: a NUL-terminated string.
-    Some(std::ffi::OsString::from_vec(unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes().to_vec()))
+    let v = lookup("NCCL_P2P_LEVEL")?;
+    const NAMES: [&str; 10] = ["LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS"];
+    let below_sys = match NAMES.iter().position(|n| *n == v) {
+        Some(i) => i < 9,
+        None if v.starts_with(|c: char| c.is_ascii_digit()) => c_strtol(&v) < 4,
+        None => false,
+    };
+    below_sys.then(|| format!("NCCL_P2P_LEVEL={v}"))
+}
+
+/// `strtol(s, NULL, 0)`: leading decimal, `0x` hex or `0` octal digits; 0 when there are none.
+fn c_strtol(s: &str) -> i64 {
+    let s = s.trim_start();
+    let (neg, s) = match s.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, s.strip_prefix('+').unwrap_or(s)),
+    };
+    let (radix, digits) = if let Some(h) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        (16, h)
+    } else if s.starts_with('0') {
+        (8, s)
+    } else {
+        (10, s)
+    };
+    let end = digits.find(|c: char| !c.is_digit(radix)).unwrap_or(digits.len());
+    let v = i64::from_str_radix(&digits[..end], radix).unwrap_or(0);
+    if neg { -v } else { v }
 }
 
 /// The process configuration, read from the environment on first use. Logs, as the stock
@@ -364,7 +389,8 @@ pub fn get() -> &'static Config {
         for w in &warnings {
             tracing::warn!("{w}");
         }
-        let names: Vec<String> = std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()).collect();
+        let mut names: Vec<String> = std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()).collect();
+        names.extend(conf_files().iter().map(|(k, _)| k.clone()).filter(|k| env_only(k).is_none()));
         for w in unknown_names(&names) {
             tracing::warn!("{w}");
         }
@@ -373,27 +399,58 @@ pub fn get() -> &'static Config {
                 tracing::info!("{} set by environment to {value}", v.name);
             }
         }
+        if let Some(why) = &c.p2p_off {
+            tracing::info!("{why}: rcclx's peer-to-peer kernels are off; every call goes to the stock library");
+        }
+        if let Some(plugin) = env("NCCL_PROFILER_PLUGIN").filter(|p| !p.is_empty()) {
+            tracing::info!(
+                "NCCL_PROFILER_PLUGIN={plugin}: the plugin sees the calls the stock library runs, not the \
+                 collectives rcclx runs itself (those have NVTX ranges and rcclx's statistics)"
+            );
+        }
         c
     })
 }
 
 /// Variables rcclx reads outside the table above (logging, the GPU runtime, host identity).
 const READ_ELSEWHERE: &[(&str, &str, &str)] = &[
-    ("RCCLX_LOG", "unset", "log filter in tracing's syntax (e.g. `rcclx=trace`); wins over NCCL_DEBUG"),
+    (
+        "RCCLX_LOG",
+        "unset",
+        "developer's log filter: `level` or `target=level` items (e.g. `rcclx=trace`); wins over NCCL_DEBUG",
+    ),
     ("RCCLX_GPU_RUNTIME", "cuda, then hip", "`cuda` or `hip`: the only GPU runtime rcclx may load"),
-    ("NCCL_DEBUG", "WARN", "VERSION, WARN, INFO or TRACE, as for the stock library"),
+    ("NCCL_DEBUG", "unset (silent)", "VERSION, WARN, INFO, ABORT or TRACE, as for the stock library"),
     (
         "NCCL_DEBUG_SUBSYS",
         "INIT,BOOTSTRAP,ENV",
-        "subsystems that log at INFO/TRACE (rcclx's: INIT, COLL, ENV, ALLOC, CALL)",
+        "subsystems that log at INFO/TRACE (rcclx's: INIT, BOOTSTRAP, COLL, TUNING, ENV, ALLOC, CALL)",
     ),
-    ("NCCL_DEBUG_FILE", "stderr", "rcclx writes to this file name plus `.rcclx` (`%h` host, `%p` pid)"),
+    (
+        "NCCL_DEBUG_FILE",
+        "stdout",
+        "above VERSION, rcclx writes to the stock library's file name plus `.rcclx` (`%h` host, `%p` pid, `%%`)",
+    ),
     ("NCCL_DEBUG_TIMESTAMP_LEVELS", "WARN", "levels whose lines carry a timestamp"),
     (
         "NCCL_DEBUG_TIMESTAMP_FORMAT",
         "[%F %T] ",
-        "strftime format of the timestamp (`%Nf`: N digits of the second's fraction)",
+        "strftime format of the timestamp (`%Nf`: N digits of the second's fraction; `_` is a space)",
     ),
+    ("NCCL_P2P_DISABLE", "0", "1: rcclx's peer-to-peer kernels are off, every call goes to the stock library"),
+    (
+        "NCCL_P2P_LEVEL",
+        "unset",
+        "below SYS (LOC, NVL, ..., PHB, or 0-3): rcclx's kernels are off, as for NCCL_P2P_DISABLE=1",
+    ),
+    (
+        "NCCL_PROFILER_PLUGIN",
+        "unset",
+        "read by the stock library; rcclx says once (INFO) that the plugin does not see the collectives it runs",
+    ),
+    ("NCCL_NVTX_DISABLE", "0", "1: no NVTX ranges for the collectives rcclx runs (as for the stock library's)"),
+    ("NVTX_INJECTION64_PATH", "unset", "the NVTX tool (set by nsys and the like): rcclx's ranges go to it"),
+    ("NCCL_CONF_FILE", "~/.nccl.conf", "NCCL's configuration file; then /etc/nccl.conf (the environment wins)"),
     (
         "NCCL_HOSTID",
         "hostname + boot id",
@@ -419,6 +476,10 @@ const TOOL_NAMES: &[&str] = &[
     "RCCLX_BENCH_LIBS",
     "RCCLX_ARTIFACTS",
     "RCCLX_LP_FORCE",
+    // The wheel's and the zig link's build variables (python/README.md).
+    "RCCLX_WHEEL_ZIG",
+    "RCCLX_LINK_ZIG",
+    "RCCLX_LINK_TARGET",
 ];
 
 /// One warning per `RCCLX_*` name rcclx does not know, and per `RCCL_*` name two edits or
@@ -539,6 +600,36 @@ mod tests {
         assert!(w[1].contains("RCCLX_DISABLED") && w[1].contains("RCCLX_DISABLE?"));
         assert!(names(&["RCCL_ENABLE_DDA_BROADCAST", "RCCLX_LOG", "NCCL_DEBUG"]).is_empty());
         assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
+
+    #[test]
+    fn nccl_p2p_variables_as_nccl_reads_them() {
+        let off = |pairs: &[(&str, &str)]| parse(pairs).0.p2p_off;
+        assert_eq!(off(&[]), None);
+        assert_eq!(off(&[("NCCL_P2P_DISABLE", "1")]).as_deref(), Some("NCCL_P2P_DISABLE=1"));
+        assert_eq!(off(&[("NCCL_P2P_DISABLE", "0x1")]).as_deref(), Some("NCCL_P2P_DISABLE=1"));
+        // NCCL: only the value 1 disables; anything else leaves NCCL_P2P_LEVEL in charge.
+        assert_eq!(off(&[("NCCL_P2P_DISABLE", "2")]), None);
+        assert_eq!(off(&[("NCCL_P2P_DISABLE", "yes")]), None);
+        for level in ["LOC", "NVL", "PIX", "PHB", "0", "3"] {
+            assert_eq!(off(&[("NCCL_P2P_LEVEL", level)]), Some(format!("NCCL_P2P_LEVEL={level}")));
+        }
+        for level in ["SYS", "4", "5", "9", "nvl", "bogus"] {
+            assert_eq!(off(&[("NCCL_P2P_LEVEL", level)]), None, "{level}");
+        }
+        assert!(parse(&[("NCCL_P2P_LEVEL", "NVL")]).0.forward_all());
+        assert_eq!(c_strtol(" 010"), 8);
+        assert_eq!(c_strtol("-3x"), -3);
+    }
+
+    #[test]
+    fn nccl_conf_lines_as_nccl_reads_them() {
+        let got = parse_conf("# a comment\nNCCL_DEBUG=INFO\nno equals sign\nA=b=c\n=x\nSPACED = v \n #x=1\n");
+        let want: Vec<(String, String)> = [("NCCL_DEBUG", "INFO"), ("A", "b=c"), ("SPACED ", " v "), (" #x", "1")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(got, want);
     }
 
     #[test]

@@ -5,9 +5,13 @@
 //! to name and index those kernels, and [`crate::comm::stats`] to count calls per family. So a new
 //! kernel family is one row of [`FAMILIES`] plus its device function in `hip_kernels/`.
 //!
-//! A kernel is named `rcclx_<coll>_<algo>_<type>[_<op>]`, e.g. `rcclx_allreduce_ll_bf16_max`,
-//! `rcclx_allgather_flat_bytes`, `rcclx_reducescatter_lowp_f32`; its index in the module's
-//! kernel list is its position in [`kernel_names`] order.
+//! A kernel is named `ncclKernel_rcclx_<coll>_<algo>_<type>[_<op>]`, e.g.
+//! `ncclKernel_rcclx_allreduce_ll_bf16_max`, `ncclKernel_rcclx_allgather_flat_bytes`; its index
+//! in the module's kernel list is its position in [`kernel_names`] order. The `ncclKernel`
+//! prefix is what trace tools take for communication kernels (HTA's `is_comm_kernel`:
+//! `"ncclKernel" in name`; Chakra's PyTorch converter: `ncclKernel` or `ncclDevKernel`), so
+//! overlap and communication time count rcclx's kernels; `rcclx` tells them from the stock
+//! library's (`ncclDevKernel_AllReduce_Sum_bf16_RING_LL`). [`KERNEL_PREFIX`] is the one place.
 
 /// An element type of the kernels: its short name, its C++ type in `hip_kernels/`, its
 /// `ncclDataType_t` value and its size.
@@ -195,16 +199,40 @@ pub fn kernels() -> impl Iterator<Item = (usize, &'static Ty, Option<&'static Op
     })
 }
 
+/// The start of every kernel's name (see the module doc).
+pub const KERNEL_PREFIX: &str = "ncclKernel_rcclx_";
+
 /// The `extern "C"` name of a kernel.
 pub fn kernel_name(f: usize, t: &Ty, op: Option<&Op>) -> String {
     let fam = &FAMILIES[f];
     match op {
-        Some(op) => format!("rcclx_{}_{}_{}_{}", fam.coll, fam.algo, t.name, op.name),
-        None => format!("rcclx_{}_{}_{}", fam.coll, fam.algo, t.name),
+        Some(op) => format!("{KERNEL_PREFIX}{}_{}_{}_{}", fam.coll, fam.algo, t.name, op.name),
+        None => format!("{KERNEL_PREFIX}{}_{}_{}", fam.coll, fam.algo, t.name),
     }
 }
 
 /// Every kernel name, in index order.
 pub fn kernel_names() -> impl Iterator<Item = String> {
     kernels().map(|(f, t, o)| kernel_name(f, t, o))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Trace tools classify rcclx's kernels as communication (HTA: `"ncclKernel" in name`;
+    /// Chakra: `ncclKernel` or `ncclDevKernel`), and every name is unique.
+    #[test]
+    fn names_are_communication_kernels_to_trace_tools() {
+        let names: Vec<String> = kernel_names().collect();
+        assert_eq!(names.len(), KERNEL_COUNT);
+        let hta = |n: &str| n.contains("ncclKernel");
+        let chakra = |n: &str| n.contains("ncclKernel") || n.contains("ncclDevKernel");
+        assert!(names.iter().all(|n| hta(n) && chakra(n) && n.starts_with(KERNEL_PREFIX)), "{names:?}");
+        let mut sorted = names.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), names.len());
+        assert_eq!(names[0], "ncclKernel_rcclx_allreduce_ll_i8_sum");
+    }
 }

@@ -12,7 +12,7 @@
 //! | errors | `error` |
 //! | GPU runtime | `gpu` |
 //! | stock library, decision, code objects | `upstream`, `intercept`, `kernels` |
-//! | base | `types`, `collective`, `config`, `log`, `kernel_table`, `nccl_api` |
+//! | base | `types`, `collective`, `env`, `config`, `log`, `nvtx`, `kernel_table`, `nccl_api` |
 //!
 //! Only `abi`, `types`, `nccl_api` and `upstream` use C names.
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
@@ -23,6 +23,7 @@ pub mod collective;
 pub mod comm;
 pub mod config;
 pub mod dda;
+pub mod env;
 pub mod error;
 pub mod gpu;
 pub mod intercept;
@@ -32,5 +33,6 @@ pub mod log;
 pub mod lowp;
 #[macro_use]
 pub mod nccl_api;
+pub mod nvtx;
 pub mod types;
 pub mod upstream;

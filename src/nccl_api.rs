@@ -32,8 +32,8 @@ macro_rules! nccl_api {
             forward fn ncclGetUniqueId(uniqueId: *mut ncclUniqueId) -> ncclResult_t;
             hook fn ncclGetErrorString(result: ncclResult_t) -> *const c_char;
             hook fn ncclGetLastError(comm: ncclComm_t) -> *const c_char;
-            forward fn ncclResetDebugInit() -> ();
-            forward fn ncclResetDebugInitInternal() -> ();
+            hook fn ncclResetDebugInit() -> ();
+            hook fn ncclResetDebugInitInternal() -> ();
             forward fn ncclSetEncryption(config: *const ncclEncryptionConfig_t) -> ncclResult_t;
 
             // Communicator life cycle: rcclx keeps its side table in step.

@@ -71,8 +71,11 @@ fn loaded() -> &'static Result<Upstream, String> {
         match &r {
             Ok(u) => {
                 let targets: Vec<&str> = crate::kernels::CODE_OBJECTS.iter().map(|c| c.target).collect();
-                let mode = if crate::config::get().disable {
+                let cfg = crate::config::get();
+                let mode = if cfg.disable {
                     "disabled by RCCLX_DISABLE=1: every call goes to the stock library".to_string()
+                } else if let Some(why) = &cfg.p2p_off {
+                    format!("peer-to-peer kernels off by {why}: every call goes to the stock library")
                 } else if targets.is_empty() {
                     "built without GPU kernels: every call goes to the stock library".to_string()
                 } else {
@@ -80,13 +83,13 @@ fn loaded() -> &'static Result<Upstream, String> {
                 };
                 tracing::info!(
                     target: crate::log::VERSION_TARGET,
-                    "rcclx {}+{} over {} (NCCL {}); {mode}",
+                    "rcclx version {}+{} over {} (NCCL {}); {mode}",
                     env!("CARGO_PKG_VERSION"),
                     env!("RCCLX_GIT_HASH"),
                     u.path.display(),
                     u.version()
                 );
-                if targets.is_empty() && !crate::config::get().disable {
+                if targets.is_empty() && !cfg.forward_all() {
                     tracing::warn!(
                         "this librcclx.so was built without GPU kernels (no kernel compiler at build time): \
                          every call goes to the stock library. Rebuild with `bash scripts/run.sh`"
@@ -172,6 +175,13 @@ pub fn report_error(text: &str) {
     set_last_error(text);
 }
 
+/// A forwarded call failed (not `ncclInProgress`): the stock library's error is now the newest,
+/// so `ncclGetLastError` returns its text, even when it equals the one before rcclx's error.
+pub fn forwarded_error() {
+    let mut e = OWN_LAST_ERROR.lock();
+    e.set = false;
+}
+
 pub fn set_last_error(text: &str) {
     let stock_then = stock_last_error();
     let mut e = OWN_LAST_ERROR.lock();
@@ -237,22 +247,25 @@ pub fn guarded<R>(call: impl FnOnce() -> R) -> R {
     call()
 }
 
-/// One TRACE line per exported call; calls coming back from inside the stock library (it
-/// called one of its own exports, bound to rcclx by the dynamic linker) say so.
+/// One TRACE line per exported call, for `RCCLX_LOG` only ([`crate::log::ENTRY_TARGET`]:
+/// NCCL's own `CALL` lines come from the stock library); calls coming back from inside the
+/// stock library (it called one of its own exports, bound to rcclx by the dynamic linker) say
+/// so.
 pub fn trace_entry(name: &'static str) {
     crate::log::init();
     if DEPTH.with(|d| d.get() > 0) {
-        tracing::trace!(target: crate::log::CALL_TARGET, "{name}: re-entered from the stock library, passed straight back");
+        tracing::trace!(target: crate::log::ENTRY_TARGET, "{name}: re-entered from the stock library, passed straight back");
     } else {
-        tracing::trace!(target: crate::log::CALL_TARGET, "{name}");
+        tracing::trace!(target: crate::log::ENTRY_TARGET, "{name}");
     }
 }
 
 /// True when a hook must behave as a plain forward: the call comes from inside the stock
-/// library (it called one of its own exports and the dynamic linker bound it to rcclx), or
-/// `RCCLX_DISABLE=1`.
+/// library (it called one of its own exports and the dynamic linker bound it to rcclx),
+/// `RCCLX_DISABLE=1`, or NCCL's peer-to-peer variables forbid rcclx's kernels
+/// (`config::p2p_off`).
 pub fn pass_through() -> bool {
-    DEPTH.with(|d| d.get() > 0) || crate::config::get().disable
+    DEPTH.with(|d| d.get() > 0) || crate::config::get().forward_all()
 }
 
 /// Error strings rcclx can give without the stock library (same wording as NCCL's).

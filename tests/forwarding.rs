@@ -99,7 +99,8 @@ impl Setup {
 }
 
 /// rcclx is really in the process (its own API answers) and forwards to the expected library.
-fn assert_rcclx_present(r: &Run, upstream: &Path) {
+/// `disabled`: `RCCLX_DISABLE=1`, where `ncclGetLastError` is the stock library's alone.
+fn assert_rcclx_present(r: &Run, upstream: &Path, disabled: bool) {
     let code = rcclx::abi::own::RCCLX_VERSION_CODE;
     assert_eq!(r.get("rcclxGetVersion"), format!("0 {code}"), "{}", r.dump());
     // ncclInvalidArgument for NULL pointers, as NCCL does for its own functions.
@@ -116,7 +117,16 @@ fn assert_rcclx_present(r: &Run, upstream: &Path) {
     assert_eq!(r.get("rcclxAllToAllvDynamicPackedEx(bad wire)"), "4", "{}", r.dump());
     assert_eq!(r.get("rcclxAllToAllvDynamicPackedEx(fp8, unknown comm)"), "5", "{}", r.dump());
     let said = r.rcclx_log().into_iter().filter(|l| *l == common::PROBE_A2AV_WARNING).count();
-    assert_eq!(said, 2, "one WARN line per AllToAllv on an unknown communicator (plain, FP8):\n{}", r.dump());
+    assert_eq!(said, 3, "one WARN line per AllToAllv on an unknown communicator (plain, FP8, plain):\n{}", r.dump());
+    // ncclGetLastError: rcclx's text after rcclx's error; the stock library's after a newer
+    // stock error, even one whose text equals the stock error before rcclx's.
+    let own = r.get("rcclxLastError(rcclx's)");
+    assert!(
+        disabled || own.starts_with("rcclx: rcclxAllToAllvDynamic: comm 0x7f00 is not a communicator"),
+        "{}",
+        r.dump()
+    );
+    assert_eq!(r.get("rcclxLastError(stock's again)"), "AllReduce : comm argument is NULL", "{}", r.dump());
     let said = r.rcclx_log().into_iter().filter(|l| *l == common::PROBE_A2AV_WIRE_WARNING).count();
     assert_eq!(said, 1, "one WARN line for the unknown wire:\n{}", r.dump());
     let path = r.get("rcclxGetUpstreamPath");
@@ -129,7 +139,7 @@ fn forwarding(mode: Mode, nccl: Option<Nccl>) {
     let stock = s.stock(mode, "all", &[]);
     let r = s.rcclx(mode, "all", &[]);
     common::assert_same_results(&stock, &r);
-    assert_rcclx_present(&r, &s.nccl.lib);
+    assert_rcclx_present(&r, &s.nccl.lib, false);
     // Nothing to warn about: no rcclx log line at the default level.
     assert!(r.rcclx_log_unprovoked().is_empty(), "unexpected rcclx log lines:\n{}", r.dump());
 }
@@ -174,7 +184,7 @@ fn disable_is_pass_through() {
     for mode in [Mode::Installed, Mode::Preload, Mode::Dlopen] {
         let r = s.rcclx(mode, "all", &[("RCCLX_DISABLE", "1".as_ref()), ("RCCLX_LOG", "rcclx=debug".as_ref())]);
         common::assert_same_results(if mode == Mode::Dlopen { &stock_dl } else { &stock }, &r);
-        assert_rcclx_present(&r, &s.nccl.lib);
+        assert_rcclx_present(&r, &s.nccl.lib, true);
         // The setting was read and honoured (the ENV line and the banner say so).
         assert!(
             r.rcclx_log().iter().any(|(lvl, m)| *lvl == "INFO" && *m == "RCCLX_DISABLE set by environment to 1"),
@@ -241,31 +251,33 @@ fn first_call_is_traced() {
     assert_eq!(n, 1, "the first call's TRACE line is missing:\n{}", r.dump());
 }
 
-/// NCCL's logging variables: `NCCL_DEBUG=VERSION` gives one banner naming rcclx's version and
-/// commit and the stock library's path and version; `NCCL_DEBUG_FILE` (with `%h`, `%p`)
-/// receives the lines; each line carries host, pid and OS thread id.
+/// NCCL's logging variables: `NCCL_DEBUG=INFO` gives one version line naming rcclx's version
+/// and commit and the stock library's path and version; `NCCL_DEBUG_FILE` (with `%h`, `%p`)
+/// receives the lines, in rcclx's file beside the stock library's; each line carries host, pid
+/// and OS thread id. (tests/logs.rs compares the lines' shapes with the stock library's.)
 #[test]
 fn version_banner_in_the_nccl_debug_file() {
     let Some(nccl) = common::nccl_2_28() else { return };
     let s = Setup::new("debug-file", nccl);
     let pattern = s.dir.join("log.%h.%p");
-    let r =
-        s.rcclx(Mode::Preload, "all", &[("NCCL_DEBUG", "VERSION".as_ref()), ("NCCL_DEBUG_FILE", pattern.as_os_str())]);
+    let r = s.rcclx(Mode::Preload, "all", &[("NCCL_DEBUG", "INFO".as_ref()), ("NCCL_DEBUG_FILE", pattern.as_os_str())]);
     r.assert_ok();
     let logs: Vec<_> = std::fs::read_dir(&s.dir)
         .unwrap()
         .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("log."))
+        .filter(|e| {
+            e.file_name().to_string_lossy().starts_with("log.") && e.file_name().to_string_lossy().ends_with(".rcclx")
+        })
         .collect();
     assert_eq!(logs.len(), 1, "one NCCL_DEBUG_FILE per process, %h and %p expanded");
     let name = logs[0].file_name().to_string_lossy().into_owned();
     assert!(!name.contains('%'), "{name}");
     let text = std::fs::read_to_string(logs[0].path()).unwrap();
-    let banner: Vec<&str> = text.lines().filter(|l| l.contains(" NCCL INFO rcclx: rcclx ")).collect();
-    assert_eq!(banner.len(), 1, "one version banner:\n{text}");
+    let banner: Vec<&str> = text.lines().filter(|l| l.contains(" NCCL INFO rcclx version ")).collect();
+    assert_eq!(banner.len(), 1, "one version line:\n{text}");
     let expected = format!("over {} (NCCL 2.28.9)", s.nccl.lib.display());
     assert!(
-        banner[0].contains(&format!("rcclx {}+", env!("CARGO_PKG_VERSION"))) && banner[0].contains(&expected),
+        banner[0].contains(&format!("rcclx version {}+", env!("CARGO_PKG_VERSION"))) && banner[0].contains(&expected),
         "{}",
         banner[0]
     );
@@ -280,13 +292,13 @@ fn version_banner_in_the_nccl_debug_file() {
         "{}",
         banner[0]
     );
-    assert!(!r.rcclx_log().iter().any(|(_, m)| m.starts_with("rcclx ")), "the banner went to the file, not stderr");
+    assert!(!r.rcclx_log().iter().any(|(_, m)| m.starts_with("rcclx ")), "the banner went to the file, not stdout");
 }
 
 /// `NCCL_DEBUG_FILE` at TRACE, written by the stock library and by rcclx at once: the stock
 /// library truncates its file and writes it at its own offset, so rcclx writes the same name
 /// plus `.rcclx` (appending). Every line of both files arrives whole, each file holds only its
-/// writer's lines, and rcclx's are in NCCL's format (`NCCL TRACE rcclx: ...`).
+/// writer's lines, and rcclx's are in NCCL's format.
 #[test]
 fn both_libraries_log_to_nccl_debug_file_at_trace_without_losing_lines() {
     let Some(nccl) = common::nccl_2_28() else { return };
@@ -310,15 +322,15 @@ fn both_libraries_log_to_nccl_debug_file_at_trace_without_losing_lines() {
     let mine = std::fs::read(own[0]).unwrap();
     assert!(!mine.contains(&0) && mine.ends_with(b"\n"), "rcclx's file has NUL bytes or a cut line");
     let mine = String::from_utf8(mine).unwrap();
-    let calls = mine.lines().filter(|l| common::rcclx_line(l).is_some_and(|(lvl, _)| lvl == "TRACE")).count();
-    assert!(calls >= 10, "rcclx traced {calls} calls:\n{mine}");
-    for l in mine.lines() {
+    let lines = mine.lines().filter(|l| common::rcclx_line(l).is_some()).count();
+    assert!(lines >= 5, "rcclx wrote {lines} lines:\n{mine}");
+    for l in mine.lines().filter(|l| !l.is_empty()) {
         assert!(common::rcclx_line(l).is_some(), "not an rcclx line in NCCL's format: {l:?}");
     }
-    // The stock library's own file (when this stock build writes one) is whole and its own.
-    if let Ok(theirs) = std::fs::read(&stock_file) {
-        assert!(!theirs.contains(&0), "NUL bytes in the stock library's file");
-        let theirs = String::from_utf8_lossy(&theirs);
-        assert!(!theirs.lines().any(|l| common::rcclx_line(l).is_some()), "rcclx wrote into the stock library's file");
-    }
+    // The stock library's own file is whole and its own.
+    let theirs = std::fs::read(&stock_file).expect("the stock library's file");
+    assert!(!theirs.contains(&0), "NUL bytes in the stock library's file");
+    let theirs = String::from_utf8_lossy(&theirs);
+    assert!(theirs.contains(" NCCL CALL "), "the stock library's CALL lines:\n{theirs}");
+    assert!(!theirs.lines().any(|l| common::rcclx_line(l).is_some()), "rcclx wrote into the stock library's file");
 }

@@ -101,12 +101,16 @@ fn exports_are_exactly_the_table_and_the_own_api() {
     );
 }
 
-/// librcclx.so must be installable under the stock SONAMEs (so it has none of its own) and
-/// must load on a machine without a GPU stack (GPU runtimes and NCCL are loaded at run time).
+/// librcclx.so's SONAME is `librcclx.so.0`, the 13 bytes `scripts/set-soname.py` rewrites in
+/// the copies installed under the stock names; it has a GNU build ID (debuggers and debuginfod
+/// find its debug file by it); it loads on a machine without a GPU stack (GPU runtimes and
+/// NCCL are loaded at run time).
 #[test]
-fn no_soname_and_no_gpu_or_nccl_dependency() {
+fn soname_build_id_and_no_gpu_or_nccl_dependency() {
     let dynamic = common::stdout_of(Command::new("readelf").arg("-d").arg(common::lib()), "readelf -d");
-    assert!(!dynamic.contains("(SONAME)"), "librcclx.so must not have a SONAME:\n{dynamic}");
+    assert!(dynamic.contains("Library soname: [librcclx.so.0]"), "librcclx.so's SONAME:\n{dynamic}");
+    let notes = common::stdout_of(Command::new("readelf").arg("-n").arg(common::lib()), "readelf -n");
+    assert!(notes.contains("Build ID: "), "librcclx.so has no GNU build ID:\n{notes}");
     for line in dynamic.lines().filter(|l| l.contains("(NEEDED)")) {
         for bad in ["cuda", "nvrtc", "nvidia", "hip", "hsa", "amd", "nccl", "rccl"] {
             assert!(!line.contains(bad), "librcclx.so must not link {bad} at load time: {line}");

@@ -141,7 +141,7 @@ def stock_library():
     ``nvidia/nccl/lib/libnccl.so.2`` of the installed ``nvidia-nccl-cu*`` package (what
     PyTorch's CUDA wheels load); else ``librccl.so.1`` from torch's lib directory or
     ``$ROCM_PATH/lib`` / ``/opt/rocm/lib``; else None (rcclx then searches at run time:
-    README, "Finding the stock library"). A file that is rcclx itself is never returned."""
+    README, "Troubleshooting"). A file that is rcclx itself is never returned."""
     for cand in list(_nccl_wheel_candidates()) + list(_rccl_candidates()):
         if os.path.isfile(cand) and not _is_rcclx_file(cand):
             return os.path.abspath(cand)

@@ -11,6 +11,7 @@ import os
 import shlex
 import subprocess
 import sys
+import tempfile
 
 from . import __version__, activation_env, library_path, stock_library
 
@@ -85,7 +86,8 @@ lib = ctypes.CDLL(sys.argv[1])
 f = lib.rcclxGetInfo
 f.restype = ctypes.c_char_p
 text = f()
-sys.stdout.write(text.decode("utf-8", "replace") if text else "")
+with open(sys.argv[2], "w", encoding="utf-8") as out:
+    out.write(text.decode("utf-8", "replace") if text else "")
 """
 
 
@@ -96,20 +98,30 @@ def _library_info(lib, upstream):
     env.pop("LD_PRELOAD", None)
     if upstream:
         env["RCCLX_UPSTREAM_LIB"] = upstream
+    # The JSON comes back in a file: stdout carries the libraries' log lines (NCCL_DEBUG).
+    fd, out_path = tempfile.mkstemp(prefix="rcclx-info-", suffix=".json")
+    os.close(fd)
     try:
-        p = subprocess.run([sys.executable, "-c", _PROBE, lib], env=env, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, timeout=120)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return None, f"loading {lib} failed: {e}"
+        try:
+            p = subprocess.run([sys.executable, "-c", _PROBE, lib, out_path], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return None, f"loading {lib} failed: {e}"
+        with open(out_path, "rb") as f:
+            json_bytes = f.read()
+    finally:
+        os.unlink(out_path)
+    logged = p.stdout.decode("utf-8", "replace").strip()
     err = p.stderr.decode("utf-8", "replace").strip()
-    if err:
-        sys.stderr.write(err + "\n")  # the library's own log lines (NCCL_DEBUG) and Python's errors
+    for text in (logged, err):
+        if text:
+            sys.stderr.write(text + "\n")  # the libraries' log lines (NCCL_DEBUG) and Python's errors
     if p.returncode != 0:
         how = f"signal {-p.returncode}" if p.returncode < 0 else f"exit status {p.returncode}"
         last = err.splitlines()[-1] if err else ""
         return None, f"loading {lib} and calling rcclxGetInfo failed ({how}){': ' + last if last else ''}"
     try:
-        info = json.loads(p.stdout.decode("utf-8", "replace"))
+        info = json.loads(json_bytes.decode("utf-8", "replace"))
     except ValueError as e:
         return None, f"rcclxGetInfo of {lib} returned no JSON object ({e})"
     if not isinstance(info, dict):

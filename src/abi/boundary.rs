@@ -10,11 +10,20 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 /// upstream library or a missing upstream symbol.
 pub trait CReturn: Sized {
     fn from_error(code: ncclResult_t) -> Self;
+
+    /// Whether a forwarded call's answer is an error (`ncclInProgress` is not one).
+    fn is_error(&self) -> bool {
+        false
+    }
 }
 
 impl CReturn for ncclResult_t {
     fn from_error(code: ncclResult_t) -> Self {
         code
+    }
+
+    fn is_error(&self) -> bool {
+        !self.is_ok_or_in_progress()
     }
 }
 

@@ -43,6 +43,17 @@ pub unsafe fn ncclGetLastError(comm: ncclComm_t) -> *const c_char {
     unsafe { crate::upstream::last_error(stock) }
 }
 
+/// NCCL re-reads its log variables at its next line; rcclx's logger does the same.
+pub unsafe fn ncclResetDebugInit() {
+    forward!(ncclResetDebugInit());
+    crate::log::reset();
+}
+
+pub unsafe fn ncclResetDebugInitInternal() {
+    forward!(ncclResetDebugInitInternal());
+    crate::log::reset();
+}
+
 pub unsafe fn ncclCommInitRank(
     comm: *mut ncclComm_t,
     nranks: c_int,

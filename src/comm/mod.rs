@@ -328,6 +328,25 @@ pub fn collective(
             return forward_in_order(&state, &clique, bufs.stream, forward);
         }
     };
+    if crate::log::calls_on() {
+        // NCCL's CALL line, which the stock library writes for the calls it runs.
+        let op_name = if call.coll == crate::intercept::Coll::AllToAll { "AlltoAll" } else { call.coll.spec().title };
+        let line = crate::log::call_line(
+            op_name,
+            bufs.send,
+            bufs.recv,
+            call.count,
+            call.dtype.0,
+            call.op.0,
+            call.root,
+            comm as *const std::ffi::c_void,
+            bufs.stream.as_raw(),
+        );
+        tracing::trace!(target: crate::log::CALL_TARGET, "{line}");
+    }
+    // The stock library's NVTX range of this call, which it never sees (until the launch is in).
+    let elem = call.dtype.size().unwrap_or(0) as u64;
+    let _range = crate::nvtx::range(crate::nvtx::collective_name(call.coll), call.count as u64 * elem);
     let planned = match algo {
         Algo::Fp8 | Algo::Int8 => crate::lowp::plan(&clique, &call, algo, &bufs),
         _ => crate::dda::plan(&clique, algo, &call, &bufs),

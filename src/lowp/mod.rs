@@ -128,6 +128,6 @@ mod tests {
             assert!(kernel_index(f, ncclDataType_t::Int32.0, 0).is_none());
         }
         let f = crate::intercept::family(Coll::AllToAll, Algo::Fp8).unwrap();
-        assert_eq!(names[kernel_index(f, ncclDataType_t::Float16.0, 0).unwrap()], "rcclx_alltoall_lowp_f16");
+        assert_eq!(names[kernel_index(f, ncclDataType_t::Float16.0, 0).unwrap()], "ncclKernel_rcclx_alltoall_lowp_f16");
     }
 }

@@ -6,7 +6,7 @@
  *   cc -DPROBE_LINKED probe.c -L<dir with libnccl.so> -lnccl -ldl   (DT_NEEDED libnccl.so.2)
  *   cc probe.c -ldl                                                 (dlopen of a path)
  *
- * Usage: probe <result-file> <all|bcast|bcast-first> [library]   (library: dlopen build only)
+ * Usage: probe <result-file> <all|bcast|bcast-first|reset> [library]   (library: dlopen build only)
  *
  * Own prototypes (copied from the stock nccl.h), so that no CUDA header is needed; the
  * signatures themselves are checked by tests/c_abi.rs.
@@ -186,7 +186,7 @@ static void probe_own(const struct own_api *o) {
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: %s <result-file> <all|bcast|bcast-first> [library]\n", argv[0]);
+    fprintf(stderr, "usage: %s <result-file> <all|bcast|bcast-first|reset> [library]\n", argv[0]);
     return 2;
   }
   out = fopen(argv[1], "w");
@@ -243,6 +243,32 @@ int main(int argc, char **argv) {
     fprintf(out, "ncclBcast(comm=NULL)=%d\n", plain.ncclBcast(NULL, 0, ncclFloat32, 0, NULL, NULL));
   } else if (strcmp(argv[2], "all") == 0) {
     probe_all(&plain, "");
+    probe_all(&prof, "p");
+    probe_own(&own);
+    if (own.rcclxAllToAllvDynamic) {
+      /* ncclGetLastError after: a stock error, rcclx's, the same stock error again (newer
+       * than rcclx's, with the text of the one before it): the stock library's text. */
+      size_t counts[1] = {0};
+      ncclComm_t unknown = (ncclComm_t)(uintptr_t)0x7f00;
+      plain.ncclAllReduce(NULL, NULL, 16, ncclFloat32, ncclSum, NULL, NULL);
+      own.rcclxAllToAllvDynamic(NULL, counts, NULL, 0, 0, counts, ncclFloat32, unknown, NULL);
+      str_line("rcclxLastError(rcclx's)", plain.ncclGetLastError(NULL));
+      plain.ncclAllReduce(NULL, NULL, 16, ncclFloat32, ncclSum, NULL, NULL);
+      str_line("rcclxLastError(stock's again)", plain.ncclGetLastError(NULL));
+    }
+  } else if (strcmp(argv[2], "reset") == 0) {
+    /* Calls that log under the environment's NCCL_DEBUG, then NCCL_DEBUG=WARN and
+     * ncclResetDebugInit, then the same calls again (tests/logs.rs). */
+    probe_all(&plain, "");
+    probe_own(&own);
+    fflush(stdout);
+    printf("--- ncclResetDebugInit\n");
+    fflush(stdout);
+    setenv("NCCL_DEBUG", "WARN", 1);
+    void (*reset)(void) = NULL;
+    set_fn(&reset, dlsym(h, "ncclResetDebugInit"));
+    fprintf(out, "ncclResetDebugInit=%s\n", reset ? "present" : "absent");
+    if (reset) reset();
     probe_all(&prof, "p");
     probe_own(&own);
   } else {

@@ -144,8 +144,8 @@ fn c_src(name: &str) -> PathBuf {
 
 /// `tests/c/probe.c` linked with `-lnccl` against `nccl_lib` through a `libnccl.so` symlink in
 /// `dir` (the way nccl-tests links), so its `DT_NEEDED` is the library's SONAME,
-/// `libnccl.so.2`. rcclx has no SONAME: linking against it (as `-l:libnccl.so.2`, a symlink of
-/// that name) records the link name, `libnccl.so.2`, as well.
+/// `libnccl.so.2` (the stock library's, or that of rcclx's copy installed under that name). A
+/// library without a SONAME is linked as `-l:libnccl.so.2`, which records that name as well.
 pub fn linked_probe(dir: &Path, nccl_lib: &Path) -> PathBuf {
     let link_dir = dir.join("link");
     std::fs::create_dir_all(&link_dir).unwrap();
@@ -173,6 +173,20 @@ pub fn linked_probe(dir: &Path, nccl_lib: &Path) -> PathBuf {
     exe
 }
 
+/// `tests/c/nvtx_record.c`, the recording NVTX injection library, built into `dir`.
+pub fn nvtx_recorder(dir: &Path) -> PathBuf {
+    let lib = dir.join("libnvtx_record.so");
+    must(
+        cc().args(C_FLAGS)
+            .args(["-shared", "-fPIC"])
+            .arg(c_src("nvtx_record.c"))
+            .args(["-ldl", "-lpthread", "-o"])
+            .arg(&lib),
+        "compiling the NVTX recorder",
+    );
+    lib
+}
+
 /// `tests/c/probe.c` built to `dlopen` the library given on its command line.
 pub fn dlopen_probe(dir: &Path) -> PathBuf {
     let exe = dir.join("probe_dlopen");
@@ -186,10 +200,16 @@ pub fn install(prefix: &Path) {
         Command::new("bash").arg(repo().join("scripts/install.sh")).arg(prefix).env("RCCLX_LIB", lib()),
         "scripts/install.sh",
     );
-    for name in ["libnccl.so.2", "libnccl.so", "librccl.so.1", "librccl.so"] {
-        let p = prefix.join("lib").join(name);
-        let target = std::fs::read_link(&p).unwrap_or_else(|e| panic!("{} is not a symlink: {e}", p.display()));
-        assert_eq!(target, Path::new("librcclx.so"), "{}", p.display());
+    // A copy per stock name, its SONAME that name; the unversioned names are symlinks.
+    for (file, link) in
+        [("librcclx.so.0", "librcclx.so"), ("libnccl.so.2", "libnccl.so"), ("librccl.so.1", "librccl.so")]
+    {
+        let f = prefix.join("lib").join(file);
+        let dynamic = stdout_of(Command::new("readelf").arg("-d").arg(&f), "readelf -d");
+        assert!(dynamic.contains(&format!("Library soname: [{file}]")), "{}:\n{dynamic}", f.display());
+        let l = prefix.join("lib").join(link);
+        let target = std::fs::read_link(&l).unwrap_or_else(|e| panic!("{} is not a symlink: {e}", l.display()));
+        assert_eq!(target, Path::new(file), "{}", l.display());
     }
     assert!(prefix.join("include/rcclx.h").is_file());
 }
@@ -206,9 +226,13 @@ pub struct Run {
 
 static RUNS: AtomicUsize = AtomicUsize::new(0);
 
+/// A value for [`run`]'s `env` that leaves the variable out of the environment.
+pub const UNSET: &str = "<unset>";
+
 /// Runs `exe args...` with an empty environment except `PATH`, `NCCL_SOCKET_IFNAME=lo` (the
-/// bootstrap of `ncclGetUniqueId` stays on loopback) and `env`. The result file goes into
-/// `dir`; stdout/stderr are captured (NCCL logs to stdout, rcclx to stderr). Panics after 120 s.
+/// bootstrap of `ncclGetUniqueId` stays on loopback), `NCCL_DEBUG=WARN` (unless `env` names
+/// `NCCL_DEBUG`; the value [`UNSET`] leaves it out) and `env`. The result file goes into
+/// `dir`; stdout/stderr are captured (NCCL and rcclx log to stdout). Panics after 120 s.
 pub fn run(dir: &Path, what: &str, exe: &Path, args: &[&OsStr], env: &[(&str, &OsStr)]) -> Run {
     let n = RUNS.fetch_add(1, Ordering::Relaxed);
     let results = dir.join(format!("run{n}.results"));
@@ -222,8 +246,13 @@ pub fn run(dir: &Path, what: &str, exe: &Path, args: &[&OsStr], env: &[(&str, &O
         .stdin(Stdio::null())
         .stdout(File::create(&out_path).unwrap())
         .stderr(File::create(&err_path).unwrap());
+    if !env.iter().any(|(k, _)| *k == "NCCL_DEBUG") {
+        cmd.env("NCCL_DEBUG", "WARN");
+    }
     for (k, v) in env {
-        cmd.env(k, v);
+        if v.to_str() != Some(UNSET) {
+            cmd.env(k, v);
+        }
     }
     let mut child = cmd.spawn().unwrap_or_else(|e| panic!("{what}: cannot start {}: {e}", exe.display()));
     let start = Instant::now();
@@ -281,13 +310,14 @@ impl Run {
         self.results.iter().map(String::as_str).filter(|l| !l.starts_with("rcclx")).collect()
     }
 
-    /// rcclx's log lines (`[time] host:pid:tid [dev] NCCL LEVEL rcclx: message`) as (LEVEL,
-    /// message); the stock library's own lines (no `rcclx:` tag) are left out.
+    /// rcclx's log lines (`[time] host:pid:tid [dev] NCCL LEVEL rcclx: message`, and its
+    /// version line) as (LEVEL, message); the stock library's own lines (no `rcclx:` tag) are
+    /// left out.
     pub fn rcclx_log(&self) -> Vec<(&str, &str)> {
-        self.stderr.lines().filter_map(rcclx_line).collect()
+        self.stdout.lines().filter_map(rcclx_line).collect()
     }
 
-    /// rcclx's log lines other than those the probe provokes on purpose
+    /// rcclx's log lines other than its bare version line, those the probe provokes on purpose
     /// ([`PROBE_A2AV_WARNING`], [`PROBE_A2AV_WIRE_WARNING`]) and, in a build without kernels
     /// (`RCCLX_NO_KERNELS=1`), the warning that says so.
     pub fn rcclx_log_unprovoked(&self) -> Vec<(&str, &str)> {
@@ -295,6 +325,7 @@ impl Run {
         self.rcclx_log()
             .into_iter()
             .filter(|l| *l != PROBE_A2AV_WARNING && *l != PROBE_A2AV_WIRE_WARNING)
+            .filter(|(level, _)| *level != "VERSION")
             .filter(|(_, m)| !(no_kernels && m.starts_with("this librcclx.so was built without GPU kernels")))
             .collect()
     }
@@ -501,9 +532,17 @@ pub const PROBE_A2AV_WIRE_WARNING: (&str, &str) = (
      RCCLX_WIRE_INT8: ncclInvalidArgument",
 );
 
-/// (LEVEL, message) of one of rcclx's log lines, `None` for any other line.
+/// (LEVEL, message) of one of rcclx's log lines, `None` for any other line. The version line
+/// is `VERSION` when bare (`NCCL_DEBUG=VERSION` or `WARN`), and its message keeps its
+/// `rcclx version` start.
 pub fn rcclx_line(l: &str) -> Option<(&str, &str)> {
-    let (_, rest) = l.split_once(" NCCL ")?;
+    let Some((_, rest)) = l.split_once(" NCCL ") else {
+        let at = l.find("rcclx version ")?;
+        return Some(("VERSION", &l[at..]));
+    };
     let (level, msg) = rest.split_once(' ')?;
+    if msg.starts_with("rcclx version ") {
+        return Some((level, msg));
+    }
     Some((level, msg.strip_prefix("rcclx: ")?))
 }
