@@ -751,7 +751,8 @@ fn allocate(device: i32, staging_bytes: usize, max_blocks: u64, ll_max: u64) -> 
     if let Some(slab) = teardown::reuse(device, sizes) {
         return Ok(slab);
     }
-    let staging = rt.alloc(device, sizes[0], MemKind::Normal)?;
+    // Uncached on AMD like the flags: peers read and write it (docs/memory-model.md).
+    let staging = rt.alloc(device, sizes[0], MemKind::Uncached)?;
     let flags = rt.alloc(device, sizes[1], MemKind::Uncached)?;
     let ll = rt.alloc(device, sizes[2], MemKind::Uncached)?;
     let seq = rt.alloc(device, sizes[3], MemKind::Normal)?;

@@ -66,9 +66,10 @@ impl fmt::Debug for IpcHandle {
 pub enum MemKind {
     /// Ordinary device memory.
     Normal,
-    /// Memory for cross-GPU flags: uncached/fine-grained on AMD
-    /// (`hipExtMallocWithFlags(.., hipDeviceMallocUncached)`); the same as `Normal` on CUDA,
-    /// where system-scope atomics are coherent on ordinary memory.
+    /// Memory other GPUs read or write (staging, flags, LL inbox): uncached on AMD
+    /// (`hipExtMallocWithFlags(.., hipDeviceMallocUncached)`, as RCCL's P2P buffers), so that
+    /// no peer's data waits in an L2 for a writeback (docs/memory-model.md); the same as
+    /// `Normal` on CUDA, where system-scope operations are coherent on ordinary memory.
     Uncached,
 }
 
