@@ -36,6 +36,9 @@
 #   RANKS_N="3 4 5 6 7 8", RANKS_GPUS (default: the GPUs present, at most 2),
 #   RANKS_SUITES="dda windows stress a2av graph procs lowp"  (ranks step: rank counts, GPUs, parts)
 #   RCCLX_UPSTREAM_LIB  stock libnccl.so.2 (default: the one of python3's nvidia-nccl wheel)
+#   BUDGET_S=540      a run starts only before this many seconds of the script have passed, and
+#                     its timeout is cut to end by then (the device tool's 10-minute calls);
+#                     the rest are listed as skipped in summary.txt
 #   RCCLX_ARTIFACTS   folder with librcclx.so, selftest, lowp_accuracy, timeout, ranks, lifecycle, teardown and bench/ (default .carry)
 # Every command runs under `timeout`; logs go to OUTDIR (default bench/results/<date>-gpu),
 # with summary.txt listing each step and its exit code.
@@ -64,6 +67,11 @@ step() { [[ " $STEPS " == *" $1 "* ]]; }
 run() {
   local name=$1 t=$2
   shift 2
+  if [ -n "${BUDGET_S:-}" ] && [ "$SECONDS" -ge "$BUDGET_S" ]; then
+    printf '%-28s skipped: BUDGET_S=%s reached\n' "$name" "$BUDGET_S" | tee -a "$SUMMARY"
+    return
+  fi
+  if [ -n "${BUDGET_S:-}" ] && [ $((SECONDS + t)) -gt "$BUDGET_S" ]; then t=$((BUDGET_S - SECONDS)); fi
   echo "=== $name: $*" | tee -a "$OUT/$name.log"
   local start=$SECONDS
   timeout -k 10 "$t" "$@" >>"$OUT/$name.log" 2>&1
