@@ -105,6 +105,10 @@ pub(crate) trait Backend: Send + Sync {
     fn stream_wait_event(&self, stream: *mut c_void, event: *mut c_void) -> Result<(), Error>;
     /// Creates an event without timing on the current device.
     fn event_create(&self) -> Result<*mut c_void, Error>;
+    /// Creates an event with timing on the current device (the GPU tests' timings).
+    fn event_create_timed(&self) -> Result<*mut c_void, Error>;
+    /// Milliseconds between two completed timed events (optional entry point: tests only).
+    fn event_elapsed_ms(&self, start: *mut c_void, end: *mut c_void) -> Result<f32, Error>;
     fn event_record(&self, event: *mut c_void, stream: *mut c_void) -> Result<(), Error>;
     fn event_synchronize(&self, event: *mut c_void) -> Result<(), Error>;
     /// `true` when the work the event tracks has completed.

@@ -105,6 +105,8 @@ entry_points! {
         cuGraphExecDestroy = "cuGraphExecDestroy": fn(Handle) -> CUresult;
         // Free and total device memory: the GPU tests' leak checks.
         cuMemGetInfo = "cuMemGetInfo_v2": fn(*mut usize, *mut usize) -> CUresult;
+        // Time between two events: the GPU tests' timings.
+        cuEventElapsedTime = "cuEventElapsedTime": fn(*mut f32, Handle, Handle) -> CUresult;
         // A graph that captured rcclx kernels keeps their clique's memory (`Runtime::capture_retain`).
         cuStreamGetCaptureInfo3 = "cuStreamGetCaptureInfo_v3": fn(
             Handle, *mut c_int, *mut u64, *mut Handle, *mut *const Handle, *mut *const c_void, *mut usize,
@@ -488,6 +490,22 @@ impl Backend for Cuda {
         // SAFETY: out-pointer to a local.
         self.check("cuEventCreate", unsafe { (self.api.cuEventCreate)(&mut event, CU_EVENT_DISABLE_TIMING) })?;
         Ok(event)
+    }
+
+    fn event_create_timed(&self) -> Result<*mut c_void, Error> {
+        let mut event: Handle = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local.
+        self.check("cuEventCreate", unsafe { (self.api.cuEventCreate)(&mut event, 0) })?;
+        Ok(event)
+    }
+
+    fn event_elapsed_ms(&self, start: *mut c_void, end: *mut c_void) -> Result<f32, Error> {
+        let f =
+            self.api.cuEventElapsedTime.ok_or(Error::Unsupported { call: "cuEventElapsedTime", runtime: "cuda" })?;
+        let mut ms = 0f32;
+        // SAFETY: out-pointer to a local; both events are valid.
+        self.check("cuEventElapsedTime", unsafe { f(&mut ms, start, end) })?;
+        Ok(ms)
     }
 
     fn event_record(&self, event: *mut c_void, stream: *mut c_void) -> Result<(), Error> {

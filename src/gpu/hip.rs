@@ -94,6 +94,8 @@ entry_points! {
         hipGetDeviceProperties = "hipGetDeviceProperties": fn(*mut c_void, c_int) -> HipError;
         // Free and total device memory: the GPU tests' leak checks.
         hipMemGetInfo = "hipMemGetInfo": fn(*mut usize, *mut usize) -> HipError;
+        // Time between two events: the GPU tests' timings.
+        hipEventElapsedTime = "hipEventElapsedTime": fn(*mut f32, Handle, Handle) -> HipError;
         // Graph capture: not used by the library, only by its GPU tests (replays).
         hipStreamBeginCapture = "hipStreamBeginCapture": fn(Handle, c_int) -> HipError;
         hipStreamEndCapture = "hipStreamEndCapture": fn(Handle, *mut Handle) -> HipError;
@@ -535,6 +537,22 @@ impl Backend for Hip {
         let rc = unsafe { (self.api.hipEventCreateWithFlags)(&mut event, HIP_EVENT_DISABLE_TIMING) };
         self.check("hipEventCreateWithFlags", rc)?;
         Ok(event)
+    }
+
+    fn event_create_timed(&self) -> Result<*mut c_void, Error> {
+        let mut event: Handle = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local.
+        self.check("hipEventCreateWithFlags", unsafe { (self.api.hipEventCreateWithFlags)(&mut event, 0) })?;
+        Ok(event)
+    }
+
+    fn event_elapsed_ms(&self, start: *mut c_void, end: *mut c_void) -> Result<f32, Error> {
+        let f =
+            self.api.hipEventElapsedTime.ok_or(Error::Unsupported { call: "hipEventElapsedTime", runtime: "hip" })?;
+        let mut ms = 0f32;
+        // SAFETY: out-pointer to a local; both events are valid.
+        self.check("hipEventElapsedTime", unsafe { f(&mut ms, start, end) })?;
+        Ok(ms)
     }
 
     fn event_record(&self, event: *mut c_void, stream: *mut c_void) -> Result<(), Error> {

@@ -367,6 +367,18 @@ impl Runtime {
         Ok(Event(self.backend.event_create()?))
     }
 
+    /// Creates an event with timing on `device` (for [`Runtime::elapsed_ms`]). Destroy it with
+    /// [`Runtime::destroy_event`].
+    pub fn create_timed_event(&self, device: i32) -> Result<Event, Error> {
+        let _guard = self.device_guard(device)?;
+        Ok(Event(self.backend.event_create_timed()?))
+    }
+
+    /// Milliseconds between two completed timed events (optional entry point: tests only).
+    pub fn elapsed_ms(&self, start: Event, end: Event) -> Result<f32, Error> {
+        self.backend.event_elapsed_ms(start.0, end.0)
+    }
+
     /// Records `event` on `stream`.
     pub fn record_event(&self, event: Event, stream: Stream) -> Result<(), Error> {
         self.backend.event_record(event.0, stream.0)

@@ -7,7 +7,7 @@ use std::time::Duration;
 use rcclx::clique::{Buffers, Clique, FLAG_STRIDE};
 use rcclx::comm;
 use rcclx::gpu::{DeviceBuffer, DevicePtr, MemKind, Runtime, Stream};
-use rcclx::intercept::{Algo, CallDesc, Coll, Route};
+use rcclx::intercept::{Algo, CallDesc, Coll, CommFacts, Route};
 use rcclx::kernel_table;
 use rcclx::types::ncclResult_t;
 use rcclx_gpu_tests::Fail;
@@ -58,9 +58,14 @@ pub fn describe_clique(w: &World) -> String {
 
 /// The kernel rcclx runs for `call` on `clique` (its route; the kernel's name), or why none.
 pub fn kernel_for(clique: &Clique, call: &CallDesc) -> (String, String) {
-    match rcclx::intercept::decide(call, &clique.facts) {
+    route_for(&clique.facts, call)
+}
+
+/// [`kernel_for`] from a communicator's facts (no clique needed: `--list`, `Suite::routes`).
+pub fn route_for(facts: &CommFacts, call: &CallDesc) -> (String, String) {
+    match rcclx::intercept::decide(call, facts) {
         Route::Own(algo) => {
-            let family = match (call.coll, algo, clique.nranks) {
+            let family = match (call.coll, algo, facts.nranks) {
                 (Coll::AllReduce, Algo::Fp8, 2) => kernel_table::family_index("allreduce", "lowp_pair"),
                 (Coll::AllReduce, Algo::Int8, 2) => kernel_table::family_index("allreduce", "int8_pair"),
                 _ => rcclx::intercept::family(call.coll, algo),

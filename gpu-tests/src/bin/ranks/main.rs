@@ -3,7 +3,7 @@
 //! can give one GPU per rank (`rcclx_gpu_tests::world`).
 //!
 //! ```text
-//! ranks --nranks N [--gpus G] [--layout streams|procs] --suite dda|stress|graph|a2av
+//! ranks --nranks N [--gpus G] [--layout streams|procs] --suite dda|stress|graph|a2av|time|time-lowp
 //!       [--quick] [--seed S] [--codec fp8|int8] [--list]
 //!   --nranks N   2..=8 ranks
 //!   --gpus G     GPUs to spread them over (default: 1); rank r on GPU r*G/N
@@ -24,9 +24,17 @@
 //!                a2av:   the GPU-resident AllToAllv, its three C forms: random, skewed,
 //!                        all-to-one, zero, exact-capacity and over-capacity splits; received
 //!                        bytes and counts against a CPU model
-//!   --quick      fewer types, ops and counts (for --layout procs)
-//!   --codec      RCCLX_LOW_PRECISION_CODEC for the graph suite (default fp8)
-//!   --list       print the cases of rank count N and exit (no GPU)
+//!                time:   a timing proxy for A/B comparisons of kernels (streams layout only):
+//!                        AllReduce bf16/f32 sum 64 KiB-64 MiB, f32 max and f64 sum, ReduceScatter
+//!                        and AllGather bf16 at 16 MiB; per case warm-up calls, then timed calls
+//!                        back to back between events on every rank's stream, the last output
+//!                        checked; `TIME <route> <coll> <type> <op> <bytes> <us_per_call> <calls>`
+//!                time-lowp: the same with low precision on (as graph; codec of --codec):
+//!                        AllReduce bf16 16 and 64 MiB, AllGather and ReduceScatter bf16 16 MiB;
+//!                        outputs checked against the model within a relative error
+//!   --quick      fewer types, ops and counts (for --layout procs); time suites: fewer sizes
+//!   --codec      RCCLX_LOW_PRECISION_CODEC for the graph and time-lowp suites (default fp8)
+//!   --list       print the cases of rank count N and exit (no GPU; dda, or time and time-lowp)
 //!   (internal) --child P --dir DIR: process P of the layout, exchanging through DIR
 //! ```
 //!
@@ -47,6 +55,7 @@ mod device;
 mod graph;
 mod opts;
 mod stress;
+mod time;
 
 use std::collections::{BTreeMap, HashMap};
 use std::process::ExitCode;
@@ -70,6 +79,11 @@ fn main() -> ExitCode {
         Ok(o) => o,
         Err(code) => return code,
     };
+    if opts.list && matches!(opts.suite, Suite::Time | Suite::TimeLowp) {
+        set_env(&opts);
+        time::list(&opts);
+        return ExitCode::SUCCESS;
+    }
     if opts.list {
         let n = opts.placement.nranks;
         let p = rcclx::intercept::Policies::from_config(&rcclx::config::Config::default(), n);
@@ -278,7 +292,7 @@ fn run_parent(opts: &Opts, rt: &'static Runtime) -> ExitCode {
         tally.count_failures(pending.len());
     }
     // The routes: every family the suite exercises ran on every rank, nothing was forwarded.
-    let want = opts.suite.routes(&opts.codec, n);
+    let want = opts.suite.routes(&opts.codec, n, opts.quick);
     for (r, got) in routes.iter().enumerate() {
         let line: Vec<String> = got.iter().filter(|(_, c)| **c > 0).map(|(k, c)| format!("{k}={c}")).collect();
         println!("ROUTES rank {r}: {}", line.join(" "));
@@ -320,6 +334,7 @@ fn run_child(opts: &Opts, process: usize, rt: &'static Runtime) -> ExitCode {
         Suite::Stress => stress::run(&mut dev, opts),
         Suite::Graph => graph::run(&mut dev, opts),
         Suite::A2av => a2av::run(&mut dev, opts),
+        Suite::Time | Suite::TimeLowp => time::run(&mut dev, opts),
     };
     if let Err(e) = result {
         say(&format!("FATAL {}", e.0));

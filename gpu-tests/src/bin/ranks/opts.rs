@@ -11,6 +11,10 @@ pub enum Suite {
     Stress,
     Graph,
     A2av,
+    /// Timings of DDA kernels (`time.rs`).
+    Time,
+    /// Timings of low-precision kernels: low precision switched on as in `graph`.
+    TimeLowp,
 }
 
 impl Suite {
@@ -20,6 +24,8 @@ impl Suite {
             "stress" => Some(Suite::Stress),
             "graph" => Some(Suite::Graph),
             "a2av" => Some(Suite::A2av),
+            "time" => Some(Suite::Time),
+            "time-lowp" => Some(Suite::TimeLowp),
             _ => None,
         }
     }
@@ -30,13 +36,16 @@ impl Suite {
             Suite::Stress => "stress",
             Suite::Graph => "graph",
             Suite::A2av => "a2av",
+            Suite::Time => "time",
+            Suite::TimeLowp => "time-lowp",
         }
     }
 
     /// The statistics routes (`<coll>.<algo>`) the suite must run on every rank: each collective's LL, flat where its limit
     /// passes LL's and two-shot where it has one, at this rank count with this environment's
-    /// settings; the graph suite adds the low-precision families and the AllToAllv.
-    pub fn routes(self, codec: &str, nranks: usize) -> Vec<String> {
+    /// settings; the graph suite adds the low-precision families and the AllToAllv; the time
+    /// suites want the routes of the calls they time (`quick`: of their `--quick` cases).
+    pub fn routes(self, codec: &str, nranks: usize, quick: bool) -> Vec<String> {
         use rcclx::collective::Shape;
         use rcclx::intercept::{Coll, Policies};
         let p = Policies::from_config(rcclx::config::get(), nranks);
@@ -67,6 +76,16 @@ impl Suite {
                 dda.into_iter().chain(lowp).chain(["alltoallv.dynamic".to_string()]).collect()
             }
             Suite::A2av => vec!["alltoallv.dynamic".into()],
+            Suite::Time | Suite::TimeLowp => {
+                let facts = rcclx::intercept::CommFacts { nranks, dda: true, policies: p };
+                let mut v: Vec<String> = crate::time::cases(self == Suite::TimeLowp, nranks, &p, quick)
+                    .iter()
+                    .map(|c| crate::device::route_for(&facts, &c.call()).0)
+                    .collect();
+                v.sort();
+                v.dedup();
+                v
+            }
         }
     }
 }
@@ -84,7 +103,7 @@ pub struct Opts {
     pub raw: Vec<String>,
 }
 
-pub const USAGE: &str = "usage: ranks --nranks N [--gpus G] [--layout streams|procs] --suite dda|stress|graph|a2av [--quick] [--seed S] [--codec fp8|int8] [--list]";
+pub const USAGE: &str = "usage: ranks --nranks N [--gpus G] [--layout streams|procs] --suite dda|stress|graph|a2av|time|time-lowp [--quick] [--seed S] [--codec fp8|int8] [--list]";
 
 pub fn parse_args(args: Vec<String>) -> Result<Opts, String> {
     let (mut nranks, mut gpus, mut layout, mut suite) = (0usize, 1usize, Layout::Streams, None);
@@ -113,7 +132,9 @@ pub fn parse_args(args: Vec<String>) -> Result<Opts, String> {
             }
             "--suite" => {
                 let v = it.next().unwrap_or_default();
-                suite = Some(Suite::parse(&v).ok_or(format!("--suite {v:?}: dda, stress, graph or a2av"))?);
+                suite = Some(
+                    Suite::parse(&v).ok_or(format!("--suite {v:?}: dda, stress, graph, a2av, time or time-lowp"))?,
+                );
             }
             "--quick" => o.quick = true,
             "--list" => o.list = true,
@@ -138,6 +159,9 @@ pub fn parse_args(args: Vec<String>) -> Result<Opts, String> {
     }
     o.suite = suite.ok_or("--suite is required")?;
     o.placement = Placement { nranks, gpus, layout };
+    if matches!(o.suite, Suite::Time | Suite::TimeLowp) && layout != Layout::Streams {
+        return Err("--suite time and time-lowp: --layout streams (one process times every rank)".into());
+    }
     if o.child.is_some_and(|p| p >= o.placement.processes().len()) || o.child.is_some() != o.dir.is_some() {
         return Err("--child P needs --dir, and P < the number of processes".into());
     }
@@ -151,7 +175,7 @@ pub fn set_env(o: &Opts) {
         ("NCCL_NVLS_ENABLE", "0".into()),
         ("RCCLX_LOW_PRECISION_CODEC", o.codec.clone()),
     ];
-    if o.suite == Suite::Graph {
+    if matches!(o.suite, Suite::Graph | Suite::TimeLowp) {
         // Low precision on, from 1 MiB: every family, DDA and low precision, has sizes left.
         vars.push(("RCCL_LOW_PRECISION_ENABLE", "1".into()));
         vars.push(("RCCLX_LP_MIN_BYTES", "1M".into()));
