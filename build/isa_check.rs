@@ -9,7 +9,7 @@
 //! | `spill` | sm_90 | a kernel has a stack frame or local memory |
 //!
 //! What is read: gfx942, the code object itself (`llvm-objdump -d`, `llvm-readelf --notes`, LLVM
-//! >= 17); gfx950, which LLVM 19 cannot disassemble, the assembly the compiler assembled into the
+//! 17 or later); gfx950, which LLVM 19 cannot disassemble, the assembly the compiler assembled into the
 //! code object (`-save-temps=obj`, `toolchain.rs`; gfx942 falls back to it too); sm_90,
 //! `cuobjdump -res-usage` of the fatbin. The NVIDIA release needs no rule: ptxas emits it as
 //! `MEMBAR.*.SYS` (which itself waits) followed by the store, with nothing a compiler can drop.
@@ -71,7 +71,7 @@ pub fn functions(text: &str) -> Vec<(String, Vec<String>)> {
     let code = text.split(".amdgpu_metadata").next().unwrap_or(text);
     for raw in code.lines() {
         // objdump: `0000000000001600 <name>:`
-        if let Some(rest) = raw.split_once(" <").map(|(addr, rest)| (addr, rest))
+        if let Some(rest) = raw.split_once(" <")
             && rest.0.chars().all(|c| c.is_ascii_hexdigit())
             && !rest.0.is_empty()
             && let Some(name) = rest.1.strip_suffix(">:")
@@ -126,12 +126,18 @@ pub fn release_without_wait(funcs: &[(String, Vec<String>)]) -> Vec<Finding> {
                 pending = None;
             } else if let Some(at) = pending {
                 let publishes = (m.contains("_store") || m.contains("_atomic")) && !m.starts_with("ds_");
-                let leaves = m == "s_barrier" || m.starts_with("s_branch") || m.starts_with("s_cbranch") || m.starts_with("s_setpc");
+                let leaves = m == "s_barrier"
+                    || m.starts_with("s_branch")
+                    || m.starts_with("s_cbranch")
+                    || m.starts_with("s_setpc");
                 if publishes || leaves {
                     out.push(Finding {
                         kernel: name.clone(),
                         rule: Rule::ReleaseWithoutWait,
-                        detail: format!("`{}` (instruction {at}) reaches `{inst}` with no `s_waitcnt vmcnt(0)`", insts[at]),
+                        detail: format!(
+                            "`{}` (instruction {at}) reaches `{inst}` with no `s_waitcnt vmcnt(0)`",
+                            insts[at]
+                        ),
                     });
                     pending = None;
                 }
@@ -202,10 +208,7 @@ pub fn sm90_usage(res_usage: &str) -> Vec<(String, u64, u64)> {
             && let Some(n) = name.take()
         {
             let field = |key: &str| -> u64 {
-                line.split_whitespace()
-                    .find_map(|f| f.strip_prefix(key))
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(0)
+                line.split_whitespace().find_map(|f| f.strip_prefix(key)).and_then(|v| v.parse().ok()).unwrap_or(0)
             };
             out.push((n, field("STACK:"), field("LOCAL:")));
         }
@@ -262,7 +265,9 @@ fn run(tool: &Path, args: &[&str], file: &Path) -> Result<String, String> {
 /// compiled it, versioned on PATH, then unversioned.
 pub fn llvm_tool(name: &str, compiler: Option<&Path>) -> Option<PathBuf> {
     let mut candidates = Vec::new();
-    if let Some(dir) = compiler.and_then(|c| std::fs::canonicalize(c).ok()).and_then(|c| c.parent().map(Path::to_path_buf)) {
+    if let Some(dir) =
+        compiler.and_then(|c| std::fs::canonicalize(c).ok()).and_then(|c| c.parent().map(Path::to_path_buf))
+    {
         candidates.push(dir.join(name));
     }
     let path = std::env::var_os("PATH").unwrap_or_default();
@@ -291,7 +296,13 @@ pub fn cuobjdump(repo: &Path, nvcc: Option<&Path>) -> Option<PathBuf> {
 
 /// Checks one built code object. `compiler` is the tool that built it (to find its LLVM tools),
 /// `src` the translation unit (to find the assembly). Err: the code could not be read.
-pub fn check(target: Target, object: &Path, src: &Path, compiler: Option<&Path>, repo: &Path) -> Result<Checked, String> {
+pub fn check(
+    target: Target,
+    object: &Path,
+    src: &Path,
+    compiler: Option<&Path>,
+    repo: &Path,
+) -> Result<Checked, String> {
     match target {
         Target::Sm90 => {
             let tool = cuobjdump(repo, compiler)
@@ -301,7 +312,12 @@ pub fn check(target: Target, object: &Path, src: &Path, compiler: Option<&Path>,
             if kernels == 0 {
                 return Err(format!("{} -res-usage {} listed no kernel", tool.display(), object.display()));
             }
-            Ok(Checked { target, source: format!("{} -res-usage", tool.display()), kernels, findings: sm90_spills(&usage) })
+            Ok(Checked {
+                target,
+                source: format!("{} -res-usage", tool.display()),
+                kernels,
+                findings: sm90_spills(&usage),
+            })
         }
         Target::Gfx942 | Target::Gfx950 => {
             let objdump = llvm_tool("llvm-objdump", compiler);
@@ -337,7 +353,13 @@ pub fn check(target: Target, object: &Path, src: &Path, compiler: Option<&Path>,
 /// warning, and a target with a release that lacks its wait is left out (its GPUs forward:
 /// wrong results are worse than none). Returns the targets to leave out and the report for
 /// `isa-check.txt`.
-pub fn enforce(what: &str, outcomes: &[(Target, Outcome)], src: &Path, repo: &Path, require: bool) -> (Vec<Target>, String) {
+pub fn enforce(
+    what: &str,
+    outcomes: &[(Target, Outcome)],
+    src: &Path,
+    repo: &Path,
+    require: bool,
+) -> (Vec<Target>, String) {
     let mut report = String::new();
     let mut rejected = Vec::new();
     let mut failures = Vec::new();

@@ -36,7 +36,12 @@ fn main() {
     println!("cargo:rerun-if-changed=hip_kernels");
     println!("cargo:rerun-if-changed=build");
     println!("cargo:rerun-if-changed=src/kernel_table.rs");
-    for var in toolchain::ENV_VARS.iter().chain(&["RCCLX_REQUIRE_KERNELS", "RCCLX_KERNEL_REPORT", "RCCLX_NO_KERNELS", "RCCLX_CUOBJDUMP"]) {
+    for var in toolchain::ENV_VARS.iter().chain(&[
+        "RCCLX_REQUIRE_KERNELS",
+        "RCCLX_KERNEL_REPORT",
+        "RCCLX_NO_KERNELS",
+        "RCCLX_CUOBJDUMP",
+    ]) {
         println!("cargo:rerun-if-env-changed={var}");
     }
     let repo = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));

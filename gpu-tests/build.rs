@@ -29,7 +29,12 @@ fn main() {
     for src in SOURCES {
         println!("cargo:rerun-if-changed={}", repo.join(src).display());
     }
-    for var in toolchain::ENV_VARS.iter().chain(&["RCCLX_REQUIRE_KERNELS", "RCCLX_KERNEL_REPORT", "RCCLX_NO_KERNELS", "RCCLX_CUOBJDUMP"]) {
+    for var in toolchain::ENV_VARS.iter().chain(&[
+        "RCCLX_REQUIRE_KERNELS",
+        "RCCLX_KERNEL_REPORT",
+        "RCCLX_NO_KERNELS",
+        "RCCLX_CUOBJDUMP",
+    ]) {
         println!("cargo:rerun-if-env-changed={var}");
     }
     let table = out_dir.join("selftest_kernels.rs");

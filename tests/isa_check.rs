@@ -79,19 +79,27 @@ fn planted_kernels_fail_their_rules() {
     let out = std::env::temp_dir().join(format!("rcclx-isa-check-{}", std::process::id()));
     std::fs::create_dir_all(&out).unwrap();
     let src = repo.join("tests/data/isa/planted.cu");
-    let unit = toolchain::Unit { src: &src, include: &repo.join("hip_kernels"), stem: "planted", out_dir: &out, repo: &repo };
+    let unit =
+        toolchain::Unit { src: &src, include: &repo.join("hip_kernels"), stem: "planted", out_dir: &out, repo: &repo };
     let outcomes = toolchain::compile_all(&unit);
     let mut checked = Vec::new();
     for (target, outcome) in &outcomes {
         match outcome {
             Outcome::Built { tool, path, .. } => {
-                let c = isa_check::check(*target, path, &src, Some(tool.path()), &repo)
-                    .unwrap_or_else(|e| panic!("{}: the checker could not read the planted kernels: {e}", target.name()));
+                let c = isa_check::check(*target, path, &src, Some(tool.path()), &repo).unwrap_or_else(|e| {
+                    panic!("{}: the checker could not read the planted kernels: {e}", target.name())
+                });
                 checked.push(c);
             }
-            Outcome::Failed { command, log } => panic!("{}: planted kernels did not compile: {command}\n{log}", target.name()),
+            Outcome::Failed { command, log } => {
+                panic!("{}: planted kernels did not compile: {command}\n{log}", target.name())
+            }
             Outcome::Missing { note } => {
-                assert!(!common::in_ci(), "{}: no compiler in CI ({note}): run ci/install-toolchains.sh", target.name());
+                assert!(
+                    !common::in_ci(),
+                    "{}: no compiler in CI ({note}): run ci/install-toolchains.sh",
+                    target.name()
+                );
                 eprintln!("NOTE: {}: no compiler ({note}); not checked", target.name());
             }
         }
@@ -105,7 +113,10 @@ fn planted_kernels_fail_their_rules() {
             Target::Gfx942 | Target::Gfx950 => {
                 assert_eq!(rules_of(&c.findings, "planted_scratch"), [Rule::Scratch], "{name}");
                 let release = rules_of(&c.findings, "planted_release_without_wait");
-                assert!(!release.is_empty() && release.iter().all(|r| *r == Rule::ReleaseWithoutWait), "{name}: {release:?}");
+                assert!(
+                    !release.is_empty() && release.iter().all(|r| *r == Rule::ReleaseWithoutWait),
+                    "{name}: {release:?}"
+                );
             }
         }
     }
