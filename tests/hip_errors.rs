@@ -11,6 +11,8 @@
 //! `RCCLX_GPU_RUNTIME=hip RCCLX_HIP_LIB=<that library>`, so rcclx's real GPU layer
 //! (`rcclx::gpu::runtime()`) loads it as the HIP runtime; the child then calls the runtime
 //! layer's functions and reads the slot as the application would, through the same library.
+//! The same runtime's two devices (a gfx942 and a gfx950) show `rcclxGetInfo`'s per-device FP8
+//! format.
 
 mod common;
 
@@ -91,9 +93,10 @@ fn around(calls: &[String], call: &str) -> Vec<String> {
     calls[i.saturating_sub(1)..(i + 2).min(calls.len())].to_vec()
 }
 
-#[test]
-fn handled_hip_failures_leave_no_error_and_keep_the_applications() {
-    let dir = common::scratch("hip_errors");
+/// Builds the recording HIP library and runs the test `child` of this binary in a process whose
+/// HIP runtime it is; returns the child's output after checking that it passed.
+fn run_child(child: &str) -> String {
+    let dir = common::scratch(child);
     let lib = dir.join("librecording_hip.so");
     common::must(
         common::cc()
@@ -106,7 +109,7 @@ fn handled_hip_failures_leave_no_error_and_keep_the_applications() {
     );
     let exe = std::env::current_exe().unwrap();
     let out = Command::new(exe)
-        .args(["--exact", "in_a_process_whose_hip_runtime_records", "--nocapture", "--test-threads=1"])
+        .args(["--exact", child, "--nocapture", "--test-threads=1"])
         .env("RCCLX_GPU_RUNTIME", "hip")
         .env("RCCLX_HIP_LIB", &lib)
         .env("RCCLX_TEST_RECORDING_HIP", "1")
@@ -115,6 +118,44 @@ fn handled_hip_failures_leave_no_error_and_keep_the_applications() {
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "the child failed:\n{text}");
     assert!(text.contains("recording HIP: all checks passed"), "the child did not run its checks:\n{text}");
+    text
+}
+
+#[test]
+fn handled_hip_failures_leave_no_error_and_keep_the_applications() {
+    run_child("in_a_process_whose_hip_runtime_records");
+}
+
+#[test]
+fn info_reports_the_fp8_format_of_each_hip_device() {
+    run_child("info_in_a_process_whose_hip_runtime_records");
+}
+
+/// The child of `info_reports_the_fp8_format_of_each_hip_device`: the recording runtime has a
+/// gfx942 (device 0) and a gfx950 (device 1); rcclxGetInfo names each one's arch, the kernels
+/// rcclx runs there (none in a build without kernels) and their FP8 format.
+#[test]
+fn info_in_a_process_whose_hip_runtime_records() {
+    if std::env::var_os("RCCLX_TEST_RECORDING_HIP").is_none() {
+        return;
+    }
+    let p = rcclx::abi::own::rcclxGetInfo();
+    assert!(!p.is_null());
+    // SAFETY: rcclxGetInfo returns a NUL-terminated string that lives as long as the process.
+    let info = unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned();
+    let q = |s: Option<&str>| s.map_or("null".to_string(), |s| format!("\"{s}\""));
+    for (d, arch, format) in [(0, "gfx942:sramecc+:xnack-", "e4m3fnuz"), (1, "gfx950:sramecc+:xnack-", "e4m3fn")] {
+        let code = rcclx::kernels::for_arch(arch);
+        assert_eq!(code.map(|c| c.fp8_format().name()).unwrap_or(format), format);
+        let want = format!(
+            "{{\"device\": {d}, \"arch\": \"{arch}\", \"kernels\": {}, \"fp8_format\": {}}}",
+            q(code.map(|c| c.target)),
+            q(code.map(|c| c.fp8_format().name()))
+        );
+        assert!(info.contains(&want), "{want} not in {info}");
+    }
+    assert!(info.contains("\"gpu_runtime\": {\"vendor\": \"hip\""), "{info}");
+    println!("recording HIP: all checks passed");
 }
 
 /// The child's half (does nothing unless `RCCLX_TEST_RECORDING_HIP` is set).

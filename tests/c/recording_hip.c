@@ -94,6 +94,14 @@ int hipDeviceGetPCIBusId(char *bus, int len, int d) {
     if (len > 0) bus[0] = '\0';
     return ret("hipDeviceGetPCIBusId");
 }
+/* hipDeviceProp_tR0600: the name at 0, gcnArchName at 1160 (src/gpu/hip.rs, R0600). Device 0 is
+ * a gfx942, device 1 a gfx950. */
+int hipGetDevicePropertiesR0600(void *props, int d) {
+    memset(props, 0, 1472);
+    strcpy((char *)props, "Recording GPU");
+    strcpy((char *)props + 1160, d == 0 ? "gfx942:sramecc+:xnack-" : "gfx950:sramecc+:xnack-");
+    return ret("hipGetDevicePropertiesR0600");
+}
 int hipDeviceCanAccessPeer(int *can, int d, int p) {
     *can = 1;
     return ret("hipDeviceCanAccessPeer");
