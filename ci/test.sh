@@ -21,8 +21,8 @@
 #                                      target/release/librcclx.so.debug), `auditwheel show` must
 #                                      say manylinux_2_28 or older; installed in a fresh venv with
 #                                      the stock NCCL wheel, its CLI (`info`: the library's JSON)
-#                                      and ctypes loading checked; the wheel and
-#                                      librcclx.so.debug (same GNU build ID) are left in
+#                                      and ctypes loading checked, python/tests/ run on it; the
+#                                      wheel and librcclx.so.debug (same GNU build ID) are left in
 #                                      target/wheels/ (WHEEL_OUT)
 #   8. rccl-tests-compat/build.sh, then its selftest's host section: the benchmark and checker
 #                                      build (nvcc), usage errors exit 2, output in nccl-tests'

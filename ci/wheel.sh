@@ -25,6 +25,8 @@
 #                       wheel's libnccl.so.2: rcclxGetVersion, ncclGetVersion (22809),
 #                       rcclxRouteName(0) = forwarded, rcclxGetProcessRouteStats,
 #                       rcclx.stats(group=...)
+#   9. Python tests     python -m unittest on python/tests/ against the installed package (no torch,
+#                       no GPU: a stand-in torch module), e.g. the coded AllToAllv's FP8 format check
 #
 # Ends with PASS/FAIL per check and "N passed, N failed"; exit status 1 if any check failed.
 #
@@ -349,6 +351,9 @@ stock = d.get("stock_library") or {}
 want("stock_library path", stock.get("path") and os.path.samefile(stock["path"], e["WANT_STOCK"]))
 want("stock_library version " + e["WANT_STOCK_VERSION"], stock.get("version") == e["WANT_STOCK_VERSION"])
 want("disabled false", d.get("disabled") is False)
+fp8 = {"gfx942": "e4m3fnuz", "gfx950": "e4m3fn", "sm_90": "e4m3fn"}
+want("fp8_formats", d.get("fp8_formats") == {t: fp8[t] for t in d.get("gpu_targets") or []})
+want("gpu_runtime, devices", isinstance(d.get("gpu_runtime"), dict) and isinstance(d.get("devices"), list))
 settings = d.get("settings") or {}
 want("settings", isinstance(settings, dict) and "RCCLX_DISABLE" in settings
      and all(set(v) == {"value", "default"} for v in settings.values()))
@@ -480,6 +485,13 @@ smoke() {
   (cd "$WORK" && env -u LD_PRELOAD RCCLX_UPSTREAM_LIB="$STOCK" WANT_CODE="$NCCL_CODE" "$VPY" -c "$SMOKE")
 }
 check 0 "ctypes smoke test (bundled library by path, RCCLX_UPSTREAM_LIB = wheel's libnccl.so.2)" smoke
+
+# --- 9: Python unit tests ------------------------------------------------------------------
+pytests() {
+  # From $WORK, so that `import rcclx` is the installed package, not the checkout's python/.
+  (cd "$WORK" && env -u LD_PRELOAD "$VPY" -m unittest discover -v -s "$REPO/python/tests" -t "$REPO/python/tests")
+}
+check 0 "python unit tests (python/tests/, installed package)" pytests
 
 summary
 [ "$FAILED" = 0 ]

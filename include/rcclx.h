@@ -170,9 +170,14 @@ const char *rcclxGetUpstreamPath(void);
 
 /**
  * What this library is and how it is set up, as one JSON object: `version`, `commit`,
- * `gpu_targets` (the kernels it carries), `stock_library` (`path`, `version`, or `error`),
- * `disabled`, and `settings` (every variable rcclx reads: its value, or null and the default).
- * The string lives as long as the process. `python -m rcclx info` prints it.
+ * `gpu_targets` (the kernels it carries), `fp8_formats` (per target, the FP8 E4M3 encoding its
+ * kernels produce: `"e4m3fn"` or `"e4m3fnuz"`), `stock_library` (`path`, `version`, or
+ * `error`), `disabled`, `settings` (every variable rcclx reads: its value, or null and the
+ * default), `gpu_runtime` (`vendor`, `library`, or `error`) and `devices` (per visible device:
+ * `device`, `arch`, `kernels`, the target of the kernels rcclx runs there or null, and
+ * `fp8_format`, the FP8 format of those kernels' codes or null; or `device` and `error`).
+ * Computed once, at the first call (which loads the GPU runtime); the string lives as long as
+ * the process. `python -m rcclx info` prints it.
  */
 const char *rcclxGetInfo(void);
 

@@ -457,6 +457,11 @@ const READ_ELSEWHERE: &[(&str, &str, &str)] = &[
         "host identity: ranks with equal ids are on one host (as for the stock library)",
     ),
     ("ROCM_PATH", "/opt/rocm", "where the HIP runtime and RCCL are looked for on AMD"),
+    (
+        "RCCLX_HIP_LIB",
+        "unset",
+        "path of the HIP runtime to load instead of searching for libamdhip64 (tests load a recording one)",
+    ),
 ];
 
 /// `RCCLX_*` names of the build, the tests and the scripts: never a typo of a library variable.

@@ -29,6 +29,17 @@ pub enum Fp8Format {
     E4m3fnuz,
 }
 
+impl Fp8Format {
+    /// `"e4m3fn"` or `"e4m3fnuz"`: as `rcclxGetInfo` and the Python package spell it (torch's
+    /// `float8_e4m3fn` / `float8_e4m3fnuz`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Fp8Format::E4m3fn => "e4m3fn",
+            Fp8Format::E4m3fnuz => "e4m3fnuz",
+        }
+    }
+}
+
 impl CodeObject {
     /// Which runtime loads this image.
     pub fn vendor(&self) -> Vendor {
@@ -143,6 +154,8 @@ mod tests {
         assert_eq!(co("gfx942").fp8_format(), Fp8Format::E4m3fnuz);
         assert_eq!(co("gfx950").fp8_format(), Fp8Format::E4m3fn);
         assert_eq!(co("sm_90").fp8_format(), Fp8Format::E4m3fn);
+        assert_eq!(Fp8Format::E4m3fn.name(), "e4m3fn");
+        assert_eq!(Fp8Format::E4m3fnuz.name(), "e4m3fnuz");
     }
 
     /// Whatever this build embedded is well formed (passes with an empty table too).

@@ -491,6 +491,37 @@ _CODED_OUTPUT_TYPES = ("float8_e4m3fn", "float8_e4m3fnuz", "uint8")
 #: Elements per block scale.
 _BLOCK = 128
 
+_FP8_FORMATS = {}  # CUDA device index -> "e4m3fn" / "e4m3fnuz" (a device's never changes)
+
+
+def _fp8_format(device):
+    """The FP8 format of the codes rcclx's kernels write on CUDA device ``device``: what the loaded
+    rcclx reports for it (``rcclxGetInfo``'s ``devices``), else ``_codec_model.fp8_format`` (from
+    the arch torch reports: ``"e4m3fnuz"`` on gfx942, ``"e4m3fn"`` on NVIDIA and gfx950)."""
+    fmt = _FP8_FORMATS.get(device)
+    if fmt is None:
+        handle, _ = _loaded(want_path=False)
+        fmt = _capi.device_fp8_format(handle, device) if handle is not None else None
+        if fmt is None:
+            from . import _codec_model
+
+            fmt = _codec_model.fp8_format(device)
+        _FP8_FORMATS[device] = fmt
+    return fmt
+
+
+def _check_fp8_output(dtype_name, fmt, device):
+    """ValueError unless an output of torch dtype ``dtype_name`` holds the FP8 codes of format
+    ``fmt`` as they are: ``float8_<fmt>``, or ``uint8`` (the raw codes)."""
+    want = f"float8_{fmt}"
+    if dtype_name not in (want, "uint8"):
+        raise ValueError(
+            f"all_to_all_v_dynamic: output is torch.{dtype_name}, but rcclx's kernels on cuda:{device} write "
+            f"{fmt.upper()} codes (gfx942: E4M3FNUZ; NVIDIA and gfx950: E4M3FN), which read as "
+            f"torch.{dtype_name} would be wrong values: pass a torch.{want} output (or torch.uint8 for the "
+            "raw codes)"
+        )
+
 
 def all_to_all_v_dynamic(input, send_splits, output, group=None, recv_splits=None, wire=None,
                          output_scales=None):
@@ -523,8 +554,9 @@ def all_to_all_v_dynamic(input, send_splits, output, group=None, recv_splits=Non
     * ``output_scales``: None for decoded delivery (``output`` gets the dequantized rows in
       ``input``'s dtype). A tensor for coded delivery (``wire="fp8"`` only), as FP8 expert
       GEMMs take it (DeepEP's layout): ``output`` then has dtype ``torch.float8_e4m3fn`` (the
-      codes of NVIDIA GPUs and gfx950), ``torch.float8_e4m3fnuz`` (gfx942) or ``torch.uint8``,
-      shape ``[M, *rest]``, and gets the codes, one byte per element; ``output_scales`` is a
+      codes of NVIDIA GPUs and gfx950), ``torch.float8_e4m3fnuz`` (gfx942) or ``torch.uint8``;
+      an FP8 dtype that is not the device's format is a ValueError (the format comes from
+      ``rcclxGetInfo``'s ``devices``, else from the GPU's arch); shape ``[M, *rest]``, and gets the codes, one byte per element; ``output_scales`` is a
       contiguous float32 CUDA tensor ``[M, ceil(row / 128)]`` (``row`` = elements per row) and
       gets one scale per block: ``x = code * scale``. Every row is encoded, the rank's own
       rows too (locally: the codes and scales a peer would get).
@@ -617,6 +649,8 @@ def all_to_all_v_dynamic(input, send_splits, output, group=None, recv_splits=Non
             )
     if send_splits.dtype != torch.int64:
         raise ValueError(f"all_to_all_v_dynamic: send_splits must be torch.int64, not {send_splits.dtype}")
+    if coded and type_name(output.dtype) != "uint8":
+        _check_fp8_output(type_name(output.dtype), _fp8_format(current), current)
     if _overlap(input, output):
         raise ValueError("all_to_all_v_dynamic: input and output overlap")
     if _overlap(send_splits, output):

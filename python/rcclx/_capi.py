@@ -6,6 +6,7 @@ object each time), so the argtypes set here never touch a handle the application
 """
 
 import ctypes
+import json
 
 ncclResult_t = ctypes.c_int
 ncclComm_t = ctypes.c_void_p
@@ -91,6 +92,28 @@ def upstream_path(handle):
     f = _fn(handle, "rcclxGetUpstreamPath", ctypes.c_char_p, [])
     p = f()
     return p.decode(errors="replace") if p else None
+
+
+def info(handle):
+    """``rcclxGetInfo`` as a dict, or None (an rcclx without it, or text that is not a JSON
+    object)."""
+    try:
+        text = _fn(handle, "rcclxGetInfo", ctypes.c_char_p, [])()
+        value = json.loads(text.decode("utf-8", "replace")) if text else None
+    except (AttributeError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def device_fp8_format(handle, device):
+    """``"e4m3fn"`` or ``"e4m3fnuz"``: the FP8 format of the codes rcclx's kernels write on GPU
+    ``device``, as ``rcclxGetInfo``'s ``devices`` report it; None when it does not say (an older
+    rcclx, no such device, or no rcclx kernels for it)."""
+    for d in (info(handle) or {}).get("devices") or ():
+        if isinstance(d, dict) and d.get("device") == device:
+            fmt = d.get("fp8_format")
+            return fmt if isinstance(fmt, str) else None
+    return None
 
 
 def _names(handle, function):

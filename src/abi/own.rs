@@ -59,9 +59,14 @@ pub extern "C" fn rcclxGetUpstreamPath() -> *const c_char {
 }
 
 /// What this library is and how it is set up, as one JSON object: `version`, `commit`,
-/// `gpu_targets` (the kernels it carries), `stock_library` (`path`, `version`, or `error`),
-/// `disabled`, and `settings` (every variable rcclx reads: its value, or null and the default).
-/// The string lives as long as the process. `python -m rcclx info` prints it.
+/// `gpu_targets` (the kernels it carries), `fp8_formats` (per target, the FP8 E4M3 encoding its
+/// kernels produce: `"e4m3fn"` or `"e4m3fnuz"`), `stock_library` (`path`, `version`, or
+/// `error`), `disabled`, `settings` (every variable rcclx reads: its value, or null and the
+/// default), `gpu_runtime` (`vendor`, `library`, or `error`) and `devices` (per visible device:
+/// `device`, `arch`, `kernels`, the target of the kernels rcclx runs there or null, and
+/// `fp8_format`, the FP8 format of those kernels' codes or null; or `device` and `error`).
+/// Computed once, at the first call (which loads the GPU runtime); the string lives as long as
+/// the process. `python -m rcclx info` prints it.
 #[unsafe(no_mangle)]
 pub extern "C" fn rcclxGetInfo() -> *const c_char {
     boundary("rcclxGetInfo", || {
@@ -92,6 +97,27 @@ fn info_json() -> String {
             format!("{{\"error\": {}}}", q(crate::upstream::load_error().map_or("", |c| c.to_str().unwrap_or(""))))
         }
     };
+    let formats: Vec<String> =
+        crate::kernels::CODE_OBJECTS.iter().map(|c| format!("{}: {}", q(c.target), q(c.fp8_format().name()))).collect();
+    let (runtime, devices) = match crate::gpu::runtime() {
+        Ok(rt) => {
+            let device = |d: i32| match rt.device_info(d) {
+                Ok(info) => {
+                    let code = crate::kernels::for_arch(&info.arch);
+                    format!(
+                        "{{\"device\": {d}, \"arch\": {}, \"kernels\": {}, \"fp8_format\": {}}}",
+                        q(&info.arch),
+                        code.map_or("null".into(), |c| q(c.target)),
+                        code.map_or("null".into(), |c| q(c.fp8_format().name()))
+                    )
+                }
+                Err(e) => format!("{{\"device\": {d}, \"error\": {}}}", q(&e.to_string())),
+            };
+            let runtime = format!("{{\"vendor\": {}, \"library\": {}}}", q(rt.vendor().name()), q(rt.library()));
+            (runtime, (0..rt.device_count()).map(device).collect::<Vec<_>>())
+        }
+        Err(e) => (format!("{{\"error\": {}}}", q(&e.to_string())), Vec::new()),
+    };
     let settings: Vec<String> = crate::config::variables()
         .iter()
         .map(|v| {
@@ -100,12 +126,14 @@ fn info_json() -> String {
         })
         .collect();
     format!(
-        "{{\"version\": {}, \"commit\": {}, \"gpu_targets\": [{}], \"stock_library\": {stock}, \"disabled\": {}, \"settings\": {{{}}}}}",
+        "{{\"version\": {}, \"commit\": {}, \"gpu_targets\": [{}], \"fp8_formats\": {{{}}}, \"stock_library\": {stock}, \"disabled\": {}, \"settings\": {{{}}}, \"gpu_runtime\": {runtime}, \"devices\": [{}]}}",
         q(env!("CARGO_PKG_VERSION")),
         q(env!("RCCLX_GIT_HASH")),
         targets.join(", "),
+        formats.join(", "),
         crate::config::get().disable,
-        settings.join(", ")
+        settings.join(", "),
+        devices.join(", ")
     )
 }
 
@@ -626,4 +654,29 @@ pub unsafe extern "C" fn rcclxAllToAllvDynamicPackedEx(
         // SAFETY: forwarded from the caller.
         unsafe { alltoallv_dynamic(datatype, countUnit, comm, stream, counts, max, options, segments) }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn info_reports_the_fp8_format_of_each_target_and_device() {
+        let info = super::info_json();
+        assert!(info.contains("\"fp8_formats\": {"), "{info}");
+        for c in crate::kernels::CODE_OBJECTS {
+            let entry = format!("\"{}\": \"{}\"", c.target, c.fp8_format().name());
+            assert!(info.contains(&entry), "{entry} not in {info}");
+        }
+        assert!(info.contains("\"gpu_runtime\": {") && info.contains("\"devices\": ["), "{info}");
+        match crate::gpu::runtime() {
+            // CI: no GPU runtime, no devices, and the reason.
+            Err(_) => assert!(info.contains("\"gpu_runtime\": {\"error\": ") && info.ends_with("\"devices\": []}")),
+            Ok(rt) => {
+                for d in 0..rt.device_count() {
+                    let code = rt.device_info(d).ok().and_then(|i| crate::kernels::for_arch(&i.arch));
+                    let format = code.map_or("null".to_string(), |c| format!("\"{}\"", c.fp8_format().name()));
+                    assert!(info.contains(&format!("\"fp8_format\": {format}}}")), "device {d}: {info}");
+                }
+            }
+        }
+    }
 }

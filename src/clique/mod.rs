@@ -823,9 +823,16 @@ fn map_peers(l: &Local, recs: &[Record]) -> Result<PeerPtrs, Error> {
             if l.fault.ipc {
                 return Err(Error::internal("RCCLX_FAULT_INJECT=ipc: opening an IPC handle fails"));
             }
-            let s = rt.open_ipc(device, &gpu::IpcHandle(r.staging_ipc))?;
-            let f = rt.open_ipc(device, &gpu::IpcHandle(r.flags_ipc))?;
-            let i = rt.open_ipc(device, &gpu::IpcHandle(r.ll_ipc))?;
+            let open = |ipc: [u8; 64]| {
+                rt.open_ipc(device, &gpu::IpcHandle(ipc)).inspect_err(|e| {
+                    if let Some(why) = record::same_pid_refusal(e, me, r) {
+                        tracing::warn!("comm {:p} rank {rank}: {why}", l.member.comm);
+                    }
+                })
+            };
+            let s = open(r.staging_ipc)?;
+            let f = open(r.flags_ipc)?;
+            let i = open(r.ll_ipc)?;
             staging[p] = s.ptr().0;
             flags[p] = f.ptr().0;
             ll[p] = i.ptr().0;

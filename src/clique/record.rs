@@ -79,6 +79,31 @@ pub fn same_process(a: &Record, b: &Record) -> bool {
     a.host == b.host && a.pid == b.pid && a.pidns == b.pidns
 }
 
+/// `hipErrorInvalidContext`: what HIP's `hipIpcOpenMemHandle` returns for a handle whose owner
+/// pid is the caller's own.
+const HIP_ERROR_INVALID_CONTEXT: i32 = 201;
+
+/// Why opening `peer`'s IPC handle failed with `e`, when the cause is HIP's pid check: `None`
+/// for any other failure. HIP (ROCm/clr `hipIpcOpenMemHandle`) refuses a handle whose owner's pid,
+/// as seen in its own pid namespace, equals the caller's, with `hipErrorInvalidContext`. Ranks in
+/// different containers (pid namespaces) often have equal pids, and [`same_process`] rightly
+/// tells them apart, so they use IPC and HIP refuses it. CUDA has no such check.
+pub fn same_pid_refusal(e: &crate::gpu::Error, me: &Record, peer: &Record) -> Option<String> {
+    let crate::gpu::Error::Runtime { call: "hipIpcOpenMemHandle", runtime: "hip", code, .. } = e else { return None };
+    (*code == HIP_ERROR_INVALID_CONTEXT && peer.host == me.host && peer.pid == me.pid && peer.pidns != me.pidns).then(
+        || {
+            format!(
+                "rcclx kernels off: rank {} runs in another pid namespace (container) with this process's pid {}, \
+                 and HIP refuses to open an IPC handle whose owner pid equals the caller's \
+                 (hipIpcOpenMemHandle: hipErrorInvalidContext); every call forwards to the stock library. \
+                 Fix: run the ranks in one pid namespace (e.g. docker/podman run --pid=host, or all ranks \
+                 in one container)",
+                peer.rank, me.pid
+            )
+        },
+    )
+}
+
 /// Each rank's pid where it names a process this one can check (same host and pid namespace);
 /// `None` for the others (a container's pid 7 is not ours).
 pub fn visible_pids(recs: &[Record], me: &Record) -> Vec<Option<u32>> {
@@ -186,6 +211,40 @@ mod tests {
         b.pidns = a.pidns;
         b.host ^= 1;
         assert!(!same_process(&a, &b));
+    }
+
+    #[test]
+    fn hip_refusing_a_same_pid_peer_in_another_container_is_named() {
+        let v = recs(2);
+        let (mut me, mut peer) = (v[0], v[1]);
+        (me.pid, me.pidns, peer.pid, peer.pidns) = (7, 4026531836, 7, 4026532000);
+        let err = |call, runtime, code| crate::gpu::Error::Runtime {
+            call,
+            detail: "on device 0".into(),
+            runtime,
+            code,
+            message: String::new(),
+        };
+        let refused = err("hipIpcOpenMemHandle", "hip", HIP_ERROR_INVALID_CONTEXT);
+        let why = same_pid_refusal(&refused, &me, &peer).expect("HIP's pid check");
+        for needle in ["rank 1", "pid 7", "pid namespace", "hipErrorInvalidContext", "--pid=host", "kernels off"] {
+            assert!(why.contains(needle), "{needle:?} not in {why:?}");
+        }
+        // Anything else is another failure: another code, call or runtime, another pid, one
+        // namespace (then it is one process, which never opens IPC), another host.
+        assert_eq!(same_pid_refusal(&err("hipIpcOpenMemHandle", "hip", 1), &me, &peer), None);
+        assert_eq!(same_pid_refusal(&err("hipIpcGetMemHandle", "hip", 201), &me, &peer), None);
+        assert_eq!(same_pid_refusal(&err("cuIpcOpenMemHandle", "cuda", 201), &me, &peer), None);
+        assert_eq!(same_pid_refusal(&crate::gpu::Error::NoDevice, &me, &peer), None);
+        let mut other = peer;
+        other.pid = 8;
+        assert_eq!(same_pid_refusal(&refused, &me, &other), None);
+        other = peer;
+        other.pidns = me.pidns;
+        assert_eq!(same_pid_refusal(&refused, &me, &other), None);
+        other = peer;
+        other.host ^= 1;
+        assert_eq!(same_pid_refusal(&refused, &me, &other), None);
     }
 
     /// With `RCCLX_PRINT_IDENTITY` set (the test below runs this binary so, in a new pid

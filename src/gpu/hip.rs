@@ -42,6 +42,7 @@ entry_points! {
         hipGetErrorName = "hipGetErrorName": fn(HipError) -> *const c_char;
         hipGetErrorString = "hipGetErrorString": fn(HipError) -> *const c_char;
         hipGetLastError = "hipGetLastError": fn() -> HipError;
+        hipPeekAtLastError = "hipPeekAtLastError": fn() -> HipError;
         hipGetDeviceCount = "hipGetDeviceCount": fn(*mut c_int) -> HipError;
         hipSetDevice = "hipSetDevice": fn(c_int) -> HipError;
         hipGetDevice = "hipGetDevice": fn(*mut c_int) -> HipError;
@@ -169,24 +170,28 @@ pub(crate) struct Hip {
 }
 
 impl Hip {
-    /// Opens `libamdhip64` (plain names, then `$ROCM_PATH/lib`, then `/opt/rocm/lib`), resolves
-    /// the entry points and runs `hipInit`.
+    /// Opens `libamdhip64` (`RCCLX_HIP_LIB` alone when set; else plain names, then
+    /// `$ROCM_PATH/lib`, then `/opt/rocm/lib`), resolves the entry points and runs `hipInit`.
     pub(crate) fn load() -> Result<Hip, Error> {
-        let mut dirs = vec![String::new()];
-        if let Ok(root) = std::env::var("ROCM_PATH")
-            && !root.is_empty()
-        {
-            dirs.push(format!("{}/lib/", root.trim_end_matches('/')));
-        }
-        dirs.push("/opt/rocm/lib/".to_string());
-        let candidates: Vec<String> =
-            dirs.iter().flat_map(|dir| LIBRARY_NAMES.iter().map(move |name| format!("{dir}{name}"))).collect();
+        let candidates: Vec<String> = match std::env::var("RCCLX_HIP_LIB") {
+            Ok(path) if !path.is_empty() => vec![path],
+            _ => {
+                let mut dirs = vec![String::new()];
+                if let Ok(root) = std::env::var("ROCM_PATH")
+                    && !root.is_empty()
+                {
+                    dirs.push(format!("{}/lib/", root.trim_end_matches('/')));
+                }
+                dirs.push("/opt/rocm/lib/".to_string());
+                dirs.iter().flat_map(|dir| LIBRARY_NAMES.iter().map(move |name| format!("{dir}{name}"))).collect()
+            }
+        };
         let (lib, library) = super::open_library(&candidates).map_err(Error::NoRuntime)?;
         // SAFETY: `lib` is libamdhip64 and the list transcribes its header; never unmapped.
         let api = unsafe { Api::load(&lib) }.map_err(|e| Error::NoRuntime(format!("{library} ({e})")))?;
         let mut hip = Hip { api, library, version: 0, _lib: lib };
         // SAFETY: hipInit has no preconditions; flags must be 0.
-        match unsafe { (hip.api.hipInit)(0) } {
+        match hip.call(|| unsafe { (hip.api.hipInit)(0) }) {
             HIP_SUCCESS => {}
             // Without /dev/kfd the runtime reports either code.
             HIP_ERROR_NO_DEVICE | HIP_ERROR_INVALID_DEVICE => return Err(Error::NoDevice),
@@ -197,12 +202,41 @@ impl Hip {
         }
         let mut version = 0;
         // SAFETY: out-pointer to a local.
-        hip.check("hipDriverGetVersion", unsafe { (hip.api.hipDriverGetVersion)(&mut version) })?;
+        hip.check("hipDriverGetVersion", || unsafe { (hip.api.hipDriverGetVersion)(&mut version) })?;
         hip.version = version;
         Ok(hip)
     }
 
-    fn check(&self, call: &'static str, code: HipError) -> Result<(), Error> {
+    /// Runs one HIP call, `f`, and leaves the calling thread's last-error slot as the
+    /// application had it. Every HIP call of rcclx goes through here.
+    ///
+    /// From ROCm 7.0 the slot keeps the last failing call's code until `hipGetLastError` reads
+    /// it (ROCm 6 overwrote it on every call), so a failure that rcclx handles (an IPC handle it
+    /// cannot open, an allocation that falls back, "peer access already enabled") would
+    /// otherwise be raised by the application's next check, e.g. PyTorch's
+    /// `C10_HIP_KERNEL_LAUNCH_CHECK`, in unrelated code. After a failure the slot is read (and so
+    /// reset) only when it held no error before the call: an error the application has not read
+    /// yet stays pending. (HIP has no call to put an older code back, so on ROCm 7 that error
+    /// then reads as rcclx's code; it still reads as an error.) The peek is one more HIP call
+    /// (a thread-local read) per call, negligible beside a launch.
+    fn call(&self, f: impl FnOnce() -> HipError) -> HipError {
+        // SAFETY: no arguments; returns the calling thread's last error without resetting it.
+        let before = unsafe { (self.api.hipPeekAtLastError)() };
+        let code = f();
+        if code != HIP_SUCCESS && before == HIP_SUCCESS {
+            // SAFETY: no arguments; resets the slot, which now holds only this call's code.
+            let _ = unsafe { (self.api.hipGetLastError)() };
+        }
+        code
+    }
+
+    /// [`Hip::call`], then [`Hip::status`].
+    fn check(&self, call: &'static str, f: impl FnOnce() -> HipError) -> Result<(), Error> {
+        self.status(call, self.call(f))
+    }
+
+    /// The result of a call made through [`Hip::call`].
+    fn status(&self, call: &'static str, code: HipError) -> Result<(), Error> {
         if code == HIP_SUCCESS { Ok(()) } else { Err(self.error(call, code)) }
     }
 
@@ -216,7 +250,7 @@ impl Hip {
         for (func, layout) in attempts {
             let Some(func) = func else { continue };
             // SAFETY: `buf` is larger than any version of the struct and suitably aligned.
-            self.check(layout.call, unsafe { func(buf.0.as_mut_ptr().cast(), device) })?;
+            self.check(layout.call, || unsafe { func(buf.0.as_mut_ptr().cast(), device) })?;
             return Ok(layout);
         }
         Err(Error::Unsupported { call: "hipGetDeviceProperties", runtime: "hip" })
@@ -255,7 +289,7 @@ impl Backend for Hip {
     fn device_count(&self) -> Result<i32, Error> {
         let mut n = 0;
         // SAFETY: out-pointer to a local.
-        match unsafe { (self.api.hipGetDeviceCount)(&mut n) } {
+        match self.call(|| unsafe { (self.api.hipGetDeviceCount)(&mut n) }) {
             HIP_SUCCESS => Ok(n),
             HIP_ERROR_NO_DEVICE => Ok(0),
             code => Err(self.error("hipGetDeviceCount", code)),
@@ -264,13 +298,13 @@ impl Backend for Hip {
 
     fn set_device(&self, device: i32) -> Result<(), Error> {
         // SAFETY: plain value argument.
-        self.check("hipSetDevice", unsafe { (self.api.hipSetDevice)(device) })
+        self.check("hipSetDevice", || unsafe { (self.api.hipSetDevice)(device) })
     }
 
     fn current_device(&self) -> Result<i32, Error> {
         let mut dev = 0;
         // SAFETY: out-pointer to a local.
-        self.check("hipGetDevice", unsafe { (self.api.hipGetDevice)(&mut dev) })?;
+        self.check("hipGetDevice", || unsafe { (self.api.hipGetDevice)(&mut dev) })?;
         Ok(dev)
     }
 
@@ -292,8 +326,8 @@ impl Backend for Hip {
         let p = &props.0;
         let mut bus = [0u8; 64];
         // SAFETY: the buffer holds 64 bytes, as passed.
-        let rc = unsafe { (self.api.hipDeviceGetPCIBusId)(bus.as_mut_ptr().cast(), 64, device) };
-        self.check("hipDeviceGetPCIBusId", rc)?;
+        let rc = self.call(|| unsafe { (self.api.hipDeviceGetPCIBusId)(bus.as_mut_ptr().cast(), 64, device) });
+        self.status("hipDeviceGetPCIBusId", rc)?;
         let (major, minor) = (read_i32(p, layout.major), read_i32(p, layout.minor));
         let arch = c_buf_to_string(&p[layout.gcn_arch_name..layout.gcn_arch_name + 256]);
         Ok(DeviceInfo {
@@ -309,21 +343,16 @@ impl Backend for Hip {
     fn can_access_peer(&self, device: i32, peer: i32) -> Result<bool, Error> {
         let mut can = 0;
         // SAFETY: out-pointer to a local.
-        self.check("hipDeviceCanAccessPeer", unsafe { (self.api.hipDeviceCanAccessPeer)(&mut can, device, peer) })?;
+        self.check("hipDeviceCanAccessPeer", || unsafe { (self.api.hipDeviceCanAccessPeer)(&mut can, device, peer) })?;
         Ok(can != 0)
     }
 
     fn enable_peer_access(&self, peer: i32) -> Result<(), Error> {
         // SAFETY: plain value arguments; flags must be 0.
-        match unsafe { (self.api.hipDeviceEnablePeerAccess)(peer, 0) } {
+        match self.call(|| unsafe { (self.api.hipDeviceEnablePeerAccess)(peer, 0) }) {
             HIP_SUCCESS => Ok(()),
-            HIP_ERROR_PEER_ACCESS_ALREADY_ENABLED => {
-                // HIP keeps the code as the thread's last error: clear it so the application's
-                // next hipGetLastError does not report it.
-                // SAFETY: no arguments.
-                let _ = unsafe { (self.api.hipGetLastError)() };
-                Ok(())
-            }
+            // `call` cleared the code from the thread's last error.
+            HIP_ERROR_PEER_ACCESS_ALREADY_ENABLED => Ok(()),
             code => Err(self.error("hipDeviceEnablePeerAccess", code)),
         }
     }
@@ -333,7 +362,7 @@ impl Backend for Hip {
         match kind {
             MemKind::Normal => {
                 // SAFETY: out-pointer to a local.
-                self.check("hipMalloc", unsafe { (self.api.hipMalloc)(&mut ptr, bytes) })?;
+                self.check("hipMalloc", || unsafe { (self.api.hipMalloc)(&mut ptr, bytes) })?;
             }
             MemKind::Uncached => {
                 let alloc = self
@@ -341,7 +370,7 @@ impl Backend for Hip {
                     .hipExtMallocWithFlags
                     .ok_or(Error::Unsupported { call: "hipExtMallocWithFlags", runtime: "hip" })?;
                 // SAFETY: out-pointer to a local; the flag is a documented allocation flag.
-                self.check("hipExtMallocWithFlags", unsafe { alloc(&mut ptr, bytes, HIP_DEVICE_MALLOC_UNCACHED) })?;
+                self.check("hipExtMallocWithFlags", || unsafe { alloc(&mut ptr, bytes, HIP_DEVICE_MALLOC_UNCACHED) })?;
             }
         }
         Ok(ptr as u64)
@@ -349,20 +378,20 @@ impl Backend for Hip {
 
     unsafe fn mem_free(&self, ptr: u64) -> Result<(), Error> {
         // SAFETY: the caller passes a pointer from hipMalloc/hipExtMallocWithFlags, no longer used.
-        self.check("hipFree", unsafe { (self.api.hipFree)(ptr as *mut c_void) })
+        self.check("hipFree", || unsafe { (self.api.hipFree)(ptr as *mut c_void) })
     }
 
     fn host_alloc_mapped(&self, bytes: usize) -> Result<(*mut u8, u64), Error> {
         let mut host: *mut c_void = std::ptr::null_mut();
         let flags = HIP_HOST_MALLOC_MAPPED | HIP_HOST_MALLOC_PORTABLE | HIP_HOST_MALLOC_COHERENT;
         // SAFETY: out-pointer to a local.
-        self.check("hipHostMalloc", unsafe { (self.api.hipHostMalloc)(&mut host, bytes, flags) })?;
+        self.check("hipHostMalloc", || unsafe { (self.api.hipHostMalloc)(&mut host, bytes, flags) })?;
         let mut dev: *mut c_void = std::ptr::null_mut();
         // SAFETY: `host` was allocated mapped just above; flags must be 0.
-        let rc = unsafe { (self.api.hipHostGetDevicePointer)(&mut dev, host, 0) };
-        if let Err(e) = self.check("hipHostGetDevicePointer", rc) {
+        let rc = self.call(|| unsafe { (self.api.hipHostGetDevicePointer)(&mut dev, host, 0) });
+        if let Err(e) = self.status("hipHostGetDevicePointer", rc) {
             // SAFETY: `host` came from hipHostMalloc and is not used elsewhere.
-            let _ = unsafe { (self.api.hipHostFree)(host) };
+            let _ = self.call(|| unsafe { (self.api.hipHostFree)(host) });
             return Err(e);
         }
         Ok((host.cast(), dev as u64))
@@ -370,22 +399,23 @@ impl Backend for Hip {
 
     unsafe fn host_free(&self, ptr: *mut u8) -> Result<(), Error> {
         // SAFETY: the caller passes a pointer from hipHostMalloc that is no longer used.
-        self.check("hipHostFree", unsafe { (self.api.hipHostFree)(ptr.cast()) })
+        self.check("hipHostFree", || unsafe { (self.api.hipHostFree)(ptr.cast()) })
     }
 
     unsafe fn memset_async(&self, dst: u64, value: u8, bytes: usize, stream: *mut c_void) -> Result<(), Error> {
         // SAFETY: the caller guarantees the range and the stream.
-        let rc = unsafe { (self.api.hipMemsetAsync)(dst as *mut c_void, c_int::from(value), bytes, stream) };
-        self.check("hipMemsetAsync", rc)
+        let rc =
+            self.call(|| unsafe { (self.api.hipMemsetAsync)(dst as *mut c_void, c_int::from(value), bytes, stream) });
+        self.status("hipMemsetAsync", rc)
     }
 
     unsafe fn memcpy_async(&self, dst: u64, src: u64, bytes: usize, stream: *mut c_void) -> Result<(), Error> {
         // SAFETY: the caller guarantees both ranges and the stream; hipMemcpyDefault infers the
         // direction from the (unified) addresses.
-        let rc = unsafe {
+        let rc = self.call(|| unsafe {
             (self.api.hipMemcpyAsync)(dst as *mut c_void, src as *const c_void, bytes, HIP_MEMCPY_DEFAULT, stream)
-        };
-        self.check("hipMemcpyAsync", rc)
+        });
+        self.status("hipMemcpyAsync", rc)
     }
 
     unsafe fn memcpy_htod_async(
@@ -396,52 +426,53 @@ impl Backend for Hip {
         stream: *mut c_void,
     ) -> Result<(), Error> {
         // SAFETY: the caller guarantees both ranges and the stream.
-        let rc = unsafe {
+        let rc = self.call(|| unsafe {
             (self.api.hipMemcpyAsync)(dst as *mut c_void, src.cast(), bytes, HIP_MEMCPY_HOST_TO_DEVICE, stream)
-        };
-        self.check("hipMemcpyAsync", rc)
+        });
+        self.status("hipMemcpyAsync", rc)
     }
 
     unsafe fn memcpy_dtoh_async(&self, dst: *mut u8, src: u64, bytes: usize, stream: *mut c_void) -> Result<(), Error> {
         // SAFETY: the caller guarantees both ranges and the stream.
-        let rc = unsafe {
+        let rc = self.call(|| unsafe {
             (self.api.hipMemcpyAsync)(dst.cast(), src as *const c_void, bytes, HIP_MEMCPY_DEVICE_TO_HOST, stream)
-        };
-        self.check("hipMemcpyAsync", rc)
+        });
+        self.status("hipMemcpyAsync", rc)
     }
 
     fn ipc_get_handle(&self, ptr: u64) -> Result<IpcHandle, Error> {
         let mut handle = IpcHandle([0; 64]);
         // SAFETY: out-pointer to a local of the handle's 64-byte C layout; HIP validates `ptr`.
-        self.check("hipIpcGetMemHandle", unsafe { (self.api.hipIpcGetMemHandle)(&mut handle, ptr as *mut c_void) })?;
+        self.check("hipIpcGetMemHandle", || unsafe { (self.api.hipIpcGetMemHandle)(&mut handle, ptr as *mut c_void) })?;
         Ok(handle)
     }
 
     fn ipc_open(&self, handle: &IpcHandle) -> Result<u64, Error> {
         let mut ptr: *mut c_void = std::ptr::null_mut();
         // SAFETY: out-pointer to a local; the handle is passed by value with its C layout.
-        let rc = unsafe { (self.api.hipIpcOpenMemHandle)(&mut ptr, *handle, HIP_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) };
-        self.check("hipIpcOpenMemHandle", rc)?;
+        let rc = self
+            .call(|| unsafe { (self.api.hipIpcOpenMemHandle)(&mut ptr, *handle, HIP_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) });
+        self.status("hipIpcOpenMemHandle", rc)?;
         Ok(ptr as u64)
     }
 
     unsafe fn ipc_close(&self, ptr: u64) -> Result<(), Error> {
         // SAFETY: the caller passes a pointer from hipIpcOpenMemHandle that is no longer used.
-        self.check("hipIpcCloseMemHandle", unsafe { (self.api.hipIpcCloseMemHandle)(ptr as *mut c_void) })
+        self.check("hipIpcCloseMemHandle", || unsafe { (self.api.hipIpcCloseMemHandle)(ptr as *mut c_void) })
     }
 
     unsafe fn module_load(&self, image: *const u8) -> Result<*mut c_void, Error> {
         let mut module: Handle = std::ptr::null_mut();
         // SAFETY: the caller guarantees a complete code object at `image`.
-        self.check("hipModuleLoadData", unsafe { (self.api.hipModuleLoadData)(&mut module, image.cast()) })?;
+        self.check("hipModuleLoadData", || unsafe { (self.api.hipModuleLoadData)(&mut module, image.cast()) })?;
         Ok(module)
     }
 
     fn module_function(&self, module: *mut c_void, name: &CStr) -> Result<*mut c_void, Error> {
         let mut func: Handle = std::ptr::null_mut();
         // SAFETY: out-pointer to a local; `module` is a loaded module; `name` is NUL-terminated.
-        let rc = unsafe { (self.api.hipModuleGetFunction)(&mut func, module, name.as_ptr()) };
-        self.check("hipModuleGetFunction", rc)?;
+        let rc = self.call(|| unsafe { (self.api.hipModuleGetFunction)(&mut func, module, name.as_ptr()) });
+        self.status("hipModuleGetFunction", rc)?;
         Ok(func)
     }
 
@@ -449,8 +480,8 @@ impl Backend for Hip {
         let Some(occupancy) = self.api.hipModuleOccupancyMaxActiveBlocksPerMultiprocessor else { return Ok(1) };
         let mut blocks: c_int = 0;
         // SAFETY: out-pointer to a local; `func` came from `module_function`.
-        let rc = unsafe { occupancy(&mut blocks, func, block_threads as c_int, 0) };
-        self.check("hipModuleOccupancyMaxActiveBlocksPerMultiprocessor", rc)?;
+        let rc = self.call(|| unsafe { occupancy(&mut blocks, func, block_threads as c_int, 0) });
+        self.status("hipModuleOccupancyMaxActiveBlocksPerMultiprocessor", rc)?;
         Ok(blocks.max(1) as u32)
     }
 
@@ -465,7 +496,7 @@ impl Backend for Hip {
     ) -> Result<(), Error> {
         // SAFETY: the caller guarantees that `args` matches the kernel's parameters. The grid is
         // given in blocks, as for cuLaunchKernel.
-        let rc = unsafe {
+        let rc = self.call(|| unsafe {
             (self.api.hipModuleLaunchKernel)(
                 func,
                 grid.0,
@@ -479,36 +510,36 @@ impl Backend for Hip {
                 args,
                 std::ptr::null_mut(),
             )
-        };
-        self.check("hipModuleLaunchKernel", rc)
+        });
+        self.status("hipModuleLaunchKernel", rc)
     }
 
     fn stream_create(&self) -> Result<*mut c_void, Error> {
         let mut stream: Handle = std::ptr::null_mut();
         // SAFETY: out-pointer to a local.
-        let rc = unsafe { (self.api.hipStreamCreateWithFlags)(&mut stream, HIP_STREAM_NON_BLOCKING) };
-        self.check("hipStreamCreateWithFlags", rc)?;
+        let rc = self.call(|| unsafe { (self.api.hipStreamCreateWithFlags)(&mut stream, HIP_STREAM_NON_BLOCKING) });
+        self.status("hipStreamCreateWithFlags", rc)?;
         Ok(stream)
     }
 
     unsafe fn stream_destroy(&self, stream: *mut c_void) -> Result<(), Error> {
         // SAFETY: the caller passes a stream it created and no longer uses.
-        self.check("hipStreamDestroy", unsafe { (self.api.hipStreamDestroy)(stream) })
+        self.check("hipStreamDestroy", || unsafe { (self.api.hipStreamDestroy)(stream) })
     }
 
     fn stream_synchronize(&self, stream: *mut c_void) -> Result<(), Error> {
         // SAFETY: `stream` is a valid stream (see `Stream::from_raw`).
-        self.check("hipStreamSynchronize", unsafe { (self.api.hipStreamSynchronize)(stream) })
+        self.check("hipStreamSynchronize", || unsafe { (self.api.hipStreamSynchronize)(stream) })
     }
 
     fn device_synchronize(&self) -> Result<(), Error> {
         // SAFETY: no arguments; waits for the current device's work.
-        self.check("hipDeviceSynchronize", unsafe { (self.api.hipDeviceSynchronize)() })
+        self.check("hipDeviceSynchronize", || unsafe { (self.api.hipDeviceSynchronize)() })
     }
 
     fn stream_query(&self, stream: *mut c_void) -> Result<bool, Error> {
         // SAFETY: `stream` is a valid stream.
-        match unsafe { (self.api.hipStreamQuery)(stream) } {
+        match self.call(|| unsafe { (self.api.hipStreamQuery)(stream) }) {
             HIP_SUCCESS => Ok(true),
             HIP_ERROR_NOT_READY => Ok(false),
             code => Err(self.error("hipStreamQuery", code)),
@@ -518,7 +549,7 @@ impl Backend for Hip {
     fn stream_capture_status(&self, stream: *mut c_void) -> Result<CaptureStatus, Error> {
         let mut status = 0;
         // SAFETY: out-pointer to a local; `stream` is a valid stream.
-        self.check("hipStreamIsCapturing", unsafe { (self.api.hipStreamIsCapturing)(stream, &mut status) })?;
+        self.check("hipStreamIsCapturing", || unsafe { (self.api.hipStreamIsCapturing)(stream, &mut status) })?;
         Ok(match status {
             HIP_STREAM_CAPTURE_STATUS_NONE => CaptureStatus::None,
             HIP_STREAM_CAPTURE_STATUS_ACTIVE => CaptureStatus::Active,
@@ -528,14 +559,14 @@ impl Backend for Hip {
 
     fn stream_wait_event(&self, stream: *mut c_void, event: *mut c_void) -> Result<(), Error> {
         // SAFETY: both handles are valid; flags must be 0.
-        self.check("hipStreamWaitEvent", unsafe { (self.api.hipStreamWaitEvent)(stream, event, 0) })
+        self.check("hipStreamWaitEvent", || unsafe { (self.api.hipStreamWaitEvent)(stream, event, 0) })
     }
 
     fn event_create(&self) -> Result<*mut c_void, Error> {
         let mut event: Handle = std::ptr::null_mut();
         // SAFETY: out-pointer to a local.
-        let rc = unsafe { (self.api.hipEventCreateWithFlags)(&mut event, HIP_EVENT_DISABLE_TIMING) };
-        self.check("hipEventCreateWithFlags", rc)?;
+        let rc = self.call(|| unsafe { (self.api.hipEventCreateWithFlags)(&mut event, HIP_EVENT_DISABLE_TIMING) });
+        self.status("hipEventCreateWithFlags", rc)?;
         Ok(event)
     }
 
@@ -557,17 +588,17 @@ impl Backend for Hip {
 
     fn event_record(&self, event: *mut c_void, stream: *mut c_void) -> Result<(), Error> {
         // SAFETY: both handles are valid.
-        self.check("hipEventRecord", unsafe { (self.api.hipEventRecord)(event, stream) })
+        self.check("hipEventRecord", || unsafe { (self.api.hipEventRecord)(event, stream) })
     }
 
     fn event_synchronize(&self, event: *mut c_void) -> Result<(), Error> {
         // SAFETY: `event` is valid.
-        self.check("hipEventSynchronize", unsafe { (self.api.hipEventSynchronize)(event) })
+        self.check("hipEventSynchronize", || unsafe { (self.api.hipEventSynchronize)(event) })
     }
 
     fn event_query(&self, event: *mut c_void) -> Result<bool, Error> {
         // SAFETY: `event` is a valid event.
-        match unsafe { (self.api.hipEventQuery)(event) } {
+        match self.call(|| unsafe { (self.api.hipEventQuery)(event) }) {
             HIP_SUCCESS => Ok(true),
             HIP_ERROR_NOT_READY => Ok(false),
             code => Err(self.error("hipEventQuery", code)),
@@ -576,14 +607,14 @@ impl Backend for Hip {
 
     unsafe fn event_destroy(&self, event: *mut c_void) -> Result<(), Error> {
         // SAFETY: the caller passes an event it created and no longer uses.
-        self.check("hipEventDestroy", unsafe { (self.api.hipEventDestroy)(event) })
+        self.check("hipEventDestroy", || unsafe { (self.api.hipEventDestroy)(event) })
     }
 
     fn memory_info(&self) -> Result<(u64, u64), Error> {
         let f = self.api.hipMemGetInfo.ok_or(Error::Unsupported { call: "hipMemGetInfo", runtime: "hip" })?;
         let (mut free, mut total) = (0usize, 0usize);
         // SAFETY: two out-pointers to locals.
-        self.check("hipMemGetInfo", unsafe { f(&mut free, &mut total) })?;
+        self.check("hipMemGetInfo", || unsafe { f(&mut free, &mut total) })?;
         Ok((free as u64, total as u64))
     }
 
@@ -593,7 +624,7 @@ impl Backend for Hip {
             .hipStreamBeginCapture
             .ok_or(Error::Unsupported { call: "hipStreamBeginCapture", runtime: "hip" })?;
         // SAFETY: `stream` is a valid stream; the mode is a valid capture mode.
-        self.check("hipStreamBeginCapture", unsafe { f(stream, HIP_STREAM_CAPTURE_MODE_RELAXED) })
+        self.check("hipStreamBeginCapture", || unsafe { f(stream, HIP_STREAM_CAPTURE_MODE_RELAXED) })
     }
 
     fn capture_end(&self, stream: *mut c_void) -> Result<*mut c_void, Error> {
@@ -603,26 +634,26 @@ impl Backend for Hip {
         let destroy = self.api.hipGraphDestroy.ok_or(unsupported("hipGraphDestroy"))?;
         let mut graph: Handle = std::ptr::null_mut();
         // SAFETY: `stream` is capturing (else the call fails); out-pointer to a local.
-        self.check("hipStreamEndCapture", unsafe { end(stream, &mut graph) })?;
+        self.check("hipStreamEndCapture", || unsafe { end(stream, &mut graph) })?;
         let mut exec: Handle = std::ptr::null_mut();
         // SAFETY: `graph` was just captured; out-pointer to a local; flags 0.
-        let made = self.check("hipGraphInstantiateWithFlags", unsafe { inst(&mut exec, graph, 0) });
+        let made = self.check("hipGraphInstantiateWithFlags", || unsafe { inst(&mut exec, graph, 0) });
         // SAFETY: the instantiated graph does not need its template any more.
-        let _ = unsafe { destroy(graph) };
+        let _ = self.call(|| unsafe { destroy(graph) });
         made.map(|_| exec)
     }
 
     unsafe fn graph_launch(&self, exec: *mut c_void, stream: *mut c_void) -> Result<(), Error> {
         let f = self.api.hipGraphLaunch.ok_or(Error::Unsupported { call: "hipGraphLaunch", runtime: "hip" })?;
         // SAFETY: the caller passes a live instantiated graph; `stream` is valid.
-        self.check("hipGraphLaunch", unsafe { f(exec, stream) })
+        self.check("hipGraphLaunch", || unsafe { f(exec, stream) })
     }
 
     unsafe fn graph_destroy(&self, exec: *mut c_void) -> Result<(), Error> {
         let f =
             self.api.hipGraphExecDestroy.ok_or(Error::Unsupported { call: "hipGraphExecDestroy", runtime: "hip" })?;
         // SAFETY: the caller passes an instantiated graph it no longer uses.
-        self.check("hipGraphExecDestroy", unsafe { f(exec) })
+        self.check("hipGraphExecDestroy", || unsafe { f(exec) })
     }
 
     unsafe fn capture_retain(

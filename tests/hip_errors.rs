@@ -1,0 +1,247 @@
+//! HIP's thread-local last error after rcclx's HIP calls (issue 36, ROCm 7's sticky errors).
+//!
+//! From ROCm 7.0 `hipGetLastError` reports the last failing call until it is read. rcclx
+//! handles some HIP failures itself (an IPC handle it cannot open, an allocation or module
+//! load that turns its kernels off, "peer access already enabled"); those must not surface in
+//! the application's next `hipGetLastError`, and an error the application had not read yet must
+//! still be reported after rcclx's calls.
+//!
+//! `tests/c/recording_hip.c` is a HIP runtime with ROCm 7's last-error rules that fails the
+//! calls this test picks and records every call. The test runs this binary again with
+//! `RCCLX_GPU_RUNTIME=hip RCCLX_HIP_LIB=<that library>`, so rcclx's real GPU layer
+//! (`rcclx::gpu::runtime()`) loads it as the HIP runtime; the child then calls the runtime
+//! layer's functions and reads the slot as the application would, through the same library.
+//! The same runtime's two devices (a gfx942 and a gfx950) show `rcclxGetInfo`'s per-device FP8
+//! format.
+
+mod common;
+
+use std::ffi::{CStr, c_char, c_int};
+use std::process::Command;
+
+use rcclx::gpu::{self, IpcHandle, MemKind};
+
+const HIP_ERROR_INVALID_VALUE: c_int = 1;
+const HIP_ERROR_OUT_OF_MEMORY: c_int = 2;
+const HIP_ERROR_INVALID_IMAGE: c_int = 200;
+const HIP_ERROR_INVALID_CONTEXT: c_int = 201;
+const HIP_ERROR_INVALID_HANDLE: c_int = 400;
+const HIP_ERROR_PEER_ACCESS_ALREADY_ENABLED: c_int = 704;
+
+/// The recording library's functions, as the application (this test) calls them.
+struct App {
+    get_last_error: unsafe extern "C" fn() -> c_int,
+    peek: unsafe extern "C" fn() -> c_int,
+    fail: unsafe extern "C" fn(*const c_char, c_int),
+    app_error: unsafe extern "C" fn(c_int),
+    calls: unsafe extern "C" fn() -> *const c_char,
+    clear: unsafe extern "C" fn(),
+    _lib: libloading::Library,
+}
+
+impl App {
+    fn open(path: &str) -> App {
+        // SAFETY: the recording library has no initialisers; rcclx has it open already, so this
+        // is the same copy (same slot, same record).
+        let lib = unsafe { libloading::Library::new(path) }.expect("the recording HIP library");
+        // SAFETY: each symbol has the C signature given (tests/c/recording_hip.c).
+        unsafe {
+            App {
+                get_last_error: *lib.get(b"hipGetLastError\0").unwrap(),
+                peek: *lib.get(b"hipPeekAtLastError\0").unwrap(),
+                fail: *lib.get(b"rec_fail\0").unwrap(),
+                app_error: *lib.get(b"rec_app_error\0").unwrap(),
+                calls: *lib.get(b"rec_calls\0").unwrap(),
+                clear: *lib.get(b"rec_clear\0").unwrap(),
+                _lib: lib,
+            }
+        }
+    }
+    /// The application's `hipGetLastError` (reads and resets the slot).
+    fn last_error(&self) -> c_int {
+        // SAFETY: no arguments.
+        unsafe { (self.get_last_error)() }
+    }
+    fn peek(&self) -> c_int {
+        // SAFETY: no arguments.
+        unsafe { (self.peek)() }
+    }
+    /// Every later call of `name` returns `code` (`None`: no failures).
+    fn fail(&self, what: Option<(&CStr, c_int)>) {
+        let (name, code) = what.map_or((std::ptr::null(), 0), |(n, c)| (n.as_ptr(), c));
+        // SAFETY: NULL or a NUL-terminated name, copied by the library.
+        unsafe { (self.fail)(name, code) }
+    }
+    /// The slot as an application call that failed with `code` leaves it.
+    fn app_error(&self, code: c_int) {
+        // SAFETY: plain value.
+        unsafe { (self.app_error)(code) }
+    }
+    /// The calls recorded since the last `take`, and a fresh record.
+    fn take(&self) -> Vec<String> {
+        // SAFETY: a NUL-terminated string owned by the library; copied before `clear`.
+        let text = unsafe { CStr::from_ptr((self.calls)()) }.to_string_lossy().into_owned();
+        // SAFETY: no arguments.
+        unsafe { (self.clear)() };
+        text.lines().map(str::to_string).collect()
+    }
+}
+
+/// The calls rcclx made after `call` (by name) and around it, as `[before, call, after]`.
+fn around(calls: &[String], call: &str) -> Vec<String> {
+    let i = calls.iter().position(|c| c == call).unwrap_or_else(|| panic!("no {call} in {calls:?}"));
+    calls[i.saturating_sub(1)..(i + 2).min(calls.len())].to_vec()
+}
+
+/// Builds the recording HIP library and runs the test `child` of this binary in a process whose
+/// HIP runtime it is; returns the child's output after checking that it passed.
+fn run_child(child: &str) -> String {
+    let dir = common::scratch(child);
+    let lib = dir.join("librecording_hip.so");
+    common::must(
+        common::cc()
+            .args(common::C_FLAGS)
+            .args(["-Wno-unused-parameter", "-fPIC", "-shared"])
+            .arg(common::repo().join("tests/c/recording_hip.c"))
+            .arg("-o")
+            .arg(&lib),
+        "compiling tests/c/recording_hip.c",
+    );
+    let exe = std::env::current_exe().unwrap();
+    let out = Command::new(exe)
+        .args(["--exact", child, "--nocapture", "--test-threads=1"])
+        .env("RCCLX_GPU_RUNTIME", "hip")
+        .env("RCCLX_HIP_LIB", &lib)
+        .env("RCCLX_TEST_RECORDING_HIP", "1")
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "the child failed:\n{text}");
+    assert!(text.contains("recording HIP: all checks passed"), "the child did not run its checks:\n{text}");
+    text
+}
+
+#[test]
+fn handled_hip_failures_leave_no_error_and_keep_the_applications() {
+    run_child("in_a_process_whose_hip_runtime_records");
+}
+
+#[test]
+fn info_reports_the_fp8_format_of_each_hip_device() {
+    run_child("info_in_a_process_whose_hip_runtime_records");
+}
+
+/// The child of `info_reports_the_fp8_format_of_each_hip_device`: the recording runtime has a
+/// gfx942 (device 0) and a gfx950 (device 1); rcclxGetInfo names each one's arch, the kernels
+/// rcclx runs there (none in a build without kernels) and their FP8 format.
+#[test]
+fn info_in_a_process_whose_hip_runtime_records() {
+    if std::env::var_os("RCCLX_TEST_RECORDING_HIP").is_none() {
+        return;
+    }
+    let p = rcclx::abi::own::rcclxGetInfo();
+    assert!(!p.is_null());
+    // SAFETY: rcclxGetInfo returns a NUL-terminated string that lives as long as the process.
+    let info = unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned();
+    let q = |s: Option<&str>| s.map_or("null".to_string(), |s| format!("\"{s}\""));
+    for (d, arch, format) in [(0, "gfx942:sramecc+:xnack-", "e4m3fnuz"), (1, "gfx950:sramecc+:xnack-", "e4m3fn")] {
+        let code = rcclx::kernels::for_arch(arch);
+        assert_eq!(code.map(|c| c.fp8_format().name()).unwrap_or(format), format);
+        let want = format!(
+            "{{\"device\": {d}, \"arch\": \"{arch}\", \"kernels\": {}, \"fp8_format\": {}}}",
+            q(code.map(|c| c.target)),
+            q(code.map(|c| c.fp8_format().name()))
+        );
+        assert!(info.contains(&want), "{want} not in {info}");
+    }
+    assert!(info.contains("\"gpu_runtime\": {\"vendor\": \"hip\""), "{info}");
+    println!("recording HIP: all checks passed");
+}
+
+/// The child's half (does nothing unless `RCCLX_TEST_RECORDING_HIP` is set).
+#[test]
+fn in_a_process_whose_hip_runtime_records() {
+    if std::env::var_os("RCCLX_TEST_RECORDING_HIP").is_none() {
+        return;
+    }
+    let path = std::env::var("RCCLX_HIP_LIB").unwrap();
+    let rt = gpu::runtime().expect("rcclx loads the recording HIP library as its runtime");
+    assert_eq!(rt.vendor(), gpu::Vendor::Hip);
+    assert_eq!(rt.library(), path);
+    assert_eq!(rt.device_count(), 2);
+    let app = App::open(&path);
+    assert_eq!(app.last_error(), 0, "loading the runtime left an error");
+    app.take();
+
+    // (a) Each handled failure: rcclx peeks first, the call fails, rcclx reads the slot, and the
+    // application's hipGetLastError then says hipSuccess.
+    let handle = IpcHandle([7; 64]);
+    let image = [0u8; 64];
+    type Step<'a> = (&'a CStr, c_int, Box<dyn Fn() -> bool + 'a>);
+    let steps: Vec<Step> = vec![
+        (c"hipIpcOpenMemHandle", HIP_ERROR_INVALID_CONTEXT, Box::new(|| rt.open_ipc(0, &handle).is_err())),
+        (
+            c"hipIpcGetMemHandle",
+            HIP_ERROR_INVALID_VALUE,
+            Box::new(|| rt.ipc_handle(0, gpu::DevicePtr(0x1000)).is_err()),
+        ),
+        (c"hipMalloc", HIP_ERROR_OUT_OF_MEMORY, Box::new(|| rt.alloc(0, 1 << 20, MemKind::Normal).is_err())),
+        (
+            c"hipExtMallocWithFlags",
+            HIP_ERROR_OUT_OF_MEMORY,
+            Box::new(|| rt.alloc(0, 1 << 20, MemKind::Uncached).is_err()),
+        ),
+        // SAFETY: the recording library does not read the image.
+        (c"hipModuleLoadData", HIP_ERROR_INVALID_IMAGE, Box::new(|| unsafe { rt.load_module(0, &image) }.is_err())),
+        (
+            c"hipModuleGetFunction",
+            HIP_ERROR_INVALID_HANDLE,
+            // SAFETY: as above.
+            Box::new(|| unsafe { rt.load_module(0, &image) }.is_ok_and(|m| rt.function(m, "rcclx_x").is_err())),
+        ),
+        // "Already enabled" is success for rcclx, and must not linger either.
+        (
+            c"hipDeviceEnablePeerAccess",
+            HIP_ERROR_PEER_ACCESS_ALREADY_ENABLED,
+            Box::new(|| rt.enable_peer_access(0, 1).is_ok()),
+        ),
+    ];
+    for (call, code, run) in &steps {
+        let name = call.to_str().unwrap();
+        app.fail(Some((call, *code)));
+        app.take();
+        assert!(run(), "{name} failing with {code}: rcclx's call did not end as expected");
+        app.fail(None);
+        let calls = app.take();
+        assert_eq!(around(&calls, name), ["hipPeekAtLastError", name, "hipGetLastError"], "{calls:?}");
+        assert_eq!(app.peek(), 0, "{name} failed with {code} inside rcclx and left it pending: {calls:?}");
+        assert_eq!(app.last_error(), 0, "{name}");
+        println!("recording HIP: {name} -> {code} handled, the application's hipGetLastError is hipSuccess");
+    }
+
+    // (b) An error the application has not read yet is still reported after rcclx's calls.
+    // Calls that succeed leave it exactly as it was (ROCm 7 does not overwrite it with success)...
+    app.app_error(HIP_ERROR_INVALID_VALUE);
+    app.take(); // (the application's own calls above are recorded too)
+    let buf = rt.alloc(0, 4096, MemKind::Normal).expect("hipMalloc");
+    let mapped = rt.open_ipc(1, &handle).expect("hipIpcOpenMemHandle");
+    rt.enable_peer_access(0, 1).expect("hipDeviceEnablePeerAccess");
+    drop((buf, mapped));
+    assert!(!app.take().iter().any(|c| c == "hipGetLastError"), "rcclx read the application's error");
+    assert_eq!(app.last_error(), HIP_ERROR_INVALID_VALUE, "the application's pending error was lost");
+    // ...and a failure rcclx handles meanwhile does not clear it: the slot still holds an error
+    // (HIP has no call to restore the older code; ROCm 7 replaced it with the newer one).
+    for (call, code, run) in &steps {
+        let name = call.to_str().unwrap();
+        app.app_error(HIP_ERROR_INVALID_VALUE);
+        app.fail(Some((call, *code)));
+        app.take();
+        assert!(run(), "{name}");
+        app.fail(None);
+        let calls = app.take();
+        assert!(!calls.iter().any(|c| c == "hipGetLastError"), "{name}: rcclx reset the slot: {calls:?}");
+        assert_ne!(app.last_error(), 0, "{name}: the application's pending error was erased");
+    }
+    println!("recording HIP: an error pending before rcclx's calls is still reported after them");
+    println!("recording HIP: all checks passed");
+}
