@@ -7,9 +7,10 @@
 # Environment:
 #   NRANKS=2          ranks (GPUs) to use; 4 and 8 need that many GPUs
 #   STEPS="..."       subset of: info selftest check stress graph timeout fidelity lowp lpgraph bench benchsym
-#                     lpbench torch vllm a2av moebench e2e train plots ranks lifecycle (default: all)
+#                     lpbench torch vllm a2av moebench e2e train plots ranks lifecycle time (default: all)
 #                     ranks: 3-8 ranks on the GPUs present, several per GPU (needs 1 GPU; see below)
 #                     lifecycle: teardown of 2, 4 and 8 ranks on one GPU (needs 1 GPU; see below)
+#                     time: per-call GPU time of N ranks on one GPU, A/B against $ART/ranks-base (see below)
 #                     benchsym: AllGather/ReduceScatter/AllToAll up to 1 MiB against stock NCCL's
 #                     symmetric kernels (-R 2)
 #                     a2av: GPU-resident all-to-all-v (rcclx.all_to_all_v_dynamic and the C forms) against
@@ -323,6 +324,41 @@ if step ranks; then
       done
     fi
   done
+fi
+
+# Timing proxy on one GPU (gpu-tests/src/bin/ranks/time.rs): N ranks as streams of one process,
+# back-to-back calls per case, GPU time per call. With $ART/ranks-base (the same harness built
+# from other kernels: an A/B of kernels), both run alternately and time-ab.txt has base/new per
+# case. Ranks share one GPU: link bandwidth and latency do not transfer to NVLink; instruction
+# counts, memory passes and serialized phases do.
+if step time; then
+  for n in ${TIME_N:-2 4}; do
+    for suite in time time-lowp; do
+      codecs=fp8; [ $suite = time-lowp ] && codecs=${LOWP_CODECS:-fp8 int8}
+      for c in $codecs; do
+        for round in 1 2; do
+          run time-$suite-$c-n$n-new-$round 300 "$ART/ranks" --nranks $n --suite $suite --codec $c
+          if [ -x "$ART/ranks-base" ]; then
+            run time-$suite-$c-n$n-base-$round 300 "$ART/ranks-base" --nranks $n --suite $suite --codec $c
+          fi
+        done
+      done
+    done
+  done
+  if [ -x "$ART/ranks-base" ]; then
+    # Per case: the better of the two rounds of each build, and base / new (> 1: new faster).
+    best() { cat "$@" 2>/dev/null | awk '/^TIME /{k=$2" "$3" "$4" "$5" "$6; if(!(k in m)||$7<m[k])m[k]=$7} END{for(k in m)print k, m[k]}'; }
+    {
+      printf '%-26s %-28s %-14s %-5s %-4s %10s %10s %10s %8s\n' run route coll type op bytes base_us new_us base/new
+      for f in "$OUT"/time-*-new-1.log; do
+        b=${f%-new-1.log}
+        join <(best "$b"-base-*.log | awk '{print $1"|"$2"|"$3"|"$4"|"$5, $6}' | sort) \
+             <(best "$b"-new-*.log | awk '{print $1"|"$2"|"$3"|"$4"|"$5, $6}' | sort) |
+          awk -v run="$(basename "$b")" '{split($1,a,"|"); printf "%-26s %-28s %-14s %-5s %-4s %10s %10.2f %10.2f %8.3f\n", run, a[1], a[2], a[3], a[4], a[5], $2, $3, $2/$3}'
+      done
+    } >"$OUT/time-ab.txt"
+    cat "$OUT/time-ab.txt" | tee -a "$SUMMARY"
+  fi
 fi
 
 # The communicator life cycle with N ranks as streams of one process on GPU 0 (rcclx's setup,
