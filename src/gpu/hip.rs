@@ -573,7 +573,7 @@ impl Backend for Hip {
     fn event_create_timed(&self) -> Result<*mut c_void, Error> {
         let mut event: Handle = std::ptr::null_mut();
         // SAFETY: out-pointer to a local.
-        self.check("hipEventCreateWithFlags", unsafe { (self.api.hipEventCreateWithFlags)(&mut event, 0) })?;
+        self.check("hipEventCreateWithFlags", || unsafe { (self.api.hipEventCreateWithFlags)(&mut event, 0) })?;
         Ok(event)
     }
 
@@ -582,7 +582,7 @@ impl Backend for Hip {
             self.api.hipEventElapsedTime.ok_or(Error::Unsupported { call: "hipEventElapsedTime", runtime: "hip" })?;
         let mut ms = 0f32;
         // SAFETY: out-pointer to a local; both events are valid.
-        self.check("hipEventElapsedTime", unsafe { f(&mut ms, start, end) })?;
+        self.check("hipEventElapsedTime", || unsafe { f(&mut ms, start, end) })?;
         Ok(ms)
     }
 
@@ -672,20 +672,21 @@ impl Backend for Hip {
         let retain = self.api.hipGraphRetainUserObject.ok_or(unsupported("hipGraphRetainUserObject"))?;
         let (mut status, mut graph): (c_int, Handle) = (0, std::ptr::null_mut());
         // SAFETY: `stream` is a valid stream; the optional outputs are NULL, the others locals.
-        let r = unsafe {
+        self.check("hipStreamGetCaptureInfo_v2", || unsafe {
             info(stream, &mut status, std::ptr::null_mut(), &mut graph, std::ptr::null_mut(), std::ptr::null_mut())
-        };
-        self.check("hipStreamGetCaptureInfo_v2", r)?;
+        })?;
         if status != HIP_STREAM_CAPTURE_STATUS_ACTIVE || graph.is_null() {
             return Ok(false);
         }
         let mut object: Handle = std::ptr::null_mut();
         // SAFETY: out-pointer to a local; the caller vouches for `release` and `data`.
-        self.check("hipUserObjectCreate", unsafe { create(&mut object, data, Some(release), 1, NO_DESTRUCTOR_SYNC) })?;
+        self.check("hipUserObjectCreate", || unsafe {
+            create(&mut object, data, Some(release), 1, NO_DESTRUCTOR_SYNC)
+        })?;
         // SAFETY: `graph` is the graph being captured; our one reference moves to it.
-        if let Err(e) = self.check("hipGraphRetainUserObject", unsafe { retain(graph, object, 1, MOVE) }) {
+        if let Err(e) = self.check("hipGraphRetainUserObject", || unsafe { retain(graph, object, 1, MOVE) }) {
             // SAFETY: drops the reference we still own: `release(data)` runs once, as on success.
-            let _ = unsafe { drop_ref(object, 1) };
+            let _ = self.call(|| unsafe { drop_ref(object, 1) });
             return Err(e);
         }
         Ok(true)
