@@ -71,6 +71,8 @@ RCCLX_ASSERT_SIZE(RcclxArgs, 288);
 
 // ---- element types and reduction ops -------------------------------------------------------
 
+// Integer element types (the reductions' 16-bit floats are structs, specialised below).
+template <typename T> struct rcclx_is_int { static constexpr bool value = (T)3 / (T)2 == (T)1; };
 template <typename T> struct rcclx_unsigned { typedef T type; };
 template <> struct rcclx_unsigned<int8_t> { typedef uint8_t type; };
 template <> struct rcclx_unsigned<int32_t> { typedef uint32_t type; };
@@ -78,6 +80,8 @@ template <> struct rcclx_unsigned<int64_t> { typedef uint64_t type; };
 
 struct rcclx_half { uint16_t bits; };
 struct rcclx_bf16 { uint16_t bits; };
+template <> struct rcclx_is_int<rcclx_half> { static constexpr bool value = false; };
+template <> struct rcclx_is_int<rcclx_bf16> { static constexpr bool value = false; };
 
 // f32 view of the float types (the low-precision kernels compute in f32).
 template <typename T> struct RcclxF32;
@@ -360,7 +364,11 @@ template <typename T, int OP>
 RCCLX_DEV void rcclx_reduce(const RcclxArgs& a, uint64_t off, uint64_t n, T* out, T* keep) {
   typedef RcclxRed<T, OP> R;
   constexpr int N = RcclxVec<T>::N;
-  constexpr int UNROLL = (OP == RCCLX_SUM || OP == RCCLX_PROD) && (sizeof(T) == 2 || sizeof(T) == 4) ? 2 : 1;
+  // Two vectors in flight per rank, except where two spilled on some target (build/isa_check.rs
+  // fails such a build): 1-byte types, AVG, 64-bit integers, f32 MIN/MAX on sm_90.
+  constexpr bool one = sizeof(T) == 1 || OP == RCCLX_AVG || (sizeof(T) == 8 && rcclx_is_int<T>::value) ||
+                       (sizeof(T) == 4 && !rcclx_is_int<T>::value && (OP == RCCLX_MIN || OP == RCCLX_MAX));
+  constexpr int UNROLL = one ? 1 : 2;
   typedef typename RcclxVec<T>::U U;
   const T s = R::scalar(a.nranks);
   const uint64_t nvec = n / N;

@@ -443,11 +443,19 @@ RCCLX_DEV void rcclx_put_ahead(uint64_t n, const RcclxQAhead* s, const D& dst, i
 template <typename T, typename C>
 RCCLX_DEV void rcclx_pull_range(RcclxQSlot s, uint64_t n, T* dst, int half, int halves) {
   rcclx_for_block_pairs((n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK, half, halves, [&](uint64_t k, bool a, uint64_t k2, bool a2) {
-    // One block at a time: both blocks' codes loaded first spilled (gfx950's clang, in the
-    // AllGather whose other half pushes in the same loop).
     float v[16];
-    if (a) { C::template decode16<false>(rcclx_get16(s, k), v); rcclx_store16<T>(dst, k * RCCLX_QBLOCK, n, v); }
-    if (a2) { C::template decode16<false>(rcclx_get16(s, k2), v); rcclx_store16<T>(dst, k2 * RCCLX_QBLOCK, n, v); }
+    if (RCCLX_LOWP_DECODE_PAIRS) {
+      // Both blocks' codes in flight at once. Set on every path: a register assigned on only
+      // some paths stays live around the whole loop (ptxas spilled it every iteration).
+      RcclxQ16 q = {}, q2 = {};
+      if (a) q = rcclx_get16(s, k);
+      if (a2) q2 = rcclx_get16(s, k2);
+      if (a) { C::template decode16<false>(q, v); rcclx_store16<T>(dst, k * RCCLX_QBLOCK, n, v); }
+      if (a2) { C::template decode16<false>(q2, v); rcclx_store16<T>(dst, k2 * RCCLX_QBLOCK, n, v); }
+    } else {
+      if (a) { C::template decode16<false>(rcclx_get16(s, k), v); rcclx_store16<T>(dst, k * RCCLX_QBLOCK, n, v); }
+      if (a2) { C::template decode16<false>(rcclx_get16(s, k2), v); rcclx_store16<T>(dst, k2 * RCCLX_QBLOCK, n, v); }
+    }
   });
 }
 

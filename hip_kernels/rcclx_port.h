@@ -184,6 +184,9 @@ RCCLX_DEV uint32_t rcclx_atomic_add_sys_u32(uint32_t* p, uint32_t v) {
 // work's registers live around the barrier's spin loop and spills (768 bytes of scratch per lane
 // on gfx942), and its gain was never measured.
 #define RCCLX_LOWP_ENCODE_AHEAD 0
+// Low-precision decoding loads one block's codes at a time: both at once spilled on gfx950 (the
+// FP8 f32 AllGather, 272 bytes of scratch per lane).
+#define RCCLX_LOWP_DECODE_PAIRS 0
 
 // ---- time ---------------------------------------------------------------------------
 // order: none. Nanoseconds from s_memrealtime, the gfx9 constant 100 MHz "real time"
@@ -369,6 +372,8 @@ RCCLX_DEV uint32_t rcclx_atomic_add_sys_u32(uint32_t* p, uint32_t v) {
 // ---- code shape ------------------------------------------------------------------------------
 // See the AMD section: encode ahead of the barrier in the 2-rank low-precision AllReduce.
 #define RCCLX_LOWP_ENCODE_AHEAD 1
+// See the AMD section: both blocks' codes in flight when decoding (2 % faster AllGather on H200).
+#define RCCLX_LOWP_DECODE_PAIRS 1
 
 // ---- time ---------------------------------------------------------------------------
 // order: none. %globaltimer: nanoseconds (updates every ~0.03-1 us depending on the GPU).
