@@ -474,11 +474,11 @@ fn replay_ranks(rt: &'static Runtime, p: Placement, ranks: &[usize], dir: &Path)
     let a = join(rt, p, ranks, &dir.join("a"), None)?;
     all_reduce(rt, &a, &bufs, 1)?;
     // Capture every local rank's AllReduce of salt 2 (inputs uploaded now; replays read them).
-    {
-        let _g = rt.device_guard(0)?;
-        for (i, &r) in ranks.iter().enumerate() {
-            bufs.send[i].copy_from_host(&input(r, 2))?;
-        }
+    // The device stays current for the whole scenario: instantiating a captured graph needs a
+    // current context (without it: CUDA_ERROR_INVALID_CONTEXT, seen on one H200).
+    let _g = rt.device_guard(0)?;
+    for (i, &r) in ranks.iter().enumerate() {
+        bufs.send[i].copy_from_host(&input(r, 2))?;
     }
     let mut graphs = Vec::new();
     for i in 0..k {
