@@ -45,6 +45,18 @@ pub enum Shape {
     PerRank,
 }
 
+/// The buffer a rooted collective uses on its root only; off the root it may be NULL. NCCL's
+/// argument checks tell the two kinds apart (`src/misc/argcheck.cc`), and so must rcclx: a rank
+/// that took a NULL buffer it does not use for an error would forward alone while its peers run
+/// rcclx's kernel, and every rank would hang.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RootOnly {
+    /// Only the root sends (Broadcast, Scatter).
+    Send,
+    /// Only the root receives (Reduce, Gather).
+    Recv,
+}
+
 /// One collective.
 #[derive(Debug)]
 pub struct Spec {
@@ -56,8 +68,8 @@ pub struct Spec {
     pub shape: Shape,
     /// Takes a reduction op (only the types and ops the reducing kernels have).
     pub reduces: bool,
-    /// Has a rooted argument (`CallDesc::root`).
-    pub rooted: bool,
+    /// Rooted collectives (`CallDesc::root`): the buffer only the root uses.
+    pub root_only: Option<RootOnly>,
     /// Runs two-shot above its one-shot limit (else one-shot up to its limit).
     pub two_shot: bool,
     /// `RCCL_ENABLE_DDA_*`: DDA switched on (default on).
@@ -104,7 +116,7 @@ pub const COLLS: [Spec; COUNT] = [
         title: "AllReduce",
         shape: Shape::Whole,
         reduces: true,
-        rooted: false,
+        root_only: None,
         two_shot: true,
         dda_var: "RCCL_ENABLE_DDA_ALL_REDUCE",
         max_var: "RCCL_DDA_ALL_REDUCE_TREE_MAX_BYTES",
@@ -120,7 +132,7 @@ pub const COLLS: [Spec; COUNT] = [
         title: "AllGather",
         shape: Shape::PerRank,
         reduces: false,
-        rooted: false,
+        root_only: None,
         two_shot: false,
         dda_var: "RCCL_ENABLE_DDA_ALL_GATHER",
         max_var: "RCCL_DDA_ALL_GATHER_MAX_BYTES",
@@ -136,7 +148,7 @@ pub const COLLS: [Spec; COUNT] = [
         title: "ReduceScatter",
         shape: Shape::PerRank,
         reduces: true,
-        rooted: false,
+        root_only: None,
         two_shot: false,
         dda_var: "RCCL_ENABLE_DDA_REDUCE_SCATTER",
         max_var: "RCCL_DDA_REDUCE_SCATTER_MAX_BYTES",
@@ -152,7 +164,7 @@ pub const COLLS: [Spec; COUNT] = [
         title: "AllToAll",
         shape: Shape::PerRank,
         reduces: false,
-        rooted: false,
+        root_only: None,
         two_shot: false,
         dda_var: "RCCL_ENABLE_DDA_ALL_TO_ALL",
         max_var: "RCCL_DDA_ALL_TO_ALL_MAX_BYTES",
@@ -168,7 +180,7 @@ pub const COLLS: [Spec; COUNT] = [
         title: "Broadcast",
         shape: Shape::Whole,
         reduces: false,
-        rooted: true,
+        root_only: Some(RootOnly::Send),
         two_shot: false,
         dda_var: "RCCL_ENABLE_DDA_BROADCAST",
         max_var: "RCCL_DDA_BROADCAST_MAX_BYTES",
@@ -179,6 +191,13 @@ pub const COLLS: [Spec; COUNT] = [
         lowp_min: [u64::MAX; 3],
     },
 ];
+
+impl Spec {
+    /// Has a rooted argument (`CallDesc::root`).
+    pub fn rooted(&self) -> bool {
+        self.root_only.is_some()
+    }
+}
 
 /// The [`RANK_ROWS`] entry of a communicator of `nranks` ranks.
 pub fn rank_row(nranks: usize) -> usize {

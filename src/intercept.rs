@@ -10,7 +10,7 @@
 #![forbid(unsafe_code)]
 
 pub use crate::collective::Coll;
-use crate::collective::{COLLS, COUNT, LL_MAX, Shape, rank_row};
+use crate::collective::{COLLS, COUNT, LL_MAX, RootOnly, Shape, rank_row};
 use crate::config::{Config, LowpCodec};
 use crate::types::{ncclDataType_t, ncclRedOp_t};
 use std::ffi::CStr;
@@ -268,7 +268,7 @@ pub fn decide(call: &CallDesc, comm: &CommFacts) -> Route {
     if spec.reduces && !dda_op(call.op) {
         return Up(Reason::Op);
     }
-    if spec.rooted && !(0..comm.nranks as i64).contains(&(call.root as i64)) {
+    if spec.rooted() && !(0..comm.nranks as i64).contains(&(call.root as i64)) {
         return Up(Reason::Root);
     }
     // Bytes of one rank's part: the LL inbox holds that much per source rank.
@@ -282,6 +282,20 @@ pub fn decide(call: &CallDesc, comm: &CommFacts) -> Route {
     } else {
         Route::Own(Algo::TwoShot)
     }
+}
+
+/// Whether a call passes a NULL buffer that this rank uses: such a call goes to the stock
+/// library, which reports the error code it always does. A rooted collective's root-only buffer
+/// ([`RootOnly`]) may be NULL off the root, and then the rank runs the call like its peers. Pure,
+/// like [`decide`]. Buffers are rank-local, so this rule must never reject a buffer that the
+/// collective lets a rank leave NULL: that rank would forward alone.
+pub fn null_buffer(root_only: Option<RootOnly>, is_root: bool, send_null: bool, recv_null: bool) -> bool {
+    let (uses_send, uses_recv) = match root_only {
+        None => (true, true),
+        Some(RootOnly::Send) => (is_root, true),
+        Some(RootOnly::Recv) => (true, is_root),
+    };
+    (uses_send && send_null) || (uses_recv && recv_null)
 }
 
 #[cfg(test)]
@@ -368,7 +382,7 @@ mod tests {
                             if spec.reduces {
                                 assert!(dda_dtype(call.dtype) && dda_op(call.op), "{call:?} -> {r:?}");
                             }
-                            if spec.rooted {
+                            if spec.rooted() {
                                 assert!((0..nranks as i32).contains(&call.root), "{call:?} -> {r:?}");
                             }
                             assert!(algo != Algo::TwoShot || spec.two_shot, "{call:?} -> {r:?}");
@@ -538,6 +552,53 @@ mod tests {
                     crate::kernel_table::kernel_index(fam, call.dtype.0, call.op.0).is_some(),
                     "{call:?}: no kernel"
                 );
+            }
+        }
+    }
+
+    #[test]
+    fn null_buffer_rule_per_root_kind() {
+        use crate::collective::RootOnly::{Recv, Send};
+        // (root_only, is_root, send_null, recv_null) -> forwarded
+        let cases = [
+            (None, false, false, false, false),
+            (None, false, true, false, true),
+            (None, false, false, true, true),
+            (Some(Send), false, true, false, false), // Broadcast: no send buffer off the root
+            (Some(Send), true, true, false, true),
+            (Some(Send), false, false, true, true),
+            (Some(Recv), false, false, true, false), // Reduce: no receive buffer off the root
+            (Some(Recv), true, false, true, true),
+            (Some(Recv), false, true, false, true),
+        ];
+        for (root_only, is_root, send_null, recv_null, want) in cases {
+            assert_eq!(
+                null_buffer(root_only, is_root, send_null, recv_null),
+                want,
+                "{root_only:?} {is_root} {send_null} {recv_null}"
+            );
+        }
+    }
+
+    #[test]
+    fn null_buffer_rule_over_every_collective() {
+        for coll in Coll::ALL {
+            let spec = coll.spec();
+            for is_root in [false, true] {
+                // Both buffers set: never forwarded; both NULL: always.
+                assert!(!null_buffer(spec.root_only, is_root, false, false), "{}", spec.name);
+                assert!(null_buffer(spec.root_only, is_root, true, true), "{}", spec.name);
+                // The buffer a collective lets a non-root leave NULL is the only one it may.
+                let off_root_ok = |send_null, recv_null| !null_buffer(spec.root_only, false, send_null, recv_null);
+                match spec.root_only {
+                    None => assert!(!off_root_ok(true, false) && !off_root_ok(false, true), "{}", spec.name),
+                    Some(RootOnly::Send) => {
+                        assert!(off_root_ok(true, false) && !off_root_ok(false, true), "{}", spec.name)
+                    }
+                    Some(RootOnly::Recv) => {
+                        assert!(!off_root_ok(true, false) && off_root_ok(false, true), "{}", spec.name)
+                    }
+                }
             }
         }
     }

@@ -306,10 +306,9 @@ pub fn collective(
     crate::log::set_device(clique.device);
     let bytes = call.bytes(clique.nranks).unwrap_or(0);
     let route = crate::intercept::decide(&call, &clique.facts);
-    // NULL buffers: the stock library reports the error code it always does. A rooted
-    // collective reads the send buffer on its root only (elsewhere it may be NULL).
-    let reads_send = !call.coll.spec().rooted || call.root as usize == clique.rank;
-    let null = (reads_send && bufs.send.is_null()) || bufs.recv.is_null();
+    let is_root = call.root as usize == clique.rank;
+    let null =
+        crate::intercept::null_buffer(call.coll.spec().root_only, is_root, bufs.send.is_null(), bufs.recv.is_null());
     let route = if null { Route::Upstream(Reason::NullBuffer) } else { route };
     tracing::info!(
         target: crate::log::COLL_TARGET,
@@ -318,7 +317,7 @@ pub fn collective(
         call.count,
         call.dtype.name(),
         call.op.name(),
-        if call.coll.spec().rooted { format!(" root {}", call.root) } else { String::new() },
+        if call.coll.spec().rooted() { format!(" root {}", call.root) } else { String::new() },
         route.describe(call.coll)
     );
     let algo = match route {

@@ -51,7 +51,7 @@ impl Case {
             self.count,
             if self.inplace { "in-place" } else { "out-of-place" },
             if self.shift > 0 { format!(" +{}B", self.shift) } else { String::new() },
-            if self.coll.spec().rooted {
+            if self.coll.spec().rooted() {
                 format!(" root {}{}", self.root, if self.null_send { " null-send" } else { "" })
             } else {
                 String::new()
@@ -281,7 +281,7 @@ pub fn dda_cases(n: usize, p: &Policies, quick: bool, _seed: u64) -> Vec<Case> {
                     for inplace in [false, true] {
                         let shift = if i % 2 == 1 && ty.size() < 16 && !quick { ty.size() * (1 + i % 3) } else { 0 };
                         // Broadcast: a root other than 0 too, and NULL send buffers off the root.
-                        let rooted = coll.spec().rooted;
+                        let rooted = coll.spec().rooted();
                         let root = if rooted { (i + inplace as usize) % n } else { 0 };
                         let null_send = rooted && !inplace && i % 2 == 1;
                         out.push(Case {

@@ -61,7 +61,7 @@ fn calls(dev: &Ranks, seed: u64) -> Result<Vec<(String, Call)>, Fail> {
                     q.lowp_min.min(1 << 40) / per + 1001,
                     (3 << 20) / per,
                 ];
-                let root = if coll.spec().rooted { n - 1 } else { 0 };
+                let root = if coll.spec().rooted() { n - 1 } else { 0 };
                 counts
                     .into_iter()
                     .map(|count| Case {

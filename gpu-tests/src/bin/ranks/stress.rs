@@ -43,7 +43,7 @@ fn random_case(rng: &mut Rng, n: usize, facts: &CommFacts) -> Case {
         let count = (bytes / per).max(1);
         let inplace = rng.below(2) == 0;
         let shift = if rng.below(4) == 0 && ty.size() < 16 { ty.size() } else { 0 };
-        let root = if coll.spec().rooted { rng.below(n as u64) as usize } else { 0 };
+        let root = if coll.spec().rooted() { rng.below(n as u64) as usize } else { 0 };
         let c = Case { coll, ty, op, count, inplace, shift, root, null_send: false };
         if matches!(decide(&c.call(), facts), Route::Own(_)) {
             return c;
