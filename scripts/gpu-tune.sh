@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Crossover sweep for the DDA kernels: the same size sweep with each algorithm forced, stock NCCL
-# side by side, to pick the defaults of intercept::DEFAULT_CROSSOVERS (RCCLX_DDA_LL_MAX_BYTES,
+# side by side, to pick the defaults of the rows of collective::COLLS and LL_MAX (RCCLX_DDA_LL_MAX_BYTES,
 # RCCL_DDA_ALL_REDUCE_{FLAT,TREE}_MAX_BYTES, RCCL_DDA_{ALL_GATHER,REDUCE_SCATTER,ALL_TO_ALL}_MAX_BYTES).
 #   bash scripts/gpu-tune.sh [OUTDIR]
 # Environment: NRANKS (default 2), COLLS (default: all four), artifacts as gpu-tests.sh.
