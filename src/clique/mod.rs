@@ -241,6 +241,22 @@ struct Local {
     fault: Fault,
 }
 
+impl Local {
+    /// A rank at the start of its setup: nothing loaded, allocated, joined or mapped yet.
+    fn new(member: Member, fault: Fault) -> Local {
+        Local {
+            member,
+            kernels: None,
+            res: None,
+            lease: None,
+            peers: Vec::new(),
+            published: false,
+            record: Record::zeroed(),
+            fault,
+        }
+    }
+}
+
 impl Drop for Local {
     /// A rank that ends its setup without a clique: buffers a peer may have mapped are buried
     /// (the lease says when every peer is done); unpublished ones go straight to the pool.
@@ -416,16 +432,7 @@ impl Setup {
             crate::log::set_device(member.device);
             let fault = Fault::from_config(cfg.fault_inject.as_deref(), member.rank)
                 .map_err(|e| Error::new(ncclResult_t::InvalidArgument, e))?;
-            let mut l = Local {
-                member,
-                kernels: None,
-                res: None,
-                lease: None,
-                peers: Vec::new(),
-                published: false,
-                record: Record::zeroed(),
-                fault,
-            };
+            let mut l = Local::new(member, fault);
             describe(&mut l, sharing);
             locals.push(l);
         }
@@ -906,16 +913,7 @@ impl Setup {
     ) -> Result<Setup, Error> {
         let mut locals = Vec::new();
         for member in members {
-            let mut l = Local {
-                member,
-                kernels: None,
-                res: None,
-                lease: None,
-                peers: Vec::new(),
-                published: false,
-                record: Record::zeroed(),
-                fault,
-            };
+            let mut l = Local::new(member, fault);
             describe(&mut l, Sharing::default());
             locals.push(l);
         }
