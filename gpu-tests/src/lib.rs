@@ -15,6 +15,7 @@
 
 pub mod children;
 pub mod codec;
+pub mod exact;
 pub mod fnv;
 pub mod gpu;
 pub mod hex;

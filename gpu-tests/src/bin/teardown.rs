@@ -212,15 +212,11 @@ fn main() -> ExitCode {
 
 /// Rank r's input: small integers, so that every f32 sum is exact.
 fn input(rank: usize, salt: usize) -> Vec<f32> {
-    (0..COUNT).map(|i| ((i * 7 + rank * 13 + salt) % 17) as f32 - 8.0).collect()
+    rcclx_gpu_tests::exact::input(COUNT, rank, salt)
 }
 
 fn expected(nranks: usize, salt: usize) -> Vec<f32> {
-    let mut sum = vec![0f32; COUNT];
-    for r in 0..nranks {
-        sum.iter_mut().zip(input(r, salt)).for_each(|(s, x)| *s += x);
-    }
-    sum
+    rcclx_gpu_tests::exact::expected(COUNT, nranks, salt)
 }
 
 /// Input and output buffers of some ranks (by position).
