@@ -405,8 +405,8 @@ struct RcclxQAhead {
   rcclx_u32x4 codes[2][RCCLX_QHALF];  // [block of the pair][thread of half 0]
   uint32_t metas[2][RCCLX_QHALF];
 };
-// This thread's step: its two blocks of [0, n) and whether each exists.
-RCCLX_DEV void rcclx_ahead_blocks(uint64_t n, uint64_t* k, uint64_t* k2) {
+// This thread's step: its two blocks (each exists when it is below the range's block count).
+RCCLX_DEV void rcclx_ahead_blocks(uint64_t* k, uint64_t* k2) {
   *k = rcclx_qstart(0) + rcclx_qgroup();
   *k2 = *k + (uint64_t)gridDim.x * RCCLX_QGROUPS;
 }
@@ -414,7 +414,7 @@ template <typename T, typename C>
 RCCLX_DEV void rcclx_encode_ahead(const T* src, uint64_t n, RcclxQAhead* s) {
   const uint64_t nqb = (n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK;
   uint64_t k, k2;
-  rcclx_ahead_blocks(n, &k, &k2);
+  rcclx_ahead_blocks(&k, &k2);
   float v[16], u[16];
   rcclx_load_block_pair<T>(src, n, k, k < nqb, k2, k2 < nqb, v, u);
   const RcclxQ16 q = C::quantize16(v);
@@ -429,7 +429,7 @@ template <typename D>
 RCCLX_DEV void rcclx_put_ahead(uint64_t n, const RcclxQAhead* s, const D& dst, int ndst) {
   const uint64_t nqb = (n + RCCLX_QBLOCK - 1) / RCCLX_QBLOCK;
   uint64_t k, k2;
-  rcclx_ahead_blocks(n, &k, &k2);
+  rcclx_ahead_blocks(&k, &k2);
   RcclxQ16 q;
   q.codes = s->codes[0][threadIdx.x];
   q.meta = s->metas[0][threadIdx.x];
