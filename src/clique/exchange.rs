@@ -15,7 +15,15 @@ use crate::gpu::{self, DeviceBuffer, MemKind};
 use crate::types::{ncclComm_t, ncclDataType_t, ncclResult_t};
 use crate::upstream;
 
-use super::Member;
+/// One rank of a batch being set up: its communicator (the side table's key; a handle the
+/// stock library made, or a harness's own), rank, rank count and device.
+#[derive(Clone, Copy, Debug)]
+pub struct Member {
+    pub comm: ncclComm_t,
+    pub rank: usize,
+    pub nranks: usize,
+    pub device: i32,
+}
 
 /// The all-gather through which a setup exchanges its records, then the records with the
 /// buffers' handles, then every rank's "my mappings worked", for all members of a batch at

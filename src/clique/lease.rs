@@ -19,7 +19,7 @@
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::MAX_RANKS;
+use super::args::MAX_RANKS;
 
 const OPEN: u32 = 1;
 const CLOSED: u32 = 2;

@@ -1,7 +1,7 @@
 //! What each rank tells the others at setup, and the verdict every rank draws from the
 //! gathered records alone (so every rank reaches the same one).
 
-use super::MAX_RANKS;
+use super::args::MAX_RANKS;
 use crate::intercept::Policies;
 
 /// One rank's record (plain bytes on the wire; identical layout everywhere because every rank
