@@ -376,7 +376,7 @@ def _a2av_functions():
                 "(or LD_PRELOAD=librcclx.so); all_to_all_v_dynamic needs rcclx's kernels"
             )
         try:
-            packed = _capi.alltoallv_dynamic_packed_fn(handle)
+            packed = _capi.alltoallv_fn(handle, "rcclxAllToAllvDynamicPacked")
             count = _capi.comm_count_fn(handle)
         except AttributeError as e:
             raise RuntimeError(
@@ -397,7 +397,7 @@ def _a2av_ex_function(wire):
     if _A2AV_EX is None:
         handle = _a2av_functions()[0]
         try:
-            _A2AV_EX = _capi.alltoallv_dynamic_packed_ex_fn(handle)
+            _A2AV_EX = _capi.alltoallv_fn(handle, "rcclxAllToAllvDynamicPacked", options=True)
         except AttributeError as e:
             raise RuntimeError(
                 f"all_to_all_v_dynamic: wire={wire!r} needs rcclxAllToAllvDynamicPackedEx, which the rcclx "

@@ -1,4 +1,4 @@
-"""ctypes view of rcclx's own C API (include/rcclx.h, generated from src/abi/own.rs).
+"""ctypes view of rcclx's own C API (include/rcclx.h, generated from src/abi/own/).
 
 Nothing here loads a library: every function takes a ``ctypes.CDLL`` handle that the caller
 found (see ``rcclx._loaded``). Function pointers are fetched with ``handle["name"]`` (a fresh
@@ -274,51 +274,24 @@ class rcclxAllToAllvOptions(ctypes.Structure):
 
 
 ALLTOALLV_OPTIONS_P = ctypes.POINTER(rcclxAllToAllvOptions)
-#: The ``...Ex`` forms: the plain form's arguments, then ``const rcclxAllToAllvOptions*``.
-ALLTOALLV_DYNAMIC_EX_ARGTYPES = ALLTOALLV_DYNAMIC_ARGTYPES + [ALLTOALLV_OPTIONS_P]
-ALLTOALLV_DYNAMIC_SPLIT_EX_ARGTYPES = ALLTOALLV_DYNAMIC_SPLIT_ARGTYPES + [ALLTOALLV_OPTIONS_P]
-ALLTOALLV_DYNAMIC_PACKED_EX_ARGTYPES = ALLTOALLV_DYNAMIC_PACKED_ARGTYPES + [ALLTOALLV_OPTIONS_P]
+
+#: The AllToAllv forms, as src/abi/own/alltoallv.rs lists them: each plain form's argument types;
+#: its ``Ex`` twin takes the same, then ``const rcclxAllToAllvOptions*`` (the plain form is the
+#: ``Ex`` one with NULL options). python/tests/test_capi.py checks them against include/rcclx.h.
+ALLTOALLV_FORMS = {
+    "rcclxAllToAllvDynamic": ALLTOALLV_DYNAMIC_ARGTYPES,
+    "rcclxAllToAllvDynamicSplit": ALLTOALLV_DYNAMIC_SPLIT_ARGTYPES,
+    "rcclxAllToAllvDynamicPacked": ALLTOALLV_DYNAMIC_PACKED_ARGTYPES,
+}
 
 
-def alltoallv_options(wire, row_elements=0, recv_scales=None):
-    """``(options, keep)``: an ``rcclxAllToAllvOptions`` and the host array of scale pointers it
-    points to (``recv_scales``: a list of device pointers, or None for decoded delivery). Keep
-    ``keep`` alive until the call returns."""
-    keep = pointer_array(recv_scales) if recv_scales is not None else None
-    options = rcclxAllToAllvOptions(
-        wire, row_elements, ctypes.cast(keep, ctypes.POINTER(ctypes.c_void_p)) if keep is not None else None
-    )
-    return options, keep
-
-
-def alltoallv_dynamic_fn(handle):
-    """``rcclxAllToAllvDynamic``, declared (raises ``AttributeError`` on an rcclx without it)."""
-    return _fn(handle, "rcclxAllToAllvDynamic", ncclResult_t, ALLTOALLV_DYNAMIC_ARGTYPES)
-
-
-def alltoallv_dynamic_split_fn(handle):
-    """``rcclxAllToAllvDynamicSplit``, declared."""
-    return _fn(handle, "rcclxAllToAllvDynamicSplit", ncclResult_t, ALLTOALLV_DYNAMIC_SPLIT_ARGTYPES)
-
-
-def alltoallv_dynamic_packed_fn(handle):
-    """``rcclxAllToAllvDynamicPacked``, declared."""
-    return _fn(handle, "rcclxAllToAllvDynamicPacked", ncclResult_t, ALLTOALLV_DYNAMIC_PACKED_ARGTYPES)
-
-
-def alltoallv_dynamic_ex_fn(handle):
-    """``rcclxAllToAllvDynamicEx``, declared (``AttributeError`` on an rcclx without it)."""
-    return _fn(handle, "rcclxAllToAllvDynamicEx", ncclResult_t, ALLTOALLV_DYNAMIC_EX_ARGTYPES)
-
-
-def alltoallv_dynamic_split_ex_fn(handle):
-    """``rcclxAllToAllvDynamicSplitEx``, declared."""
-    return _fn(handle, "rcclxAllToAllvDynamicSplitEx", ncclResult_t, ALLTOALLV_DYNAMIC_SPLIT_EX_ARGTYPES)
-
-
-def alltoallv_dynamic_packed_ex_fn(handle):
-    """``rcclxAllToAllvDynamicPackedEx``, declared."""
-    return _fn(handle, "rcclxAllToAllvDynamicPackedEx", ncclResult_t, ALLTOALLV_DYNAMIC_PACKED_EX_ARGTYPES)
+def alltoallv_fn(handle, form, options=False):
+    """The AllToAllv export ``form`` (a key of ``ALLTOALLV_FORMS``), or its ``Ex`` twin with
+    ``options``, declared (raises ``AttributeError`` on an rcclx without it)."""
+    argtypes = ALLTOALLV_FORMS[form]
+    if options:
+        return _fn(handle, form + "Ex", ncclResult_t, argtypes + [ALLTOALLV_OPTIONS_P])
+    return _fn(handle, form, ncclResult_t, argtypes)
 
 
 def pointer_array(pointers):

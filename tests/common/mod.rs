@@ -434,16 +434,36 @@ pub fn c_declaration(e: &rcclx::abi::Export, name: &str) -> String {
     format!("{} {name}({params});", c_type(e.ret))
 }
 
-/// rcclx's own exported functions: every `extern "C" fn` of `src/abi/own.rs` (all of them are
-/// `#[unsafe(no_mangle)]` exports, declared in `include/rcclx.h`).
-pub fn own_functions() -> Vec<String> {
-    let src = std::fs::read_to_string(repo().join("src/abi/own.rs")).unwrap();
-    let v: Vec<String> = src
-        .lines()
-        .filter_map(|l| l.split_once("extern \"C\" fn ").map(|(_, rest)| rest))
-        .map(|rest| rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect())
+/// The files of `src/abi/own/`, sorted: rcclx's own C API.
+pub fn own_files() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(repo().join("src/abi/own"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "rs"))
         .collect();
-    assert!(v.iter().any(|n| n == "rcclxGetVersion"), "no rcclxGetVersion in src/abi/own.rs: {v:?}");
+    files.sort();
+    files
+}
+
+/// rcclx's own exported functions (all `#[unsafe(no_mangle)]` exports, declared in
+/// `include/rcclx.h`): every `extern "C" fn` written out in `src/abi/own/`, and the AllToAllv
+/// forms its macro generates (`rcclx::abi::own::ALLTOALLV_EXPORTS`).
+pub fn own_functions() -> Vec<String> {
+    let mut v: Vec<String> = Vec::new();
+    for file in own_files() {
+        let src = std::fs::read_to_string(file).unwrap();
+        v.extend(
+            src.lines()
+                .filter_map(|l| l.split_once("extern \"C\" fn ").map(|(_, rest)| rest))
+                .map(|rest| rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect::<String>())
+                .filter(|n| !n.is_empty()), // the macro's `$name`
+        );
+    }
+    for e in rcclx::abi::own::ALLTOALLV_EXPORTS {
+        v.extend([e.name.to_string(), e.ex.to_string()]);
+    }
+    assert!(v.iter().any(|n| n == "rcclxGetVersion"), "no rcclxGetVersion in src/abi/own/: {v:?}");
     v
 }
 
