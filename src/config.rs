@@ -283,6 +283,9 @@ config_table! {
     lowp_enable: bool = false, "RCCL_LOW_PRECISION_ENABLE", "1: low precision for every collective that has it (AllReduce, AllGather, ReduceScatter, AllToAll)";
     lowp_codec: LowpCodec = LowpCodec::Fp8, "RCCLX_LOW_PRECISION_CODEC", "`fp8` or `int8`: the wire format of the low-precision collectives (block-scaled, same bytes; int8 has about 4x less error)";
     lowp_min_bytes: Option<u64> = None, "RCCLX_LP_MIN_BYTES", "low precision only for messages of at least this many bytes (default by rank count and collective)";
+    gpu_runtime: Option<String> = None, "RCCLX_GPU_RUNTIME", "`cuda` or `hip`: the only GPU runtime rcclx may load (unset: cuda, then hip)";
+    hip_lib: Option<String> = None, "RCCLX_HIP_LIB", "path of the HIP runtime to load instead of searching for libamdhip64 (tests load a recording one)";
+    rocm_path: Option<String> = None, "ROCM_PATH", "where the HIP runtime and RCCL are looked for on AMD (unset: /opt/rocm)";
     fault_inject: Option<String> = None, "RCCLX_FAULT_INJECT", "test only (cargo feature fault-inject; ignored otherwise): a setup site (`describe`, `alloc`, `lease`, `ipc`, `peer`: kernels off everywhere; `exchange1`..`exchange3`: the communicator in error everywhere), optionally `:RANK` (default every rank); an unknown site is an error";
 }
 
@@ -326,16 +329,26 @@ impl Config {
     }
 }
 
-/// The low-precision switches as the environment has them now. They are read again for each
-/// communicator, so they can differ between communicators of one process (RCCLX reads them at
-/// every call; per communicator keeps every rank's decision fixed and graph capture safe).
-/// Reads only those variables; an invalid value was already reported at startup.
-pub fn lowp_switches_now() -> ([bool; COUNT], LowpCodec) {
-    let on = |var: &str| env(var).and_then(|t| bool::parse(&t)).unwrap_or(false);
-    let all = on("RCCL_LOW_PRECISION_ENABLE");
-    let switches = std::array::from_fn(|i| COLLS[i].lowp_var.is_some_and(|v| all || on(v)));
-    let codec = env("RCCLX_LOW_PRECISION_CODEC").and_then(|t| LowpCodec::parse(&t)).unwrap_or_default();
-    (switches, codec)
+impl Config {
+    /// This configuration with the low-precision switches (`RCCL_LOW_PRECISION_ENABLE*`,
+    /// `RCCLX_LOW_PRECISION_CODEC`) as the environment has them now, parsed by the same table.
+    /// The library calls it at each communicator's setup, so the switches can differ between
+    /// communicators of one process (RCCLX reads them at every call; per communicator keeps
+    /// every rank's decision fixed and graph capture safe); every other setting stays as read
+    /// at startup, where an invalid value was already reported.
+    pub fn with_lowp_now(&self) -> Config {
+        self.with_lowp_from(env)
+    }
+
+    /// [`Config::with_lowp_now`] with the variables `lookup` gives.
+    pub fn with_lowp_from(&self, lookup: impl Fn(&str) -> Option<String>) -> Config {
+        let (now, _) = Config::from_lookup(lookup);
+        let mut c = self.clone();
+        c.lowp_enable = now.lowp_enable;
+        c.lowp_codec = now.lowp_codec;
+        c.per_coll.lowp = now.per_coll.lowp;
+        c
+    }
 }
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
@@ -412,14 +425,16 @@ pub fn get() -> &'static Config {
     })
 }
 
-/// Variables rcclx reads outside the table above (logging, the GPU runtime, host identity).
+/// Variables rcclx reads outside the table above, each in one place: logging (`log.rs`, read
+/// before the configuration and again by `ncclResetDebugInit`), peer-to-peer ([`p2p_off`]), the
+/// profiler note ([`get`]), NVTX (`nvtx.rs`), host identity (`clique/host.rs`), the
+/// configuration files (`env.rs`).
 const READ_ELSEWHERE: &[(&str, &str, &str)] = &[
     (
         "RCCLX_LOG",
         "unset",
         "developer's log filter: `level` or `target=level` items (e.g. `rcclx=trace`); wins over NCCL_DEBUG",
     ),
-    ("RCCLX_GPU_RUNTIME", "cuda, then hip", "`cuda` or `hip`: the only GPU runtime rcclx may load"),
     ("NCCL_DEBUG", "unset (silent)", "VERSION, WARN, INFO, ABORT or TRACE, as for the stock library"),
     (
         "NCCL_DEBUG_SUBSYS",
@@ -455,12 +470,6 @@ const READ_ELSEWHERE: &[(&str, &str, &str)] = &[
         "NCCL_HOSTID",
         "hostname + boot id",
         "host identity: ranks with equal ids are on one host (as for the stock library)",
-    ),
-    ("ROCM_PATH", "/opt/rocm", "where the HIP runtime and RCCL are looked for on AMD"),
-    (
-        "RCCLX_HIP_LIB",
-        "unset",
-        "path of the HIP runtime to load instead of searching for libamdhip64 (tests load a recording one)",
     ),
 ];
 
@@ -671,5 +680,25 @@ mod tests {
         assert!(c.lowp_on(Coll::ReduceScatter) && !c.lowp_on(Coll::AllReduce));
         let all = parse(&[("RCCL_LOW_PRECISION_ENABLE", "1")]).0;
         assert!(Coll::ALL.iter().all(|&k| all.lowp_on(k) == k.spec().lowp_var.is_some()));
+    }
+
+    #[test]
+    fn the_lowp_switches_are_taken_fresh_and_nothing_else() {
+        let at_start = |k: &str| match k {
+            "RCCL_DDA_MAX_BLOCKS" => Some("64".to_string()),
+            "RCCL_LOW_PRECISION_ENABLE" => Some("1".to_string()),
+            _ => None,
+        };
+        let (c, _) = Config::from_lookup(at_start);
+        let now = |k: &str| match k {
+            "RCCL_DDA_MAX_BLOCKS" => Some("32".to_string()),
+            "RCCL_LOW_PRECISION_ENABLE_ALLGATHER" => Some("1".to_string()),
+            "RCCLX_LOW_PRECISION_CODEC" => Some("int8".to_string()),
+            _ => None,
+        };
+        let fresh = c.with_lowp_from(now);
+        assert_eq!(fresh.dda_max_blocks, 64, "read at startup only");
+        assert!(!fresh.lowp_enable && fresh.lowp_codec == LowpCodec::Int8);
+        assert!(fresh.lowp_on(Coll::AllGather) && !fresh.lowp_on(Coll::AllReduce));
     }
 }

@@ -130,11 +130,11 @@ impl Default for Policies {
 }
 
 impl Policies {
-    /// A communicator of `nranks` ranks: set variables win, else the collectives' defaults
-    /// for the first [`crate::collective::RANK_ROWS`] entry with at least `nranks`.
-    /// `lowp`/`codec`: the low-precision switches, read per communicator
-    /// (`config::lowp_switches_now`).
-    pub fn for_comm(c: &Config, nranks: usize, lowp: [bool; COUNT], codec: LowpCodec) -> Policies {
+    /// A communicator of `nranks` ranks under configuration `c`: set variables win, else the
+    /// collectives' defaults for the first [`crate::collective::RANK_ROWS`] entry with at least
+    /// `nranks`. The library passes the configuration with the low-precision switches as they
+    /// are at the communicator's setup (`Config::with_lowp_now`); tests pass theirs.
+    pub fn for_comm(c: &Config, nranks: usize) -> Policies {
         let row = rank_row(nranks);
         let p = &c.per_coll;
         Policies {
@@ -143,20 +143,15 @@ impl Policies {
                 let max = p.max_bytes[i].unwrap_or(s.max[row]);
                 Policy {
                     dda: p.dda[i] as u64,
-                    lowp: (lowp[i] && s.lowp_var.is_some()) as u64,
+                    lowp: c.lowp_on(s.coll) as u64,
                     one_shot_max: if s.two_shot { p.one_shot_max_bytes[i].unwrap_or(s.one_shot_max[row]) } else { max },
                     max,
                     lowp_min: c.lowp_min_bytes.unwrap_or(s.lowp_min[row]),
                 }
             }),
             ll_max: c.dda_ll_max_bytes.unwrap_or(LL_MAX[row]),
-            int8: (codec == LowpCodec::Int8) as u64,
+            int8: (c.lowp_codec == LowpCodec::Int8) as u64,
         }
-    }
-
-    /// The policies with every setting from `c` (low-precision switches included).
-    pub fn from_config(c: &Config, nranks: usize) -> Policies {
-        Policies::for_comm(c, nranks, std::array::from_fn(|i| c.lowp_on(COLLS[i].coll)), c.lowp_codec)
     }
 
     pub fn of(&self, coll: Coll) -> &Policy {
@@ -303,7 +298,7 @@ mod tests {
     use super::*;
 
     fn policies(nranks: usize, lowp: bool) -> Policies {
-        Policies::for_comm(&Config::default(), nranks, [lowp; COUNT], LowpCodec::Fp8)
+        Policies::for_comm(&Config { lowp_enable: lowp, ..Config::default() }, nranks)
     }
 
     fn facts(nranks: usize, lowp: bool) -> CommFacts {
@@ -313,15 +308,15 @@ mod tests {
     #[test]
     fn crossovers_by_rank_count() {
         let c = Config::default();
-        let ar = |c: &Config, n| *Policies::from_config(c, n).of(Coll::AllReduce);
+        let ar = |c: &Config, n| *Policies::for_comm(c, n).of(Coll::AllReduce);
         assert_eq!(ar(&c, 2).one_shot_max, 64 << 20);
-        assert_eq!(Policies::from_config(&c, 3).ll_max, 64 << 10);
+        assert_eq!(Policies::for_comm(&c, 3).ll_max, 64 << 10);
         assert_eq!(ar(&c, 8).max, 8 << 20);
         let mut set = c.clone();
         set.per_coll.one_shot_max_bytes[Coll::AllReduce as usize] = Some(5);
         assert_eq!(ar(&set, 2).one_shot_max, 5);
         for n in 1..=8 {
-            let p = Policies::from_config(&c, n);
+            let p = Policies::for_comm(&c, n);
             for coll in Coll::ALL {
                 let q = p.of(coll);
                 assert!(p.ll_max <= q.one_shot_max && q.one_shot_max <= q.max, "{coll:?} at {n}");

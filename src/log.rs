@@ -27,7 +27,10 @@
 //!   subsystems; the format stays NCCL's.
 //! * [`reset`] (`ncclResetDebugInit`) reads the variables again at the next line.
 //!
-//! The variables are read through [`crate::env::env`], so NCCL's configuration files count.
+//! The variables are read through [`crate::env::env`], so NCCL's configuration files count, by
+//! `Settings::read` alone (the library and the tests call it the same way). They are not fields
+//! of `config::Config`: reading the configuration logs, so logging comes first, and [`reset`]
+//! reads them again.
 //!
 //! Layer: base.
 

@@ -487,8 +487,7 @@ fn describe(l: &mut Local, sharing: Sharing) {
     rec.max_blocks = cfg.dda_max_blocks;
     rec.shared_gpus = sharing.shared_gpus as u32;
     rec.grid_cap = sharing.grid_cap;
-    let (lowp, codec) = crate::config::lowp_switches_now();
-    let policies = Policies::for_comm(cfg, m.nranks, lowp, codec);
+    let policies = Policies::for_comm(&cfg.with_lowp_now(), m.nranks);
     rec.policies = policies;
     rec.timeout_ms = cfg.timeout_ms;
     let staging =

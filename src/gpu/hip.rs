@@ -173,13 +173,12 @@ impl Hip {
     /// Opens `libamdhip64` (`RCCLX_HIP_LIB` alone when set; else plain names, then
     /// `$ROCM_PATH/lib`, then `/opt/rocm/lib`), resolves the entry points and runs `hipInit`.
     pub(crate) fn load() -> Result<Hip, Error> {
-        let candidates: Vec<String> = match std::env::var("RCCLX_HIP_LIB") {
-            Ok(path) if !path.is_empty() => vec![path],
-            _ => {
+        let cfg = crate::config::get();
+        let candidates: Vec<String> = match &cfg.hip_lib {
+            Some(path) => vec![path.clone()],
+            None => {
                 let mut dirs = vec![String::new()];
-                if let Ok(root) = std::env::var("ROCM_PATH")
-                    && !root.is_empty()
-                {
+                if let Some(root) = &cfg.rocm_path {
                     dirs.push(format!("{}/lib/", root.trim_end_matches('/')));
                 }
                 dirs.push("/opt/rocm/lib/".to_string());

@@ -116,7 +116,7 @@ pub fn runtime() -> Result<&'static Runtime, Error> {
 }
 
 fn load_runtime() -> Result<Runtime, Error> {
-    let choice = std::env::var("RCCLX_GPU_RUNTIME").unwrap_or_default();
+    let choice = crate::config::get().gpu_runtime.as_deref().unwrap_or_default();
     let order: &[Vendor] = match choice.trim().to_ascii_lowercase().as_str() {
         "" => &[Vendor::Cuda, Vendor::Hip],
         "cuda" => &[Vendor::Cuda],

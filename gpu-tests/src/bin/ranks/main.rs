@@ -86,7 +86,7 @@ fn main() -> ExitCode {
     }
     if opts.list {
         let n = opts.placement.nranks;
-        let p = rcclx::intercept::Policies::from_config(&rcclx::config::Config::default(), n);
+        let p = rcclx::intercept::Policies::for_comm(&rcclx::config::Config::default(), n);
         for (i, c) in cases::dda_cases(n, &p, opts.quick, opts.seed).iter().enumerate() {
             println!("{i} {}", c.name());
         }

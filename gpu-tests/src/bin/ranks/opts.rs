@@ -48,7 +48,7 @@ impl Suite {
     pub fn routes(self, codec: &str, nranks: usize, quick: bool) -> Vec<String> {
         use rcclx::collective::Shape;
         use rcclx::intercept::{Coll, Policies};
-        let p = Policies::from_config(rcclx::config::get(), nranks);
+        let p = Policies::for_comm(rcclx::config::get(), nranks);
         let mut dda = Vec::new();
         for coll in Coll::ALL {
             let q = p.of(coll);
