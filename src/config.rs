@@ -6,7 +6,7 @@
 
 use std::sync::OnceLock;
 
-use crate::collective::{COLLS, COUNT, Coll, Shape, Spec};
+use crate::collective::{COLLS, COUNT, Coll, LL_MAX, RANK_ROWS, Shape, Spec};
 use crate::env::env_only;
 pub use crate::env::{conf_files, env, parse_conf, secure_env};
 
@@ -198,11 +198,12 @@ impl Setting {
         })
     }
 
-    fn default_text(&self) -> &'static str {
+    fn default_text(&self, s: &Spec) -> String {
         match self {
-            Setting::Dda => "1",
-            Setting::Max | Setting::OneShotMax => "by rank count",
-            Setting::Lowp => "0",
+            Setting::Dda => "1".into(),
+            Setting::Max => by_ranks(&s.max),
+            Setting::OneShotMax => by_ranks(&s.one_shot_max),
+            Setting::Lowp => "0".into(),
         }
     }
 
@@ -215,15 +216,11 @@ impl Setting {
         match self {
             Setting::Dda => format!("enable DDA {t}"),
             Setting::Max if s.two_shot => {
-                format!(
-                    "{t}: DDA (two-shot above the one-shot limit) up to this many {bytes}, stock library above (default by rank count)"
-                )
+                format!("{t}: DDA (two-shot above the one-shot limit) up to this many {bytes}, stock library above")
             }
-            Setting::Max => format!("{t}: DDA up to this many {bytes}, stock library above (default by rank count)"),
-            Setting::OneShotMax => {
-                format!("{t}: one-shot (flat) up to this many {bytes}, two-shot above (default by rank count)")
-            }
-            Setting::Lowp => format!("1: low precision {t}"),
+            Setting::Max => format!("{t}: DDA up to this many {bytes}, stock library above"),
+            Setting::OneShotMax => format!("{t}: one-shot (flat) up to this many {bytes}, two-shot above"),
+            Setting::Lowp => format!("`1`: low precision {t}"),
         }
     }
 }
@@ -241,17 +238,43 @@ impl PerColl {
                 Setting::OneShotMax => u64::parse(&text).map(|v| p.one_shot_max_bytes[i] = Some(v)),
             };
             if ok.is_none() {
-                warnings.push(invalid(var, &text, &setting.meaning(s), setting.default_text()));
+                warnings.push(invalid(var, &text, &setting.meaning(s), &setting.default_text(s)));
             }
         }
         p
     }
 }
 
+/// A byte count per [`RANK_ROWS`] entry in words, equal neighbours merged:
+/// `by ranks: 64 MiB (2), 1 MiB (3-4), 256 KiB (5-8)`, or one value when all are equal.
+fn by_ranks(values: &[u64; RANK_ROWS.len()]) -> String {
+    let bytes = |b: u64| match b {
+        b if b >= MIB && b % MIB == 0 => format!("{} MiB", b / MIB),
+        b if b >= KIB && b % KIB == 0 => format!("{} KiB", b / KIB),
+        b => format!("{b} B"),
+    };
+    let mut groups: Vec<(usize, usize, u64)> = Vec::new(); // (first rank count, last, value)
+    for (i, &v) in values.iter().enumerate() {
+        let lo = if i == 0 { RANK_ROWS[0] } else { RANK_ROWS[i - 1] + 1 };
+        match groups.last_mut() {
+            Some(g) if g.2 == v => g.1 = RANK_ROWS[i],
+            _ => groups.push((lo, RANK_ROWS[i], v)),
+        }
+    }
+    if groups.len() == 1 {
+        return bytes(groups[0].2);
+    }
+    let parts: Vec<String> = groups
+        .iter()
+        .map(|&(lo, hi, v)| if lo == hi { format!("{} ({lo})", bytes(v)) } else { format!("{} ({lo}-{hi})", bytes(v)) })
+        .collect();
+    format!("by ranks: {}", parts.join(", "))
+}
+
 /// One variable rcclx reads: name, default as text, meaning (the README's table).
 pub struct Variable {
     pub name: &'static str,
-    pub default: &'static str,
+    pub default: String,
     pub meaning: String,
 }
 
@@ -259,34 +282,49 @@ pub struct Variable {
 pub fn variables() -> Vec<Variable> {
     let scalars = SCALARS.iter().map(|&(name, default, meaning)| Variable {
         name,
-        default: in_words(default),
+        // Unset, these two are the collectives' defaults per rank count.
+        default: match name {
+            "RCCLX_DDA_LL_MAX_BYTES" => by_ranks(&LL_MAX),
+            "RCCLX_LP_MIN_BYTES" => {
+                let per_coll: Vec<String> = COLLS
+                    .iter()
+                    .filter(|s| s.lowp_var.is_some())
+                    .map(|s| format!("{} {}", s.title, by_ranks(&s.lowp_min).trim_start_matches("by ranks: ")))
+                    .collect();
+                format!("by ranks and collective: {}", per_coll.join("; "))
+            }
+            _ => in_words(default).into(),
+        },
         meaning: meaning.into(),
     });
     let per_coll = Setting::all().map(|(s, setting, name)| Variable {
         name,
-        default: setting.default_text(),
+        default: setting.default_text(s),
         meaning: setting.meaning(s),
     });
-    let elsewhere =
-        READ_ELSEWHERE.iter().map(|&(name, default, meaning)| Variable { name, default, meaning: meaning.into() });
+    let elsewhere = READ_ELSEWHERE.iter().map(|&(name, default, meaning)| Variable {
+        name,
+        default: default.into(),
+        meaning: meaning.into(),
+    });
     scalars.chain(per_coll).chain(elsewhere).collect()
 }
 
 config_table! {
-    disable: bool = false, "RCCLX_DISABLE", "1: pure pass-through to the stock library";
-    upstream_lib: Option<String> = None, "RCCLX_UPSTREAM_LIB", "path of the stock libnccl.so.2 / librccl.so.1";
-    timeout_ms: u64 = 0, "RCCLX_TIMEOUT_MS", "bound on every device spin-wait, in ms (0: none, like the stock library; ncclCommAbort always ends them)";
-    setup_timeout_ms: u64 = 600000, "RCCLX_SETUP_TIMEOUT_MS", "bound on rcclx's setup of a communicator, in ms (0: none); past it the communicator is in error (ncclRemoteError)";
-    dda_ll_max_bytes: Option<u64> = None, "RCCLX_DDA_LL_MAX_BYTES", "LL one-shot (no barrier) up to this many bytes per rank (AllReduce, Broadcast: the message; others: one rank's block), at most 1M (default by rank count)";
-    dda_max_blocks: u64 = 128, "RCCL_DDA_MAX_BLOCKS", "grid cap of the DDA kernels (the low-precision ones fill the GPU)";
-    dda_sendbuf_bytes: Option<u64> = None, "RCCL_DDA_SENDBUF_BYTES", "per-rank staging buffer of DDA and low precision (default 16 MiB, 32 MiB when a low-precision switch is on)";
-    lowp_enable: bool = false, "RCCL_LOW_PRECISION_ENABLE", "1: low precision for every collective that has it (AllReduce, AllGather, ReduceScatter, AllToAll)";
+    disable: bool = false, "RCCLX_DISABLE", "`1`: pure pass-through to the stock library";
+    upstream_lib: Option<String> = None, "RCCLX_UPSTREAM_LIB", "path of the stock `libnccl.so.2` / `librccl.so.1` (unset: searched for)";
+    timeout_ms: u64 = 0, "RCCLX_TIMEOUT_MS", "bound on every device spin-wait, in ms (`0`: none); when it fires the communicator is in error. Without it a wait ends when its peer arrives or `ncclCommAbort` is called, as in the stock library";
+    setup_timeout_ms: u64 = 600000, "RCCLX_SETUP_TIMEOUT_MS", "bound on rcclx's setup of a communicator, in ms (`0`: none). Past it a blocking creation returns `ncclRemoteError`, a non-blocking one reports it from `ncclCommGetAsyncError`, and every call on the communicator returns it";
+    dda_ll_max_bytes: Option<u64> = None, "RCCLX_DDA_LL_MAX_BYTES", "LL one-shot (no barrier) up to this many bytes per rank (AllReduce, Broadcast: the message; others: one rank's block), at most 1M";
+    dda_max_blocks: u64 = 128, "RCCL_DDA_MAX_BLOCKS", "grid cap of the DDA kernels (the low-precision ones fill the GPU); 1-1024";
+    dda_sendbuf_bytes: Option<u64> = None, "RCCL_DDA_SENDBUF_BYTES", "per-rank staging buffer of DDA and low precision (unset: 16 MiB, 32 MiB when a low-precision switch is on); at least 64 KiB, whole 4 KiB pages";
+    lowp_enable: bool = false, "RCCL_LOW_PRECISION_ENABLE", "`1`: low precision for every collective that has it (AllReduce, AllGather, ReduceScatter, AllToAll)";
     lowp_codec: LowpCodec = LowpCodec::Fp8, "RCCLX_LOW_PRECISION_CODEC", "`fp8` or `int8`: the wire format of the low-precision collectives (block-scaled, same bytes; int8 has about 4x less error)";
-    lowp_min_bytes: Option<u64> = None, "RCCLX_LP_MIN_BYTES", "low precision only for messages of at least this many bytes (default by rank count and collective)";
+    lowp_min_bytes: Option<u64> = None, "RCCLX_LP_MIN_BYTES", "low precision only for messages of at least this many bytes (set: the same for every collective)";
     gpu_runtime: Option<String> = None, "RCCLX_GPU_RUNTIME", "`cuda` or `hip`: the only GPU runtime rcclx may load (unset: cuda, then hip)";
-    hip_lib: Option<String> = None, "RCCLX_HIP_LIB", "path of the HIP runtime to load instead of searching for libamdhip64 (tests load a recording one)";
-    rocm_path: Option<String> = None, "ROCM_PATH", "where the HIP runtime and RCCL are looked for on AMD (unset: /opt/rocm)";
-    fault_inject: Option<String> = None, "RCCLX_FAULT_INJECT", "test only (cargo feature fault-inject; ignored otherwise): a setup site (`describe`, `alloc`, `lease`, `ipc`, `peer`: kernels off everywhere; `exchange1`..`exchange3`: the communicator in error everywhere), optionally `:RANK` (default every rank); an unknown site is an error";
+    hip_lib: Option<String> = None, "RCCLX_HIP_LIB", "path of the HIP runtime to load instead of searching for `libamdhip64` (the tests load a recording one in its place)";
+    rocm_path: Option<String> = None, "ROCM_PATH", "where rcclx looks for the HIP runtime and RCCL on AMD (unset: `/opt/rocm`)";
+    fault_inject: Option<String> = None, "RCCLX_FAULT_INJECT", "tests only (a build with the cargo feature `fault-inject`, as `scripts/gpu-prep.sh` makes; ignored with a warning otherwise): a setup site, optionally `:RANK` (default every rank): `describe`, `alloc`, `lease`, `ipc` or `peer` fails there (kernels off on every rank), `exchange1`..`exchange3` cannot be posted (the communicator in error on every rank); an unknown site is an error";
 }
 
 /// Largest `RCCLX_DDA_LL_MAX_BYTES` honoured (the LL inbox takes 32 bytes per message byte).
@@ -433,43 +471,63 @@ const READ_ELSEWHERE: &[(&str, &str, &str)] = &[
     (
         "RCCLX_LOG",
         "unset",
-        "developer's log filter: `level` or `target=level` items (e.g. `rcclx=trace`); wins over NCCL_DEBUG",
+        "developer's log filter: `level` or `target=level` items, comma-separated (e.g. `rcclx=trace`, `warn,rcclx::gpu=debug`); overrides `NCCL_DEBUG`, the format stays NCCL's",
     ),
-    ("NCCL_DEBUG", "unset (silent)", "VERSION, WARN, INFO, ABORT or TRACE, as for the stock library"),
+    (
+        "NCCL_DEBUG",
+        "unset (silent, as the stock library)",
+        "`VERSION` (the version line only), `WARN`, `INFO`, `ABORT` (above INFO) or `TRACE` (also read by the stock library)",
+    ),
     (
         "NCCL_DEBUG_SUBSYS",
         "INIT,BOOTSTRAP,ENV",
-        "subsystems that log at INFO/TRACE (rcclx's: INIT, BOOTSTRAP, COLL, TUNING, ENV, ALLOC, CALL)",
+        "subsystems logged at `INFO`/`TRACE`: `INIT` (setup, teardown), `BOOTSTRAP` (rcclx's record exchange), `COLL` (launches), `TUNING` (one line per intercepted collective and its route, at `INFO`), `ENV` (each variable set), `ALLOC`, `CALL` (NCCL's `NCCL CALL` line of each call rcclx runs, at `TRACE`), `ALL`; a leading `^` excludes",
     ),
     (
         "NCCL_DEBUG_FILE",
-        "stdout",
-        "above VERSION, rcclx writes to the stock library's file name plus `.rcclx` (`%h` host, `%p` pid, `%%`)",
+        "unset (stdout)",
+        "above `VERSION`, the stock library logs to this file (`%h` host cut at its first dot, `%p` pid, `%%` a `%`); rcclx to the same name plus `.rcclx`, made at its first line (the stock library truncates its file and writes it at its own offset, so one file cannot hold both)",
     ),
-    ("NCCL_DEBUG_TIMESTAMP_LEVELS", "WARN", "levels whose lines carry a timestamp"),
+    ("NCCL_DEBUG_TIMESTAMP_LEVELS", "WARN", "levels whose lines start with a timestamp (`ALL`, a list, `^` excludes)"),
     (
         "NCCL_DEBUG_TIMESTAMP_FORMAT",
         "[%F %T] ",
-        "strftime format of the timestamp (`%Nf`: N digits of the second's fraction; `_` is a space)",
+        "strftime format of the timestamp; `%Nf`: N digits of the second's fraction; `_` is a space",
     ),
-    ("NCCL_P2P_DISABLE", "0", "1: rcclx's peer-to-peer kernels are off, every call goes to the stock library"),
+    (
+        "NCCL_P2P_DISABLE",
+        "0",
+        "`1`: rcclx's peer-to-peer kernels are off, every call goes to the stock library (as `RCCLX_DISABLE=1`)",
+    ),
     (
         "NCCL_P2P_LEVEL",
         "unset",
-        "below SYS (LOC, NVL, ..., PHB, or 0-3): rcclx's kernels are off, as for NCCL_P2P_DISABLE=1",
+        "below `SYS` (`LOC`, `NVL`, ..., `PHB`, or `0`-`3`): rcclx's kernels are off, as for `NCCL_P2P_DISABLE=1`",
     ),
     (
         "NCCL_PROFILER_PLUGIN",
         "unset",
-        "read by the stock library; rcclx says once (INFO) that the plugin does not see the collectives it runs",
+        "the stock library's profiler plugin; it sees only the calls the stock library runs, which rcclx says in one INFO line",
     ),
-    ("NCCL_NVTX_DISABLE", "0", "1: no NVTX ranges for the collectives rcclx runs (as for the stock library's)"),
-    ("NVTX_INJECTION64_PATH", "unset", "the NVTX tool (set by nsys and the like): rcclx's ranges go to it"),
-    ("NCCL_CONF_FILE", "~/.nccl.conf", "NCCL's configuration file; then /etc/nccl.conf (the environment wins)"),
+    (
+        "NCCL_NVTX_DISABLE",
+        "0",
+        "`1`: no NVTX ranges for the collectives rcclx runs (the stock library's switch for its own)",
+    ),
+    (
+        "NVTX_INJECTION64_PATH",
+        "unset",
+        "the NVTX tool's injection library (`nsys` sets it): rcclx loads it at run time and sends it its ranges",
+    ),
+    (
+        "NCCL_CONF_FILE",
+        "~/.nccl.conf",
+        "NCCL's configuration file (`KEY=VALUE` lines), read after the environment and before `/etc/nccl.conf`",
+    ),
     (
         "NCCL_HOSTID",
         "hostname + boot id",
-        "host identity: ranks with equal ids are on one host (as for the stock library)",
+        "host identity (also the stock library's): ranks with equal ids are on one host",
     ),
 ];
 
@@ -700,5 +758,13 @@ mod tests {
         assert_eq!(fresh.dda_max_blocks, 64, "read at startup only");
         assert!(!fresh.lowp_enable && fresh.lowp_codec == LowpCodec::Int8);
         assert!(fresh.lowp_on(Coll::AllGather) && !fresh.lowp_on(Coll::AllReduce));
+    }
+
+    #[test]
+    fn defaults_by_rank_count_in_words() {
+        assert_eq!(by_ranks(&[64 * MIB, MIB, 256 * KIB]), "by ranks: 64 MiB (2), 1 MiB (3-4), 256 KiB (5-8)");
+        assert_eq!(by_ranks(&[64 * MIB, 16 * MIB, 16 * MIB]), "by ranks: 64 MiB (2), 16 MiB (3-8)");
+        assert_eq!(by_ranks(&[256 * KIB; 3]), "256 KiB");
+        assert_eq!(by_ranks(&[100, 100, 3 * KIB]), "by ranks: 100 B (2-4), 3 KiB (5-8)");
     }
 }

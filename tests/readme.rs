@@ -1,5 +1,7 @@
-//! README.md stays in step with the code: every configuration variable of `src/config.rs` is in
-//! its table, and the test command it names is the one CI runs.
+//! README.md stays in step with the code: its variable table is generated from
+//! `rcclx::config::variables()` and checked byte for byte (`RCCLX_BLESS=1 cargo test --test readme`
+//! rewrites it, as tests/header.rs does the header), and the test command it names is the one CI
+//! runs.
 
 mod common;
 
@@ -7,17 +9,65 @@ fn readme() -> String {
     std::fs::read_to_string(common::repo().join("README.md")).expect("README.md")
 }
 
+/// The first line of the table; it ends at the first empty line after it.
+const TABLE_HEAD: &str = "| variable | default | meaning |\n|---|---|---|\n";
+
+/// The table as `variables()` gives it: a default a user would type is code, one in words is not.
+fn table(vars: &[rcclx::config::Variable]) -> String {
+    let mut out = String::from(TABLE_HEAD);
+    for v in vars {
+        let d = &v.default;
+        let words = d.starts_with("unset") || d.starts_with("by ") || d.contains(" + ") || d.ends_with("iB");
+        let default = if words { v.default.clone() } else { format!("`{}`", v.default) };
+        assert!(!format!("{}{}", v.default, v.meaning).contains('|'), "{}: a `|` would split its row", v.name);
+        out += &format!("| `{}` | {default} | {} |\n", v.name, v.meaning);
+    }
+    out
+}
+
+/// (start, end) of the table in `readme`.
+fn table_span(readme: &str) -> (usize, usize) {
+    let start = readme.find(TABLE_HEAD).expect("README.md has no variable table (`| variable | default | meaning |`)");
+    let end = readme[start..].find("\n\n").map_or(readme.len(), |i| start + i + 1);
+    (start, end)
+}
+
 #[test]
-fn every_config_variable_is_documented() {
+fn the_variable_table_is_generated() {
+    let path = common::repo().join("README.md");
     let readme = readme();
-    let missing: Vec<&str> = rcclx::config::variables()
-        .iter()
-        .map(|v| v.name)
-        .filter(|name| !readme.contains(&format!("| `{name}` |")))
-        .collect();
-    assert!(missing.is_empty(), "README.md's variable table lacks: {missing:?}");
-    for name in ["RCCLX_LOG", "NCCL_DEBUG"] {
-        assert!(readme.contains(&format!("| `{name}` |")), "README.md's variable table lacks {name}");
+    let (start, end) = table_span(&readme);
+    let fresh = table(&rcclx::config::variables());
+    if std::env::var("RCCLX_BLESS").is_ok_and(|v| v == "1") {
+        std::fs::write(&path, format!("{}{fresh}{}", &readme[..start], &readme[end..])).unwrap();
+        eprintln!("RCCLX_BLESS=1: wrote the variable table of {}", path.display());
+        return;
+    }
+    let committed = &readme[start..end];
+    if committed != fresh {
+        let (c, f): (Vec<&str>, Vec<&str>) = (committed.lines().collect(), fresh.lines().collect());
+        let first = (0..c.len().max(f.len())).find(|&i| c.get(i) != f.get(i)).unwrap_or(0);
+        panic!(
+            "README.md's variable table is out of date with rcclx::config::variables(). First difference at \
+             row {}:\n  README:    {:?}\n  generated: {:?}\nRegenerate with: RCCLX_BLESS=1 cargo test --test readme",
+            first + 1,
+            c.get(first),
+            f.get(first)
+        );
+    }
+}
+
+/// A variable added without its row fails the check above.
+#[test]
+fn a_variable_without_its_row_is_caught() {
+    let mut vars = rcclx::config::variables();
+    let readme = readme();
+    let (start, end) = table_span(&readme);
+    assert_eq!(&readme[start..end], table(&vars), "see the_variable_table_is_generated");
+    vars.push(rcclx::config::Variable { name: "RCCLX_NEW", default: "0".into(), meaning: "new".into() });
+    assert_ne!(&readme[start..end], table(&vars));
+    for name in ["RCCLX_LOG", "NCCL_DEBUG", "RCCLX_DISABLE", "RCCL_ENABLE_DDA_BROADCAST"] {
+        assert!(readme[start..end].contains(&format!("| `{name}` |")), "README.md's variable table lacks {name}");
     }
 }
 

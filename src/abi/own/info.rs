@@ -119,7 +119,7 @@ fn info_json() -> String {
         .iter()
         .map(|v| {
             let value = crate::config::env(v.name).map_or("null".into(), |x| q(&x));
-            format!("{}: {{\"value\": {value}, \"default\": {}}}", q(v.name), q(v.default))
+            format!("{}: {{\"value\": {value}, \"default\": {}}}", q(v.name), q(&v.default))
         })
         .collect();
     format!(
