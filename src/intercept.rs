@@ -168,8 +168,6 @@ impl Policies {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CommFacts {
     pub nranks: usize,
-    /// DDA verdict: one host, peer access between all pairs, same arch, kernels loaded.
-    pub dda: bool,
     pub policies: Policies,
 }
 
@@ -245,7 +243,7 @@ pub fn decide(call: &CallDesc, comm: &CommFacts) -> Route {
         return Up(Reason::Empty);
     }
     let Some(bytes) = call.bytes(comm.nranks) else { return Up(Reason::Dtype) };
-    if !comm.dda || comm.nranks < 2 {
+    if comm.nranks < 2 {
         return Up(Reason::NotEligible);
     }
     let spec = call.coll.spec();
@@ -302,7 +300,7 @@ mod tests {
     }
 
     fn facts(nranks: usize, lowp: bool) -> CommFacts {
-        CommFacts { nranks, dda: true, policies: policies(nranks, lowp) }
+        CommFacts { nranks, policies: policies(nranks, lowp) }
     }
 
     #[test]
@@ -395,8 +393,8 @@ mod tests {
     }
 
     #[test]
-    fn comm_without_dda_always_forwards() {
-        let f = CommFacts { dda: false, ..facts(2, true) };
+    fn a_comm_of_one_rank_always_forwards() {
+        let f = CommFacts { nranks: 1, ..facts(2, true) };
         for call in all_calls(&f.policies) {
             assert!(matches!(decide(&call, &f), Route::Upstream(_)));
         }

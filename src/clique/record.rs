@@ -19,7 +19,8 @@ pub struct Record {
     /// 1 when this rank has kernels for its GPU (first exchange), and allocated its buffers
     /// (second exchange, whose record also carries their handles and pointers).
     pub capable: u32,
-    pub rank: u32,
+    /// Keeps `arch` 8-byte aligned: the record is sent as bytes, so it has no implicit padding.
+    pub pad: u32,
     pub arch: [u8; 32],
     pub staging_ipc: [u8; 64],
     pub flags_ipc: [u8; 64],
@@ -87,8 +88,9 @@ const HIP_ERROR_INVALID_CONTEXT: i32 = 201;
 /// for any other failure. HIP (ROCm/clr `hipIpcOpenMemHandle`) refuses a handle whose owner's pid,
 /// as seen in its own pid namespace, equals the caller's, with `hipErrorInvalidContext`. Ranks in
 /// different containers (pid namespaces) often have equal pids, and [`same_process`] rightly
-/// tells them apart, so they use IPC and HIP refuses it. CUDA has no such check.
-pub fn same_pid_refusal(e: &crate::gpu::Error, me: &Record, peer: &Record) -> Option<String> {
+/// tells them apart, so they use IPC and HIP refuses it. CUDA has no such check. `peer_rank`: the
+/// rank whose record `peer` is.
+pub fn same_pid_refusal(e: &crate::gpu::Error, me: &Record, peer_rank: usize, peer: &Record) -> Option<String> {
     let crate::gpu::Error::Runtime { call: "hipIpcOpenMemHandle", runtime: "hip", code, .. } = e else { return None };
     (*code == HIP_ERROR_INVALID_CONTEXT && peer.host == me.host && peer.pid == me.pid && peer.pidns != me.pidns).then(
         || {
@@ -98,7 +100,7 @@ pub fn same_pid_refusal(e: &crate::gpu::Error, me: &Record, peer: &Record) -> Op
                  (hipIpcOpenMemHandle: hipErrorInvalidContext); every call forwards to the stock library. \
                  Fix: run the ranks in one pid namespace (e.g. docker/podman run --pid=host, or all ranks \
                  in one container)",
-                peer.rank, me.pid
+                peer_rank, me.pid
             )
         },
     )
@@ -158,7 +160,6 @@ mod tests {
                 x.magic = MAGIC;
                 x.host = 7;
                 x.capable = 1;
-                x.rank = r as u32;
                 x.staging_bytes = 1 << 20;
                 x.gpu = 100 + r as u64;
                 x
@@ -226,25 +227,25 @@ mod tests {
             message: String::new(),
         };
         let refused = err("hipIpcOpenMemHandle", "hip", HIP_ERROR_INVALID_CONTEXT);
-        let why = same_pid_refusal(&refused, &me, &peer).expect("HIP's pid check");
+        let why = same_pid_refusal(&refused, &me, 1, &peer).expect("HIP's pid check");
         for needle in ["rank 1", "pid 7", "pid namespace", "hipErrorInvalidContext", "--pid=host", "kernels off"] {
             assert!(why.contains(needle), "{needle:?} not in {why:?}");
         }
         // Anything else is another failure: another code, call or runtime, another pid, one
         // namespace (then it is one process, which never opens IPC), another host.
-        assert_eq!(same_pid_refusal(&err("hipIpcOpenMemHandle", "hip", 1), &me, &peer), None);
-        assert_eq!(same_pid_refusal(&err("hipIpcGetMemHandle", "hip", 201), &me, &peer), None);
-        assert_eq!(same_pid_refusal(&err("cuIpcOpenMemHandle", "cuda", 201), &me, &peer), None);
-        assert_eq!(same_pid_refusal(&crate::gpu::Error::NoDevice, &me, &peer), None);
+        assert_eq!(same_pid_refusal(&err("hipIpcOpenMemHandle", "hip", 1), &me, 1, &peer), None);
+        assert_eq!(same_pid_refusal(&err("hipIpcGetMemHandle", "hip", 201), &me, 1, &peer), None);
+        assert_eq!(same_pid_refusal(&err("cuIpcOpenMemHandle", "cuda", 201), &me, 1, &peer), None);
+        assert_eq!(same_pid_refusal(&crate::gpu::Error::NoDevice, &me, 1, &peer), None);
         let mut other = peer;
         other.pid = 8;
-        assert_eq!(same_pid_refusal(&refused, &me, &other), None);
+        assert_eq!(same_pid_refusal(&refused, &me, 1, &other), None);
         other = peer;
         other.pidns = me.pidns;
-        assert_eq!(same_pid_refusal(&refused, &me, &other), None);
+        assert_eq!(same_pid_refusal(&refused, &me, 1, &other), None);
         other = peer;
         other.host ^= 1;
-        assert_eq!(same_pid_refusal(&refused, &me, &other), None);
+        assert_eq!(same_pid_refusal(&refused, &me, 1, &other), None);
     }
 
     /// With `RCCLX_PRINT_IDENTITY` set (the test below runs this binary so, in a new pid

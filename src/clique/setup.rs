@@ -483,7 +483,6 @@ fn describe(l: &mut Local, sharing: Sharing) {
     rec.pid = std::process::id();
     rec.pidns = host::pid_namespace();
     rec.device = m.device;
-    rec.rank = m.rank as u32;
     rec.max_blocks = cfg.dda_max_blocks;
     rec.shared_gpus = sharing.shared_gpus as u32;
     rec.grid_cap = sharing.grid_cap;
@@ -679,7 +678,7 @@ fn map_peers(l: &Local, recs: &[Record]) -> Result<PeerPtrs, Error> {
             }
             let open = |ipc: [u8; 64]| {
                 rt.open_ipc(device, &gpu::IpcHandle(ipc)).inspect_err(|e| {
-                    if let Some(why) = record::same_pid_refusal(e, me, r) {
+                    if let Some(why) = record::same_pid_refusal(e, me, p, r) {
                         tracing::warn!("comm {:p} rank {rank}: {why}", l.member.comm);
                     }
                 })
@@ -706,7 +705,7 @@ fn assemble(mut l: Local, m: Mapped, r0: &Record, started: Instant) -> Clique {
     // Every rank's grid of a call must be the same: the cap is agreed (the verdict checked it).
     let grid_cap = r0.grid_cap;
     let max_blocks = if grid_cap > 0 { r0.max_blocks.min(u64::from(grid_cap)) } else { r0.max_blocks };
-    let facts = CommFacts { nranks, dda: true, policies: r0.policies };
+    let facts = CommFacts { nranks, policies: r0.policies };
     let base_args = KernelArgs {
         send: 0,
         recv: 0,

@@ -110,7 +110,6 @@ pub(crate) trait Backend: Send + Sync {
     /// Milliseconds between two completed timed events (optional entry point: tests only).
     fn event_elapsed_ms(&self, start: *mut c_void, end: *mut c_void) -> Result<f32, Error>;
     fn event_record(&self, event: *mut c_void, stream: *mut c_void) -> Result<(), Error>;
-    fn event_synchronize(&self, event: *mut c_void) -> Result<(), Error>;
     /// `true` when the work the event tracks has completed.
     fn event_query(&self, event: *mut c_void) -> Result<bool, Error>;
     /// # Safety

@@ -88,7 +88,6 @@ entry_points! {
         cuStreamWaitEvent = "cuStreamWaitEvent": fn(Handle, Handle, c_uint) -> CUresult;
         cuEventCreate = "cuEventCreate": fn(*mut Handle, c_uint) -> CUresult;
         cuEventRecord = "cuEventRecord": fn(Handle, Handle) -> CUresult;
-        cuEventSynchronize = "cuEventSynchronize": fn(Handle) -> CUresult;
         cuEventQuery = "cuEventQuery": fn(Handle) -> CUresult;
         cuEventDestroy = "cuEventDestroy_v2": fn(Handle) -> CUresult;
     }
@@ -511,11 +510,6 @@ impl Backend for Cuda {
     fn event_record(&self, event: *mut c_void, stream: *mut c_void) -> Result<(), Error> {
         // SAFETY: both handles are valid.
         self.check("cuEventRecord", unsafe { (self.api.cuEventRecord)(event, stream) })
-    }
-
-    fn event_synchronize(&self, event: *mut c_void) -> Result<(), Error> {
-        // SAFETY: `event` is valid.
-        self.check("cuEventSynchronize", unsafe { (self.api.cuEventSynchronize)(event) })
     }
 
     fn event_query(&self, event: *mut c_void) -> Result<bool, Error> {

@@ -78,7 +78,6 @@ entry_points! {
         hipStreamWaitEvent = "hipStreamWaitEvent": fn(Handle, Handle, c_uint) -> HipError;
         hipEventCreateWithFlags = "hipEventCreateWithFlags": fn(*mut Handle, c_uint) -> HipError;
         hipEventRecord = "hipEventRecord": fn(Handle, Handle) -> HipError;
-        hipEventSynchronize = "hipEventSynchronize": fn(Handle) -> HipError;
         hipEventQuery = "hipEventQuery": fn(Handle) -> HipError;
         hipEventDestroy = "hipEventDestroy": fn(Handle) -> HipError;
     }
@@ -588,11 +587,6 @@ impl Backend for Hip {
     fn event_record(&self, event: *mut c_void, stream: *mut c_void) -> Result<(), Error> {
         // SAFETY: both handles are valid.
         self.check("hipEventRecord", || unsafe { (self.api.hipEventRecord)(event, stream) })
-    }
-
-    fn event_synchronize(&self, event: *mut c_void) -> Result<(), Error> {
-        // SAFETY: `event` is valid.
-        self.check("hipEventSynchronize", || unsafe { (self.api.hipEventSynchronize)(event) })
     }
 
     fn event_query(&self, event: *mut c_void) -> Result<bool, Error> {

@@ -178,10 +178,6 @@ impl HostMapped {
     pub fn device_ptr(&self) -> DevicePtr {
         self.dev
     }
-    /// The host address.
-    pub fn host_ptr(&self) -> *mut u8 {
-        self.host
-    }
     pub fn len(&self) -> usize {
         self.bytes
     }

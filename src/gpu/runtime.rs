@@ -314,11 +314,6 @@ impl Runtime {
         unsafe { self.backend.stream_destroy(stream.0) }
     }
 
-    /// Blocks until all work on `stream` has completed (no timeout; see [`Runtime::wait_stream`]).
-    pub fn synchronize_stream(&self, stream: Stream) -> Result<(), Error> {
-        self.backend.stream_synchronize(stream.0)
-    }
-
     /// Blocks until all work on `device` has completed (every stream, every library's).
     pub fn synchronize_device(&self, device: i32) -> Result<(), Error> {
         let _guard = self.device_guard(device)?;
@@ -382,11 +377,6 @@ impl Runtime {
     /// Records `event` on `stream`.
     pub fn record_event(&self, event: Event, stream: Stream) -> Result<(), Error> {
         self.backend.event_record(event.0, stream.0)
-    }
-
-    /// Blocks until `event` has completed.
-    pub fn synchronize_event(&self, event: Event) -> Result<(), Error> {
-        self.backend.event_synchronize(event.0)
     }
 
     /// `true` if the work `event` tracks has completed (or it was never recorded).

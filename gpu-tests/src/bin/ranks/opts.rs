@@ -77,7 +77,7 @@ impl Suite {
             }
             Suite::A2av => vec!["alltoallv.dynamic".into()],
             Suite::Time | Suite::TimeLowp => {
-                let facts = rcclx::intercept::CommFacts { nranks, dda: true, policies: p };
+                let facts = rcclx::intercept::CommFacts { nranks, policies: p };
                 let mut v: Vec<String> = crate::time::cases(self == Suite::TimeLowp, nranks, &p, quick)
                     .iter()
                     .map(|c| crate::device::route_for(&facts, &c.call()).0)
