@@ -1,6 +1,6 @@
 //! Layer `abi`: the exported C symbols. Thin by rule: a panic boundary, then a call down to
-//! `upstream` (forwarded functions), `comm` (ordered functions) or `hooks` (functions rcclx
-//! takes part in).
+//! `upstream` (forwarded functions), `comm::ordered` (ordered functions), `comm::collective`
+//! (intercepted collectives) or `hooks` (functions rcclx takes part in).
 //!
 //! Every export is generated from the one list in [`crate::nccl_api`] by [`nccl_exports!`]: the
 //! `nccl*` symbol, its `pnccl*` profiling twin and the name list the tests check (`upstream`

@@ -220,7 +220,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn freed_only_when_every_peer_closed() {
+    fn reused_only_when_every_peer_closed() {
         let me = std::process::id();
         let n = nonce();
         let ns = super::super::host::pid_namespace();

@@ -33,7 +33,8 @@ pub struct Record {
     pub max_blocks: u64,
     /// Multiprocessors (SMs or CUs) of the rank's GPU.
     pub multiprocessors: u64,
-    // Rank 0's values below are adopted by everyone, so all ranks decide alike.
+    /// Rank 0's is adopted by everyone (with `policies`), so all ranks decide alike; the other
+    /// fields are each rank's own, or checked equal by the verdict.
     pub timeout_ms: u64,
     /// The rank's GPU, the same in every process (a hash of its PCI bus id; `host::gpu_id`).
     pub gpu: u64,

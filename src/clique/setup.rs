@@ -2,7 +2,7 @@
 //!
 //! Setup ([`Setup::start`], then [`Setup::poll`] until done; [`establish`] does both and waits):
 //! 1. Each rank fills a [`record::Record`] (host, pid, device and its GPU's identity, arch,
-//!    thresholds): nothing is allocated yet. A rank that cannot take part (no kernels for its
+//!    `Policies`): nothing is allocated yet. A rank that cannot take part (no kernels for its
 //!    arch) still sends one, with `capable = 0`.
 //! 2. An all-gather of the records through a [`Transport`]: the library's is `ncclAllGather` on
 //!    the stock communicator, for all communicators of the batch in one stock group (one thread
@@ -181,7 +181,8 @@ impl Fault {
         }
     }
 
-    /// `SITE` or `SITE:RANK` (default: every rank); read at every setup, like the FP8 switches.
+    /// `SITE` or `SITE:RANK` (default: every rank), from the configuration read at startup
+    /// (`Config::fault_inject`), applied to every setup of the process.
     /// An unknown site or rank is an error (a typo must not pass as a test without a fault).
     #[cfg_attr(not(any(test, feature = "fault-inject")), allow(dead_code))]
     pub fn parse(spec: Option<&str>, rank: usize) -> Result<Fault, String> {

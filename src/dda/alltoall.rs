@@ -5,7 +5,8 @@ use super::blocks_for;
 use crate::clique::{Grid, Work};
 use crate::intercept::Algo;
 
-/// (window bytes per block, blocks, threads) for blocks of `bytes`; identical on every rank.
+/// The grid (window bytes per block, blocks, threads) for blocks of `bytes`; identical on every
+/// rank.
 /// A staging half holds one window of every block.
 pub fn grid(algo: Algo, w: &Work) -> Grid {
     let bytes = w.count;
