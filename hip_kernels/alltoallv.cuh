@@ -33,7 +33,7 @@
 //
 // Low precision (rcclx_alltoallv_coded, host side: dda::alltoallv::Coding): the same driver, the
 // segments cut into rows of `row_elems` elements and each row into blocks of 128 elements
-// (lowp.cuh's codecs; the last block of a row is short). A window carries W/132 blocks (rounded
+// (codec.cuh's codecs; the last block of a row is short). A window carries W/132 blocks (rounded
 // down to a multiple of 4, for rcclx_put16's scale stores) per source: codes, then the scale
 // words, in the source's region. Block k of a window belongs to GPU block (k / 32) % gridDim on
 // both sides (rcclx_for_block_pairs), as the per-block barriers need. A segment that is not a

@@ -1,7 +1,9 @@
 //! Layer `lowp`: host side of the low-precision collectives (`hip_kernels/lowp.cuh`):
 //! block-scaled FP8 or INT8 on the wire, FP32 arithmetic, for AllReduce, AllGather,
 //! ReduceScatter and AllToAll. They share the clique's staging buffers, flags and window counters with DDA, so
-//! the only per-call work is filling the argument struct.
+//! the only per-call work is filling the argument struct. The codecs have three homes: their
+//! definition and GPU code in `hip_kernels/codec.cuh`, the CPU model with the error bounds in
+//! `gpu-tests/src/codec.rs`, and the Python package's model in `python/rcclx/_codec_model.py`.
 //!
 //! Layer: above `clique`, `intercept`, `error`; below `comm`.
 
