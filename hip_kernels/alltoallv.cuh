@@ -41,7 +41,12 @@
 // FP8) stores the codes in element order and the f32 scales row-major [rows][blocks per row].
 // A rank's own segment never crosses a link: copied exactly when decoding, encoded locally when
 // delivering codes.
-#pragma once
+#ifndef RCCLX_ALLTOALLV_CUH
+#define RCCLX_ALLTOALLV_CUH
+
+#include "common.cuh"
+#include "codec.cuh"
+#include "lowp.cuh"
 
 #define RCCLX_A2AV_HDR 128  // bytes of the header at the start of each staging half
 #define RCCLX_A2AV_INVALID UINT64_MAX
@@ -359,3 +364,5 @@ RCCLX_DEV void rcclx_alltoallv_run(const RcclxA2avArgs& v) {
 template <typename T> RCCLX_DEV void rcclx_alltoallv_dynamic(const RcclxA2avArgs& v) { rcclx_alltoallv_run<T, RcclxA2avBytes>(v); }
 template <typename T> RCCLX_DEV void rcclx_alltoallv_lowp(const RcclxA2avArgs& v) { rcclx_alltoallv_run<T, RcclxFp8>(v); }
 template <typename T> RCCLX_DEV void rcclx_alltoallv_int8(const RcclxA2avArgs& v) { rcclx_alltoallv_run<T, RcclxInt8>(v); }
+
+#endif  // RCCLX_ALLTOALLV_CUH

@@ -29,8 +29,10 @@
 // (see rcclx_allreduce_pair_coded, rcclx_allreduce_coded).
 // Tails: the last block of a range is short; its missing elements count as 0 and are never
 // stored. Graph capture: as common.cuh (no per-call kernel arguments beyond buffers and counts).
-#pragma once
+#ifndef RCCLX_LOWP_CUH
+#define RCCLX_LOWP_CUH
 
+#include "common.cuh"
 #include "codec.cuh"
 
 #define RCCLX_MIN(x, y) ((x) < (y) ? (x) : (y))
@@ -581,3 +583,5 @@ template <typename T> RCCLX_DEV void rcclx_allreduce_int8_pair(const RcclxArgs& 
 template <typename T> RCCLX_DEV void rcclx_allgather_int8(const RcclxArgs& a) { rcclx_allgather_coded<T, RcclxInt8>(a); }
 template <typename T> RCCLX_DEV void rcclx_reducescatter_int8(const RcclxArgs& a) { rcclx_reducescatter_coded<T, RcclxInt8>(a); }
 template <typename T> RCCLX_DEV void rcclx_alltoall_int8(const RcclxArgs& a) { rcclx_alltoall_coded<T, RcclxInt8>(a); }
+
+#endif  // RCCLX_LOWP_CUH
