@@ -166,15 +166,10 @@ fn instances() -> String {
     for (f, t, op) in kernel_table::kernels() {
         let fam = &kernel_table::FAMILIES[f];
         let name = kernel_table::kernel_name(f, t, op);
+        let (args, blocks, func) = (fam.args.cxx(), fam.min_blocks, fam.device_fn);
         match op {
-            Some(op) => writeln!(
-                cu,
-                "RCCLX_KERNEL({name}, {}, {}, {}, {}, {})",
-                fam.args, fam.min_blocks, fam.device_fn, t.cxx, op.cxx
-            ),
-            None => {
-                writeln!(cu, "RCCLX_KERNEL({name}, {}, {}, {}, {})", fam.args, fam.min_blocks, fam.device_fn, t.cxx)
-            }
+            Some(op) => writeln!(cu, "RCCLX_KERNEL({name}, {args}, {blocks}, {func}, {}, {})", t.cxx, op.cxx),
+            None => writeln!(cu, "RCCLX_KERNEL({name}, {args}, {blocks}, {func}, {})", t.cxx),
         }
         .expect("write to String");
     }

@@ -293,6 +293,41 @@ fn candidates(target: Target, repo: &Path) -> (Vec<Tool>, Vec<String>) {
     (out, notes)
 }
 
+/// Compiles `source` (C++ text, read from stdin) for gfx942 with `include` on the include path,
+/// syntax only (no code generated), with the first compiler that builds gfx942: a header of
+/// `hip_kernels/` checked on its own (`tests/kernel_headers.rs`). `None` when no such compiler
+/// exists; `Err` holds the compiler's messages.
+pub fn syntax_check(repo: &Path, include: &Path, source: &str) -> Option<Result<(), String>> {
+    use std::io::Write as _;
+    let tool = candidates(Target::Gfx942, repo).0.into_iter().next()?;
+    let mut c = match &tool {
+        Tool::Nvcc(_) => return None,
+        Tool::Clang(clang) => Command::new(clang),
+        Tool::Zig(zig) => {
+            let mut c = Command::new(zig);
+            c.arg("clang").arg("-resource-dir").arg(zig.parent().unwrap_or(Path::new(".")).join("lib"));
+            c
+        }
+    };
+    c.args(["-x", "hip", "--offload-arch=gfx942", "--cuda-device-only", "-nogpulib", "-nogpuinc"])
+        .args(["-std=c++17", "-fsyntax-only", "-fno-color-diagnostics", "-I"])
+        .arg(include)
+        .arg("-")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut run = || -> std::io::Result<std::process::Output> {
+        let mut child = c.spawn()?;
+        child.stdin.take().expect("piped stdin").write_all(source.as_bytes())?;
+        child.wait_with_output()
+    };
+    Some(match run() {
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => Err(format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))),
+        Err(e) => Err(format!("{} could not run: {e}", tool.describe())),
+    })
+}
+
 /// clang's AMDGPU link step runs `lld -flavor gnu ...` found on PATH; zig has lld built in
 /// as `zig ld.lld`. The zig binary comes from RCCLX_LLD_ZIG, set per compile.
 fn write_lld_wrapper(dir: &Path) {

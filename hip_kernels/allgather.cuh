@@ -9,7 +9,10 @@
 // rank keeps is copied locally (skipped in place: NCCL's in-place AllGather passes
 // sendbuff == recvbuff + rank * count).
 // Reuse, tails and graph capture: as common.cuh and allreduce.cuh.
-#pragma once
+#ifndef RCCLX_ALLGATHER_CUH
+#define RCCLX_ALLGATHER_CUH
+
+#include "common.cuh"
 
 // LL AllGather: unit u of this rank's bytes goes to slot [rank] of every peer's inbox.
 template <typename T>
@@ -53,3 +56,5 @@ RCCLX_DEV void rcclx_allgather_flat(const RcclxArgs& a) {
         }
       });
 }
+
+#endif  // RCCLX_ALLGATHER_CUH

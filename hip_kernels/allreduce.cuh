@@ -11,7 +11,10 @@
 // count % vector elements are handled one by one by block 0. Unaligned user buffers take an
 // element-wise path. Graph capture: nothing per call is baked into the arguments beyond
 // buffers and counts (common.cuh).
-#pragma once
+#ifndef RCCLX_ALLREDUCE_CUH
+#define RCCLX_ALLREDUCE_CUH
+
+#include "common.cuh"
 
 template <typename T, int OP>
 RCCLX_DEV void rcclx_allreduce_flat(const RcclxArgs& a) {
@@ -91,3 +94,5 @@ RCCLX_DEV void rcclx_allreduce_ll(const RcclxArgs& a) {
   }
   rcclx_seq_store(a, seq + 1);
 }
+
+#endif  // RCCLX_ALLREDUCE_CUH

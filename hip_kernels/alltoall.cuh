@@ -10,7 +10,10 @@
 // rank keeps is copied locally (skipped in place: NCCL's in-place AllToAll passes
 // sendbuff == recvbuff).
 // Reuse, tails and graph capture: as common.cuh and allreduce.cuh.
-#pragma once
+#ifndef RCCLX_ALLTOALL_CUH
+#define RCCLX_ALLTOALL_CUH
+
+#include "common.cuh"
 
 // LL AllToAll: unit u of input block c goes to slot [rank] of rank c's inbox.
 template <typename T>
@@ -62,3 +65,5 @@ RCCLX_DEV void rcclx_alltoall_flat(const RcclxArgs& a) {
         }
       });
 }
+
+#endif  // RCCLX_ALLTOALL_CUH

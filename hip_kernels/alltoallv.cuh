@@ -33,7 +33,7 @@
 //
 // Low precision (rcclx_alltoallv_coded, host side: dda::alltoallv::Coding): the same driver, the
 // segments cut into rows of `row_elems` elements and each row into blocks of 128 elements
-// (lowp.cuh's codecs; the last block of a row is short). A window carries W/132 blocks (rounded
+// (codec.cuh's codecs; the last block of a row is short). A window carries W/132 blocks (rounded
 // down to a multiple of 4, for rcclx_put16's scale stores) per source: codes, then the scale
 // words, in the source's region. Block k of a window belongs to GPU block (k / 32) % gridDim on
 // both sides (rcclx_for_block_pairs), as the per-block barriers need. A segment that is not a
@@ -41,7 +41,12 @@
 // FP8) stores the codes in element order and the f32 scales row-major [rows][blocks per row].
 // A rank's own segment never crosses a link: copied exactly when decoding, encoded locally when
 // delivering codes.
-#pragma once
+#ifndef RCCLX_ALLTOALLV_CUH
+#define RCCLX_ALLTOALLV_CUH
+
+#include "common.cuh"
+#include "codec.cuh"
+#include "lowp.cuh"
 
 #define RCCLX_A2AV_HDR 128  // bytes of the header at the start of each staging half
 #define RCCLX_A2AV_INVALID UINT64_MAX
@@ -359,3 +364,5 @@ RCCLX_DEV void rcclx_alltoallv_run(const RcclxA2avArgs& v) {
 template <typename T> RCCLX_DEV void rcclx_alltoallv_dynamic(const RcclxA2avArgs& v) { rcclx_alltoallv_run<T, RcclxA2avBytes>(v); }
 template <typename T> RCCLX_DEV void rcclx_alltoallv_lowp(const RcclxA2avArgs& v) { rcclx_alltoallv_run<T, RcclxFp8>(v); }
 template <typename T> RCCLX_DEV void rcclx_alltoallv_int8(const RcclxA2avArgs& v) { rcclx_alltoallv_run<T, RcclxInt8>(v); }
+
+#endif  // RCCLX_ALLTOALLV_CUH

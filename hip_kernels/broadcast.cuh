@@ -12,7 +12,10 @@
 //         half -> barrier -> every other rank copies it from the root's staging (one-shot
 //         pull) while the root copies it into its own output (out of place).
 // Reuse, tails and graph capture: as common.cuh and allreduce.cuh.
-#pragma once
+#ifndef RCCLX_BROADCAST_CUH
+#define RCCLX_BROADCAST_CUH
+
+#include "common.cuh"
 
 // LL Broadcast. An inbox half is reused every other call, which is safe because no rank is
 // more than one call ahead of another: in every other kernel a rank finishes a call only after
@@ -68,3 +71,5 @@ RCCLX_DEV void rcclx_broadcast_flat(const RcclxArgs& a) {
         else if (recv != send) rcclx_copy<T>(recv + w.base, send + w.base, w.n);
       });
 }
+
+#endif  // RCCLX_BROADCAST_CUH

@@ -1,6 +1,6 @@
 // common.cuh - what every rcclx collective kernel shares: the argument struct, the element
 // arithmetic of the reductions, the per-block barrier, the window counters, the slicing of a
-// range over threads, and copy/reduce helpers. Needs rcclx_port.h first (rcclx.cuh does that).
+// range over threads, and copy/reduce helpers.
 //
 // Per-rank resources (allocated by the host, src/clique/):
 //   staging: 2 parity halves of `half_bytes`; window w of a call uses half (seq & 1).
@@ -28,7 +28,10 @@
 // Spin-waits end on the host's abort request (ncclCommAbort) and, only if the host set one,
 // after `timeout_ns` (RCCLX_TIMEOUT_MS); either writes an error code into host-mapped
 // `status[0]` and ends the kernel.
-#pragma once
+#ifndef RCCLX_COMMON_CUH
+#define RCCLX_COMMON_CUH
+
+#include "rcclx_port.h"
 
 #define RCCLX_MAX_RANKS 8
 #define RCCLX_THREADS 512
@@ -507,3 +510,5 @@ RCCLX_DEV void rcclx_ll_reduce_unit(const RcclxArgs& a, uint64_t parity_off, uin
   *lo = acc.w[0];
   *hi = acc.w[1];
 }
+
+#endif  // RCCLX_COMMON_CUH

@@ -2,14 +2,8 @@
 // arithmetic. Shares the DDA machinery (common.cuh): the same staging buffers, flags, per-block
 // window counters and barriers, so DDA and low-precision calls interleave on a communicator.
 //
-// Codecs (identical to the CPU reference, gpu-tests/src/codec.rs; RcclxFp8, RcclxInt8 below):
-// blocks of 128 consecutive elements, one 32-bit scale word each, so both move 1 + 1/32 bytes
-// per element. FP8: amax = max |x| over the block's finite values; if amax < 1e-30 the block
-// is all zero (scale 0, inv 0: the codes of x * 0, zeros of x's sign); else scale = amax /
-// FP8_MAX and inv = FP8_MAX / amax (IEEE divisions), code = e4m3_satfinite_rne(x * inv) and
-// x' = decode(code) * scale. NaN/Inf inputs encode as NaN. E4M3 is OCP on NVIDIA and gfx950
-// and FNUZ on gfx942 (the native conversion; every rank of a node has the same arch). INT8:
-// see RcclxInt8.
+// Codecs: codec.cuh (RcclxFp8, RcclxInt8: blocks of 128 elements, one 32-bit scale word each,
+// 1 + 1/32 bytes per element on the wire; the definition of the bytes is there).
 //
 // What never crosses a link is never quantized: a rank's own AllGather chunk and AllToAll
 // chunk are exact copies, its own contribution to its ReduceScatter output is exact, and so is
@@ -18,15 +12,10 @@
 // Push, not pull: every byte crossing NVLink/xGMI is a store into a peer's staging (posted
 // writes need no round trip, so a few in flight fill the link); every load is local.
 //
-// Lanes: 8 lanes handle one 128-element block, 16 elements each; the group's amax is reduced
-// with xor shuffles. With N elements per 16-byte vector, lane i's vector j holds the block's
-// elements j*8N + i*N + [0, N): each load/store instruction of a lane group covers 128
-// consecutive bytes. Lane i's 16 codes are the 16 bytes at i*16 of the block's codes (code
-// j*N + t is element j*8N + i*N + t), one 16-byte access. This order is internal to rcclx:
-// writer and reader are both these kernels. Block k of a range belongs to one GPU block
-// (rcclx_for_block_pairs), and every range of a call has fixed positions in every window, so a
-// position is always handled by the same GPU block on every rank: all the per-block barriers
-// need.
+// Lanes: 8 lanes handle one 128-element block, 16 elements each (the order: codec.cuh). Block
+// k of a range belongs to one GPU block (rcclx_for_block_pairs), and every range of a call has
+// fixed positions in every window, so a position is always handled by the same GPU block on
+// every rank: all the per-block barriers need.
 //
 // Staging half layout (windows are multiples of 512 elements): slots of `wc` elements, codes
 // (1 byte/element) of slot c at c*wc, then the scales (4 bytes per block) of slot c at
@@ -40,13 +29,12 @@
 // (see rcclx_allreduce_pair_coded, rcclx_allreduce_coded).
 // Tails: the last block of a range is short; its missing elements count as 0 and are never
 // stored. Graph capture: as common.cuh (no per-call kernel arguments beyond buffers and counts).
-#pragma once
+#ifndef RCCLX_LOWP_CUH
+#define RCCLX_LOWP_CUH
 
-#define RCCLX_QBLOCK 128
-#define RCCLX_QLANES 8  // lanes per block: 16 elements each
+#include "common.cuh"
+#include "codec.cuh"
 
-RCCLX_DEV bool rcclx_isfinite(float x) { return (rcclx_f32_as_u32(x) & 0x7f800000u) != 0x7f800000u; }
-RCCLX_DEV int rcclx_qlane() { return threadIdx.x & (RCCLX_QLANES - 1); }
 #define RCCLX_MIN(x, y) ((x) < (y) ? (x) : (y))
 
 // Which threads handle which block. Block k of any range belongs to GPU block
@@ -133,173 +121,6 @@ RCCLX_DEV void rcclx_store16(T* dst, uint64_t blk, uint64_t n, const float v[16]
     }
   }
 }
-
-// One lane's share of an encoded block: its 16 codes and the block's 32-bit scale word.
-struct RcclxQ16 {
-  rcclx_u32x4 codes;
-  uint32_t meta;
-};
-
-RCCLX_DEV uint32_t rcclx_shfl_xor_u32(uint32_t v, int mask) {
-  return rcclx_f32_as_u32(rcclx_shfl_xor_f32(rcclx_u32_as_f32(v), mask));  // moves bits only
-}
-// This lane's amax (finite values only) and its lane group's.
-struct RcclxAmax {
-  float lane, group;
-  bool finite;  // every value of this lane is finite
-};
-RCCLX_DEV RcclxAmax rcclx_amax16(const float v[16]) {
-  // |x|'s bits as an integer grow with |x|, and inf and NaN (exponent all ones) lie above every
-  // finite value: one integer max gives the amax and says whether all 16 values are finite
-  // (sm_90: 1.5 instructions per value instead of 3; the NaN/inf path is taken only by lanes
-  // that hold one).
-  uint32_t bits = 0;
-#pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    const uint32_t b = rcclx_f32_as_u32(v[i]) & 0x7fffffffu;
-    bits = b > bits ? b : bits;
-  }
-  const bool finite = bits < 0x7f800000u;
-  float m = rcclx_u32_as_f32(bits);
-  if (!finite) {  // rare: the finite values only
-    m = 0.f;
-#pragma unroll
-    for (int i = 0; i < 16; ++i)
-      if (rcclx_isfinite(v[i])) m = rcclx_fmaxf(m, rcclx_fabsf(v[i]));
-  }
-  RcclxAmax r;
-  r.finite = finite;
-  r.lane = m;
-  m = rcclx_fmaxf(m, rcclx_shfl_xor_f32(m, 1));
-  m = rcclx_fmaxf(m, rcclx_shfl_xor_f32(m, 2));
-  r.group = rcclx_fmaxf(m, rcclx_shfl_xor_f32(m, 4));
-  return r;
-}
-
-// Replaces the code byte of every NaN/inf value of v (code i = byte i % 4 of w[i / 4]) by `nan`.
-// Both encoders call it only for a lane that holds one (RcclxAmax::finite), so the common path
-// carries no per-value test. (Written as a rebuild of each word: the in-place byte update form
-// crashed clang 22's gfx950 backend in the INT8 encoder.)
-RCCLX_DEV void rcclx_nan_codes(const float v[16], uint32_t w[4], uint32_t nan) {
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    uint32_t word = 0;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) word |= (rcclx_isfinite(v[q * 4 + e]) ? (w[q] >> (8 * e)) & 0xffu : nan) << (8 * e);
-    w[q] = word;
-  }
-}
-
-// The codecs (a template argument of every low-precision kernel). quantize16 encodes this
-// lane's 16 values; the lane group computes the block's scale. Every lane of the warp must call
-// it (inactive lanes pass zeros). decode16<ACC> sets (ACC false) or adds to (ACC true) v.
-//
-// FP8: meta = the f32 scale amax / FP8_MAX (see the top of this file).
-struct RcclxFp8 {
-  static RCCLX_DEV RcclxQ16 quantize16(const float v[16]) {
-    const RcclxAmax am = rcclx_amax16(v);
-    const float amax = am.group;
-    const bool zero = !(amax >= 1e-30f);
-    const float inv = zero ? 0.f : RCCLX_FP8_MAX / amax;
-    uint32_t w[4];
-#pragma unroll
-    for (int q = 0; q < 4; ++q)
-      w[q] = rcclx_f32x4_to_e4m3x4(rcclx_f32x4{v[q * 4] * inv, v[q * 4 + 1] * inv, v[q * 4 + 2] * inv, v[q * 4 + 3] * inv});
-    if (!am.finite) rcclx_nan_codes(v, w, RCCLX_FP8_NAN);  // rare
-    RcclxQ16 r;
-    r.codes.x = w[0];
-    r.codes.y = w[1];
-    r.codes.z = w[2];
-    r.codes.w = w[3];
-    r.meta = rcclx_f32_as_u32(zero ? 0.f : amax / RCCLX_FP8_MAX);
-    return r;
-  }
-  template <bool ACC>
-  static RCCLX_DEV void decode16(const RcclxQ16& q, float v[16]) {
-    const uint32_t w[4] = {q.codes.x, q.codes.y, q.codes.z, q.codes.w};
-    const float scale = rcclx_u32_as_f32(q.meta);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const rcclx_f32x4 f = rcclx_e4m3x4_to_f32x4(w[i]);
-      const float d[4] = {f.x * scale, f.y * scale, f.z * scale, f.w * scale};
-#pragma unroll
-      for (int e = 0; e < 4; ++e) v[i * 4 + e] = ACC ? v[i * 4 + e] + d[e] : d[e];
-    }
-  }
-};
-
-// INT8 (gpu-tests/src/codec.rs has the normative definition): block scale S = amax / 127
-// rounded up to a bf16 value (8 significant bits); lane L of the block's 8 lanes scales by
-// S * 2^-k_L, k_L in 0..3 the largest with lane amax * (1/S) * 2^k_L <= 127, so a lane of
-// small values keeps up to 3 more bits (heavy-tailed data). code = clamp(rint(x * (1/S) *
-// 2^k_L), -127, 127); -128 (0x80) is NaN (NaN/inf inputs). meta = S's upper 16 bits | k_L at
-// bits 2L. Decode: code * (S * 2^-k_L), exact in f32 (7 x 8 significant bits). Wire size is
-// FP8's: one byte per element and 4 bytes per block.
-struct RcclxInt8 {
-  static RCCLX_DEV RcclxQ16 quantize16(const float v[16]) {
-    const RcclxAmax amax = rcclx_amax16(v);
-    const bool zero = !(amax.group >= 1e-30f);
-    uint32_t sbits = rcclx_f32_as_u32(amax.group / 127.f);
-    if (sbits & 0xffffu) sbits = (sbits & 0xffff0000u) + 0x10000u;  // round up to bf16
-    const float inv = zero ? 0.f : 1.f / rcclx_u32_as_f32(sbits);
-    const float t = amax.lane * inv;
-    const int k = t * 8.f <= 127.f ? 3 : t * 4.f <= 127.f ? 2 : t * 2.f <= 127.f ? 1 : 0;
-    // x * (inv * 2^k) == (x * inv) * 2^k: scaling by 2^k is exact (values small enough to be
-    // subnormal round to code 0 either way).
-    const float lane_inv = inv * (float)(1 << k);
-    // |x * lane_inv| < 127.5 for finite x (amax_lane * inv * 2^k <= 127 for k > 0, and
-    // amax * inv <= 127 (1 + 2^-24)^3 for k = 0), so rint() is already in [-127, 127] and the
-    // model's clamp never acts. Adding 1.5 * 2^23 rounds to an integer (ties to even, as
-    // rint) held in the low bits: the code byte, without a float-to-int conversion.
-    uint32_t w[4];
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      uint32_t word = 0;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) word |= (rcclx_f32_as_u32(v[q * 4 + e] * lane_inv + 12582912.f) & 0xffu) << (8 * e);
-      w[q] = word;
-    }
-    if (!amax.finite) rcclx_nan_codes(v, w, 0x80u);  // rare
-    uint32_t shifts = zero ? 0u : (uint32_t)k << (2 * rcclx_qlane());
-    shifts |= rcclx_shfl_xor_u32(shifts, 1);
-    shifts |= rcclx_shfl_xor_u32(shifts, 2);
-    shifts |= rcclx_shfl_xor_u32(shifts, 4);
-    RcclxQ16 r;
-    r.codes.x = w[0];
-    r.codes.y = w[1];
-    r.codes.z = w[2];
-    r.codes.w = w[3];
-    r.meta = zero ? 0u : (sbits & 0xffff0000u) | shifts;
-    return r;
-  }
-  template <bool ACC>
-  static RCCLX_DEV void decode16(const RcclxQ16& q, float v[16]) {
-    // Biased codes (code + 128, 0..255); 0 is the NaN code.
-    const uint32_t u[4] = {q.codes.x ^ 0x80808080u, q.codes.y ^ 0x80808080u, q.codes.z ^ 0x80808080u,
-                           q.codes.w ^ 0x80808080u};
-    const int k = (q.meta >> (2 * rcclx_qlane())) & 3;
-    const float scale = rcclx_u32_as_f32(q.meta & 0xffff0000u) * rcclx_u32_as_f32((uint32_t)(127 - k) << 23);
-    // A zero byte in any word (the classic has-zero-byte test): a NaN code is present.
-    uint32_t zero_byte = 0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) zero_byte |= (u[i] - 0x01010101u) & ~u[i] & 0x80808080u;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        // 2^23 + biased code, exactly, minus 2^23 + 128: the code as a float, with no
-        // int-to-float conversion (a quarter-rate instruction).
-        const float d = (rcclx_byte_plus_2p23(u[i], e) - 8388736.f) * scale;
-        v[i * 4 + e] = ACC ? v[i * 4 + e] + d : d;
-      }
-    }
-    if (zero_byte) {  // rare
-#pragma unroll
-      for (int i = 0; i < 16; ++i)
-        if (((u[i / 4] >> (8 * (i % 4))) & 0xffu) == 0) v[i] = rcclx_u32_as_f32(0x7fc00000u);
-    }
-  }
-};
 
 struct RcclxQSlot {
   uint8_t* codes;
@@ -762,3 +583,5 @@ template <typename T> RCCLX_DEV void rcclx_allreduce_int8_pair(const RcclxArgs& 
 template <typename T> RCCLX_DEV void rcclx_allgather_int8(const RcclxArgs& a) { rcclx_allgather_coded<T, RcclxInt8>(a); }
 template <typename T> RCCLX_DEV void rcclx_reducescatter_int8(const RcclxArgs& a) { rcclx_reducescatter_coded<T, RcclxInt8>(a); }
 template <typename T> RCCLX_DEV void rcclx_alltoall_int8(const RcclxArgs& a) { rcclx_alltoall_coded<T, RcclxInt8>(a); }
+
+#endif  // RCCLX_LOWP_CUH

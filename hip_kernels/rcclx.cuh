@@ -1,7 +1,8 @@
 // rcclx.cuh - all device code of the shipped library, in include order. build/main.rs
 // generates the one translation unit: this header, then one RCCLX_KERNEL line per kernel of
 // src/kernel_table.rs. Only rcclx_port.h may contain vendor #ifs.
-#pragma once
+#ifndef RCCLX_CUH
+#define RCCLX_CUH
 #include "rcclx_port.h"
 
 #include "common.cuh"     // argument struct, reduction arithmetic, barrier, copy/reduce helpers
@@ -10,5 +11,8 @@
 #include "alltoall.cuh"   // DDA AllToAll: ll, flat
 #include "reducescatter.cuh"  // DDA ReduceScatter: ll, flat
 #include "broadcast.cuh"  // DDA Broadcast: ll, flat
+#include "codec.cuh"      // the FP8 and INT8 block codecs (the definition of their bytes)
 #include "lowp.cuh"       // low-precision (FP8 or INT8 on the wire) collectives
 #include "alltoallv.cuh"  // GPU-resident AllToAllv (device-side counts; plain or low precision)
+
+#endif  // RCCLX_CUH

@@ -8,7 +8,10 @@
 // stock library, with more a fixed order. In place (NCCL: recvbuff == sendbuff + rank * count *
 // size), the own input block is read (copied or loaded) before the output is written.
 // Reuse, tails and graph capture: as common.cuh and allreduce.cuh.
-#pragma once
+#ifndef RCCLX_REDUCESCATTER_CUH
+#define RCCLX_REDUCESCATTER_CUH
+
+#include "common.cuh"
 
 template <typename T, int OP>
 RCCLX_DEV void rcclx_reducescatter_ll(const RcclxArgs& a) {
@@ -44,3 +47,5 @@ RCCLX_DEV void rcclx_reducescatter_flat(const RcclxArgs& a) {
       },
       RCCLX_PHASE { rcclx_reduce<T, OP>(a, w.half + a.rank * W * sizeof(T), w.n, recv + w.base, (T*)nullptr); });
 }
+
+#endif  // RCCLX_REDUCESCATTER_CUH

@@ -3,13 +3,11 @@
 // They check, on real hardware, what every rcclx algorithm relies on: kernel launch and
 // gridDim (fill), cross-GPU release/acquire with peer/IPC mappings (pingpong), and bounded
 // spin-waits that report a timeout to host-visible memory (wait_timeout).
-// Requires rcclx_port.h (included first by selftest.cu). Any block size <= 1024.
+// Any block size <= 1024.
 #ifndef RCCLX_SELFTEST_CUH
 #define RCCLX_SELFTEST_CUH 1
 
-#ifndef RCCLX_PORT_H
-#error "include rcclx_port.h before selftest.cuh"
-#endif
+#include "rcclx_port.h"
 
 // Word offset of the data slots in a pingpong buffer ([0] is the flag; 64 bytes keeps the
 // flag's cache line apart from the data).

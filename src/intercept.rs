@@ -52,16 +52,56 @@ impl Algo {
     }
 }
 
-/// The kernel family (index into `kernel_table::FAMILIES`) of `coll` run with `algo`.
-pub fn family(coll: Coll, algo: Algo) -> Option<usize> {
-    // Looked up by name once; every call asks (statistics, planning).
-    static TABLE: std::sync::OnceLock<[[Option<usize>; Algo::ALL.len()]; COUNT]> = std::sync::OnceLock::new();
+/// What a kernel family runs: the one key by which the library finds a family of
+/// `kernel_table::FAMILIES` ([`family`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FamilyKey {
+    /// `coll` on `algo`: `allreduce.ll`, `broadcast.flat`, `alltoall.lowp`, ...
+    Coll(Coll, Algo),
+    /// The 2-rank low-precision AllReduce, a gather of codes: `allreduce.lowp_pair` (FP8),
+    /// `allreduce.int8_pair`.
+    AllReducePair(LowpCodec),
+    /// The GPU-resident AllToAllv: `alltoallv.dynamic` (plain), `.lowp` (FP8), `.int8`.
+    AllToAllv(Option<LowpCodec>),
+}
+
+impl FamilyKey {
+    /// Every key: each collective on each algorithm (most have no family), then the others.
+    pub fn all() -> impl Iterator<Item = FamilyKey> {
+        let codecs = [LowpCodec::Fp8, LowpCodec::Int8];
+        COLLS
+            .iter()
+            .flat_map(|c| Algo::ALL.map(|a| FamilyKey::Coll(c.coll, a)))
+            .chain(codecs.map(FamilyKey::AllReducePair))
+            .chain([None, Some(LowpCodec::Fp8), Some(LowpCodec::Int8)].map(FamilyKey::AllToAllv))
+    }
+
+    /// The family's `coll` and `algo` in the kernel table.
+    pub fn names(self) -> (&'static str, &'static str) {
+        match self {
+            FamilyKey::Coll(coll, algo) => (coll.name(), algo.name()),
+            FamilyKey::AllReducePair(LowpCodec::Fp8) => ("allreduce", "lowp_pair"),
+            FamilyKey::AllReducePair(LowpCodec::Int8) => ("allreduce", "int8_pair"),
+            FamilyKey::AllToAllv(None) => ("alltoallv", "dynamic"),
+            FamilyKey::AllToAllv(Some(LowpCodec::Fp8)) => ("alltoallv", Algo::Fp8.name()),
+            FamilyKey::AllToAllv(Some(LowpCodec::Int8)) => ("alltoallv", Algo::Int8.name()),
+        }
+    }
+}
+
+/// The kernel family (index into `kernel_table::FAMILIES`) of `key`, if the table has one.
+pub fn family(key: FamilyKey) -> Option<usize> {
+    // Resolved by the table's names once; every call asks (statistics, planning).
+    static TABLE: std::sync::OnceLock<Vec<(FamilyKey, usize)>> = std::sync::OnceLock::new();
     let table = TABLE.get_or_init(|| {
-        std::array::from_fn(|c| {
-            std::array::from_fn(|a| crate::kernel_table::family_index(COLLS[c].name, Algo::ALL[a].name()))
-        })
+        FamilyKey::all()
+            .filter_map(|k| {
+                let (coll, algo) = k.names();
+                crate::kernel_table::family_index(coll, algo).map(|f| (k, f))
+            })
+            .collect()
     });
-    table[coll as usize][algo as usize]
+    table.iter().find(|(k, _)| *k == key).map(|&(_, f)| f)
 }
 
 /// One intercepted call, as every rank sees it.
@@ -470,8 +510,8 @@ mod tests {
         let int8 = CommFacts { policies: Policies { int8: 1, ..policies(2, true) }, ..facts(2, true) };
         for coll in Coll::ALL.into_iter().filter(|c| c.spec().lowp_var.is_some()) {
             assert_eq!(decide(&call(coll, ncclDataType_t::Bfloat16, ncclRedOp_t::Sum), &int8), Route::Own(Algo::Int8));
-            assert!(family(coll, Algo::Int8).is_some(), "{coll:?}");
-            assert!(family(coll, Algo::Fp8).is_some(), "{coll:?}");
+            assert!(family(FamilyKey::Coll(coll, Algo::Int8)).is_some(), "{coll:?}");
+            assert!(family(FamilyKey::Coll(coll, Algo::Fp8)).is_some(), "{coll:?}");
         }
     }
 
@@ -535,12 +575,28 @@ mod tests {
         assert_eq!(n.len(), Reason::ALL.len());
     }
 
+    /// Each family of the kernel table is found by exactly one key, and every key that is not a
+    /// collective on an algorithm finds one.
+    #[test]
+    fn every_family_has_one_key() {
+        let found: Vec<usize> = FamilyKey::all().filter_map(family).collect();
+        for f in 0..crate::kernel_table::FAMILIES.len() {
+            let n = found.iter().filter(|&&g| g == f).count();
+            assert_eq!(n, 1, "{:?} is found by {n} keys", crate::kernel_table::FAMILIES[f]);
+        }
+        for key in FamilyKey::all().filter(|k| !matches!(k, FamilyKey::Coll(..))) {
+            let f = family(key).unwrap_or_else(|| panic!("{key:?} has no family"));
+            assert_eq!(crate::kernel_table::FAMILIES[f].coll, key.names().0);
+        }
+    }
+
     #[test]
     fn every_own_route_has_a_kernel() {
         let f = facts(2, true);
         for call in all_calls(&f.policies) {
             if let Route::Own(algo) = decide(&call, &f) {
-                let fam = family(call.coll, algo).unwrap_or_else(|| panic!("{call:?} {algo:?} has no kernel family"));
+                let fam = family(FamilyKey::Coll(call.coll, algo))
+                    .unwrap_or_else(|| panic!("{call:?} {algo:?} has no kernel family"));
                 assert!(
                     crate::kernel_table::kernel_index(fam, call.dtype.0, call.op.0).is_some(),
                     "{call:?}: no kernel"

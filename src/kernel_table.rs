@@ -82,18 +82,43 @@ pub struct Family {
     pub device_fn: &'static str,
     pub types: &'static [Ty],
     pub ops: &'static [Op],
-    /// The C++ struct the kernel takes by value: [`COLL_ARGS`] or [`ALLTOALLV_ARGS`].
-    pub args: &'static str,
+    /// The struct the kernels take by value ([`COLL_ARGS`] or [`ALLTOALLV_ARGS`]); a launch
+    /// must pass the same (`Clique::launch` checks it).
+    pub args: Args,
+    /// The family's route number: its statistics route (`RCCLX_ROUTE_*` in `include/rcclx.h`,
+    /// `rcclxRouteName`). Explicit and stable, not the row's position: set with
+    /// [`Family::route`], never changed, never reused by another family (route 0 is
+    /// "forwarded"); checked at compile time and by the tests below.
+    pub route: u8,
     /// Blocks per multiprocessor the compiler must leave registers for (`__launch_bounds__`'s
     /// second argument on NVIDIA): 2 caps a thread at 64 registers, so that two blocks run per
     /// SM. Only where that measured faster and spills (almost) nothing.
     pub min_blocks: u32,
 }
 
-/// `RcclxArgs` (`hip_kernels/common.cuh`; Rust: `clique::KernelArgs`): every collective kernel.
-pub const COLL_ARGS: &str = "RcclxArgs";
-/// `RcclxA2avArgs` (`hip_kernels/alltoallv.cuh`; Rust: `clique::AllToAllvArgs`).
-pub const ALLTOALLV_ARGS: &str = "RcclxA2avArgs";
+/// The argument struct a family's kernels take by value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Args {
+    /// `RcclxArgs` (`hip_kernels/common.cuh`; Rust: `clique::KernelArgs`): every collective kernel.
+    Coll,
+    /// `RcclxA2avArgs` (`hip_kernels/alltoallv.cuh`; Rust: `clique::AllToAllvArgs`).
+    AllToAllv,
+}
+
+impl Args {
+    /// The C++ struct's name.
+    pub const fn cxx(self) -> &'static str {
+        match self {
+            Args::Coll => "RcclxArgs",
+            Args::AllToAllv => "RcclxA2avArgs",
+        }
+    }
+}
+
+/// The `args` of the collective families (short for the rows).
+pub const COLL_ARGS: Args = Args::Coll;
+/// The `args` of the GPU-resident AllToAllv families.
+pub const ALLTOALLV_ARGS: Args = Args::AllToAllv;
 
 impl Family {
     /// A family of one block per multiprocessor at least (`min_blocks` 1).
@@ -103,9 +128,14 @@ impl Family {
         device_fn: &'static str,
         types: &'static [Ty],
         ops: &'static [Op],
-        args: &'static str,
+        args: Args,
     ) -> Family {
-        Family { coll, algo, device_fn, types, ops, args, min_blocks: 1 }
+        Family { coll, algo, device_fn, types, ops, args, route: 0, min_blocks: 1 }
+    }
+
+    /// The same family with route number `n` (every row needs its own, see [`Family::route`]).
+    pub const fn route(self, n: u8) -> Family {
+        Family { route: n, ..self }
     }
 
     /// The same family with registers left for `n` blocks per multiprocessor.
@@ -119,46 +149,92 @@ impl Family {
     }
 }
 
-/// Every kernel family, in module order. `coll` and `algo` name the statistics route too.
+/// Every kernel family, in module order (the order of the kernels in the code objects, nothing
+/// else). `coll` and `algo` name the family's kernels and its statistics route; `route` numbers
+/// it. A new family is a row appended with the next free route number.
 pub const FAMILIES: &[Family] = &[
-    Family::new("allreduce", "ll", "rcclx_allreduce_ll", REDUCE_TYPES, REDUCE_OPS, COLL_ARGS),
-    Family::new("allreduce", "flat", "rcclx_allreduce_flat", REDUCE_TYPES, REDUCE_OPS, COLL_ARGS),
-    Family::new("allreduce", "tree", "rcclx_allreduce_tree", REDUCE_TYPES, REDUCE_OPS, COLL_ARGS),
-    Family::new("allgather", "ll", "rcclx_allgather_ll", BYTES, NO_OP, COLL_ARGS),
-    Family::new("allgather", "flat", "rcclx_allgather_flat", BYTES, NO_OP, COLL_ARGS),
-    Family::new("reducescatter", "ll", "rcclx_reducescatter_ll", REDUCE_TYPES, REDUCE_OPS, COLL_ARGS),
-    Family::new("reducescatter", "flat", "rcclx_reducescatter_flat", REDUCE_TYPES, REDUCE_OPS, COLL_ARGS),
-    Family::new("alltoall", "ll", "rcclx_alltoall_ll", BYTES, NO_OP, COLL_ARGS),
-    Family::new("alltoall", "flat", "rcclx_alltoall_flat", BYTES, NO_OP, COLL_ARGS),
-    Family::new("allreduce", "lowp", "rcclx_allreduce_lowp", LOWP_TYPES, NO_OP, COLL_ARGS),
-    Family::new("allgather", "lowp", "rcclx_allgather_lowp", LOWP_TYPES, NO_OP, COLL_ARGS),
-    Family::new("reducescatter", "lowp", "rcclx_reducescatter_lowp", LOWP_TYPES, NO_OP, COLL_ARGS),
-    Family::new("alltoall", "lowp", "rcclx_alltoall_lowp", LOWP_TYPES, NO_OP, COLL_ARGS),
+    Family::new("allreduce", "ll", "rcclx_allreduce_ll", REDUCE_TYPES, REDUCE_OPS, COLL_ARGS).route(1),
+    Family::new("allreduce", "flat", "rcclx_allreduce_flat", REDUCE_TYPES, REDUCE_OPS, COLL_ARGS).route(2),
+    Family::new("allreduce", "tree", "rcclx_allreduce_tree", REDUCE_TYPES, REDUCE_OPS, COLL_ARGS).route(3),
+    Family::new("allgather", "ll", "rcclx_allgather_ll", BYTES, NO_OP, COLL_ARGS).route(4),
+    Family::new("allgather", "flat", "rcclx_allgather_flat", BYTES, NO_OP, COLL_ARGS).route(5),
+    Family::new("reducescatter", "ll", "rcclx_reducescatter_ll", REDUCE_TYPES, REDUCE_OPS, COLL_ARGS).route(6),
+    Family::new("reducescatter", "flat", "rcclx_reducescatter_flat", REDUCE_TYPES, REDUCE_OPS, COLL_ARGS).route(7),
+    Family::new("alltoall", "ll", "rcclx_alltoall_ll", BYTES, NO_OP, COLL_ARGS).route(8),
+    Family::new("alltoall", "flat", "rcclx_alltoall_flat", BYTES, NO_OP, COLL_ARGS).route(9),
+    Family::new("allreduce", "lowp", "rcclx_allreduce_lowp", LOWP_TYPES, NO_OP, COLL_ARGS).route(10),
+    Family::new("allgather", "lowp", "rcclx_allgather_lowp", LOWP_TYPES, NO_OP, COLL_ARGS).route(11),
+    Family::new("reducescatter", "lowp", "rcclx_reducescatter_lowp", LOWP_TYPES, NO_OP, COLL_ARGS).route(12),
+    Family::new("alltoall", "lowp", "rcclx_alltoall_lowp", LOWP_TYPES, NO_OP, COLL_ARGS).route(13),
     // GPU-resident AllToAllv (counts in device memory): rcclx's own API, not an NCCL collective.
-    Family::new("alltoallv", "dynamic", "rcclx_alltoallv_dynamic", BYTES, NO_OP, ALLTOALLV_ARGS),
+    Family::new("alltoallv", "dynamic", "rcclx_alltoallv_dynamic", BYTES, NO_OP, ALLTOALLV_ARGS).route(14),
     // The low-precision kernels again with the INT8 codec (`RCCLX_LOW_PRECISION_CODEC=int8`).
-    Family::new("allreduce", "int8", "rcclx_allreduce_int8", LOWP_TYPES, NO_OP, COLL_ARGS),
-    Family::new("allgather", "int8", "rcclx_allgather_int8", LOWP_TYPES, NO_OP, COLL_ARGS),
-    Family::new("reducescatter", "int8", "rcclx_reducescatter_int8", LOWP_TYPES, NO_OP, COLL_ARGS),
+    Family::new("allreduce", "int8", "rcclx_allreduce_int8", LOWP_TYPES, NO_OP, COLL_ARGS).route(15),
+    Family::new("allgather", "int8", "rcclx_allgather_int8", LOWP_TYPES, NO_OP, COLL_ARGS).route(16),
+    Family::new("reducescatter", "int8", "rcclx_reducescatter_int8", LOWP_TYPES, NO_OP, COLL_ARGS).route(17),
     // AllReduce's 2-rank form (a gather of codes, `rcclx_allreduce_pair_coded`), one kernel per codec.
-    Family::new("allreduce", "lowp_pair", "rcclx_allreduce_lowp_pair", LOWP_TYPES, NO_OP, COLL_ARGS).min_blocks(2),
-    Family::new("allreduce", "int8_pair", "rcclx_allreduce_int8_pair", LOWP_TYPES, NO_OP, COLL_ARGS).min_blocks(2),
-    Family::new("alltoall", "int8", "rcclx_alltoall_int8", LOWP_TYPES, NO_OP, COLL_ARGS),
+    Family::new("allreduce", "lowp_pair", "rcclx_allreduce_lowp_pair", LOWP_TYPES, NO_OP, COLL_ARGS)
+        .route(18)
+        .min_blocks(2),
+    Family::new("allreduce", "int8_pair", "rcclx_allreduce_int8_pair", LOWP_TYPES, NO_OP, COLL_ARGS)
+        .route(19)
+        .min_blocks(2),
+    Family::new("alltoall", "int8", "rcclx_alltoall_int8", LOWP_TYPES, NO_OP, COLL_ARGS).route(20),
     // DDA Broadcast (`hip_kernels/broadcast.cuh`; the root is `KernelArgs::root`).
-    Family::new("broadcast", "ll", "rcclx_broadcast_ll", BYTES, NO_OP, COLL_ARGS),
-    Family::new("broadcast", "flat", "rcclx_broadcast_flat", BYTES, NO_OP, COLL_ARGS),
+    Family::new("broadcast", "ll", "rcclx_broadcast_ll", BYTES, NO_OP, COLL_ARGS).route(21),
+    Family::new("broadcast", "flat", "rcclx_broadcast_flat", BYTES, NO_OP, COLL_ARGS).route(22),
     // The GPU-resident AllToAllv with FP8 / INT8 on the wire (`rcclxAllToAllvOptions::wire`).
-    Family::new("alltoallv", "lowp", "rcclx_alltoallv_lowp", LOWP_TYPES, NO_OP, ALLTOALLV_ARGS),
-    Family::new("alltoallv", "int8", "rcclx_alltoallv_int8", LOWP_TYPES, NO_OP, ALLTOALLV_ARGS),
+    Family::new("alltoallv", "lowp", "rcclx_alltoallv_lowp", LOWP_TYPES, NO_OP, ALLTOALLV_ARGS).route(23),
+    Family::new("alltoallv", "int8", "rcclx_alltoallv_int8", LOWP_TYPES, NO_OP, ALLTOALLV_ARGS).route(24),
 ];
 
 /// The algorithms of the low-precision families (both codecs, both AllReduce forms).
 pub const LOW_PRECISION_ALGOS: &[&str] = &["lowp", "int8", "lowp_pair", "int8_pair"];
 
-/// The index in [`FAMILIES`] of the family `coll`.`algo`.
+/// The index in [`FAMILIES`] of the family `coll`.`algo` (`intercept::family` looks families
+/// up by this, once, for the typed keys the rest of the library uses).
 pub fn family_index(coll: &str, algo: &str) -> Option<usize> {
     FAMILIES.iter().position(|f| f.coll == coll && f.algo == algo)
 }
+
+/// Whether the kernels of family `f` take the struct `args` (`Clique::launch` refuses any other
+/// launch: the kernel would read it as its own struct).
+pub fn takes(f: usize, args: Args) -> bool {
+    FAMILIES.get(f).is_some_and(|fam| fam.args == args)
+}
+
+/// One more than the highest route number: statistics routes are `0..route_count()`.
+pub const fn route_count() -> usize {
+    let mut i = 0;
+    let mut max = 0;
+    while i < FAMILIES.len() {
+        if FAMILIES[i].route > max {
+            max = FAMILIES[i].route;
+        }
+        i += 1;
+    }
+    max as usize + 1
+}
+
+/// The index in [`FAMILIES`] of the family with route number `route`.
+pub fn family_of_route(route: usize) -> Option<usize> {
+    FAMILIES.iter().position(|f| f.route as usize == route)
+}
+
+// Every family has a route number of its own, so a row appended without `.route(n)`, or with a
+// number already taken, stops the build (the library's and the build script's) here.
+const _: () = {
+    let mut i = 0;
+    while i < FAMILIES.len() {
+        assert!(FAMILIES[i].route != 0, "a kernel family has no route number: append `.route(n)`, n the next free one");
+        let mut j = i + 1;
+        while j < FAMILIES.len() {
+            assert!(FAMILIES[i].route != FAMILIES[j].route, "two kernel families have the same route number");
+            j += 1;
+        }
+        i += 1;
+    }
+};
 
 /// Index of the first kernel of family `f` in the module's kernel list.
 pub const fn family_start(f: usize) -> usize {
@@ -170,9 +246,6 @@ pub const fn family_start(f: usize) -> usize {
     }
     start
 }
-
-/// Number of kernels in all.
-pub const KERNEL_COUNT: usize = family_start(FAMILIES.len());
 
 /// Index of the kernel of family `f` for `ncclDataType_t` `dtype` and `ncclRedOp_t` `op`
 /// (ignored by families without ops; any type for byte families), or `None` if the family has
@@ -220,12 +293,74 @@ pub fn kernel_names() -> impl Iterator<Item = String> {
 mod tests {
     use super::*;
 
+    /// Route numbers are public (`RCCLX_ROUTE_*` in `include/rcclx.h`, `rcclxRouteName`): a
+    /// number once given keeps its family. Append a new family's line; never edit one.
+    const PUBLISHED: &[(u8, &str)] = &[
+        (1, "allreduce.ll"),
+        (2, "allreduce.flat"),
+        (3, "allreduce.tree"),
+        (4, "allgather.ll"),
+        (5, "allgather.flat"),
+        (6, "reducescatter.ll"),
+        (7, "reducescatter.flat"),
+        (8, "alltoall.ll"),
+        (9, "alltoall.flat"),
+        (10, "allreduce.lowp"),
+        (11, "allgather.lowp"),
+        (12, "reducescatter.lowp"),
+        (13, "alltoall.lowp"),
+        (14, "alltoallv.dynamic"),
+        (15, "allreduce.int8"),
+        (16, "allgather.int8"),
+        (17, "reducescatter.int8"),
+        (18, "allreduce.lowp_pair"),
+        (19, "allreduce.int8_pair"),
+        (20, "alltoall.int8"),
+        (21, "broadcast.ll"),
+        (22, "broadcast.flat"),
+        (23, "alltoallv.lowp"),
+        (24, "alltoallv.int8"),
+    ];
+
+    #[test]
+    fn route_numbers_are_unique_and_never_reused() {
+        let mut routes: Vec<u8> = FAMILIES.iter().map(|f| f.route).collect();
+        routes.sort();
+        routes.dedup();
+        assert_eq!(routes.len(), FAMILIES.len(), "a route number is taken twice");
+        assert!(!routes.contains(&0), "route 0 is \"forwarded\"");
+        for &(route, name) in PUBLISHED {
+            let f = family_of_route(route as usize).unwrap_or_else(|| panic!("route {route} ({name}) is gone"));
+            assert_eq!(format!("{}.{}", FAMILIES[f].coll, FAMILIES[f].algo), name, "route {route} was reused");
+        }
+        // Dense for now: `rcclxRouteName` and `include/rcclx.h` list the routes by position.
+        assert_eq!(route_count(), FAMILIES.len() + 1);
+        for f in 0..FAMILIES.len() {
+            assert_eq!(family_of_route(FAMILIES[f].route as usize), Some(f));
+        }
+    }
+
+    /// Every family names a device function of its collective and takes the argument struct of
+    /// its kind (the AllToAllv families, and only they, take `RcclxA2avArgs`).
+    #[test]
+    fn families_take_their_argument_struct() {
+        for f in FAMILIES {
+            assert!(f.device_fn.starts_with(&format!("rcclx_{}_", f.coll)), "{f:?}");
+            let a2av = f.coll == "alltoallv";
+            assert_eq!(f.args, if a2av { Args::AllToAllv } else { Args::Coll }, "{f:?}");
+        }
+        let a2av = family_index("alltoallv", "dynamic").unwrap();
+        let ll = family_index("allreduce", "ll").unwrap();
+        assert!(takes(a2av, Args::AllToAllv) && takes(ll, Args::Coll));
+        assert!(!takes(a2av, Args::Coll) && !takes(ll, Args::AllToAllv) && !takes(FAMILIES.len(), Args::Coll));
+    }
+
     /// Trace tools classify rcclx's kernels as communication (HTA: `"ncclKernel" in name`;
     /// Chakra: `ncclKernel` or `ncclDevKernel`), and every name is unique.
     #[test]
     fn names_are_communication_kernels_to_trace_tools() {
         let names: Vec<String> = kernel_names().collect();
-        assert_eq!(names.len(), KERNEL_COUNT);
+        assert_eq!(names.len(), FAMILIES.iter().map(Family::kernel_count).sum::<usize>());
         let hta = |n: &str| n.contains("ncclKernel");
         let chakra = |n: &str| n.contains("ncclKernel") || n.contains("ncclDevKernel");
         assert!(names.iter().all(|n| hta(n) && chakra(n) && n.starts_with(KERNEL_PREFIX)), "{names:?}");

@@ -11,15 +11,6 @@
 
 include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
 
-/// GPU vendor of a code object.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Vendor {
-    /// NVIDIA: load with `cuModuleLoadData`.
-    Cuda,
-    /// AMD: load with `hipModuleLoadData`.
-    Amd,
-}
-
 /// The FP8 E4M3 encoding the code object's conversion helpers produce and consume.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fp8Format {
@@ -41,11 +32,6 @@ impl Fp8Format {
 }
 
 impl CodeObject {
-    /// Which runtime loads this image.
-    pub fn vendor(&self) -> Vendor {
-        if self.target.starts_with("sm_") { Vendor::Cuda } else { Vendor::Amd }
-    }
-
     /// FP8 wire format of this target (see `RCCLX_FP8_FNUZ` in `rcclx_port.h`). Bytes of the
     /// two formats are not interchangeable, so host code and peers must agree on it.
     pub fn fp8_format(&self) -> Fp8Format {
@@ -148,9 +134,7 @@ mod tests {
     }
 
     #[test]
-    fn vendor_and_fp8_format() {
-        assert_eq!(co("sm_90").vendor(), Vendor::Cuda);
-        assert_eq!(co("gfx942").vendor(), Vendor::Amd);
+    fn fp8_format_per_target() {
         assert_eq!(co("gfx942").fp8_format(), Fp8Format::E4m3fnuz);
         assert_eq!(co("gfx950").fp8_format(), Fp8Format::E4m3fn);
         assert_eq!(co("sm_90").fp8_format(), Fp8Format::E4m3fn);
@@ -163,11 +147,10 @@ mod tests {
     fn embedded_images_are_well_formed() {
         for c in CODE_OBJECTS {
             assert_eq!(c.image.as_ptr() as usize % 64, 0, "{} alignment", c.target);
-            match c.vendor() {
-                Vendor::Cuda => {
-                    assert_eq!(&c.image[..4], &0xba55_ed50u32.to_le_bytes(), "fatbin magic")
-                }
-                Vendor::Amd => assert_eq!(&c.image[..4], b"\x7fELF", "{} ELF magic", c.target),
+            if c.target.starts_with("sm_") {
+                assert_eq!(&c.image[..4], &0xba55_ed50u32.to_le_bytes(), "fatbin magic")
+            } else {
+                assert_eq!(&c.image[..4], b"\x7fELF", "{} ELF magic", c.target)
             }
             assert!(std::ptr::eq(for_arch(c.target).expect("self lookup"), c));
         }

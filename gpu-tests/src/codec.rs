@@ -1,5 +1,5 @@
 //! The low-precision block codecs on the CPU, FP8 E4M3 and INT8: the reference the GPU kernels
-//! (`hip_kernels/lowp.cuh`) implement bit for bit, reference models of the four low-precision
+//! (`hip_kernels/codec.cuh`, which states the definition too) implement bit for bit, reference models of the four low-precision
 //! collectives, and their error bounds.
 //!
 //! Layer: leaf (pure arithmetic). Depends only on [`rcclx::kernels::Fp8Format`] and `half`.
@@ -10,7 +10,7 @@
 //! functions that take a codec also take the I/O type ([`Io`]), which decides INT8's lane
 //! layout (FP8 ignores it).
 //!
-//! # The FP8 codec (normative: `hip_kernels/` implements exactly this)
+//! # The FP8 codec (normative: `hip_kernels/codec.cuh` states and implements exactly this)
 //!
 //! * **Element format.** FP8 E4M3, 1 sign, 4 exponent and 3 mantissa bits, no infinities:
 //!
@@ -40,7 +40,7 @@
 //!     the other elements of their block are unaffected, since `amax` ignores them);
 //!   * decoded value = `decode(code) * scale` (one f32 multiply; a NaN code gives NaN).
 //!
-//! # The INT8 codec (normative: `hip_kernels/` implements exactly this)
+//! # The INT8 codec (normative: `hip_kernels/codec.cuh` states and implements exactly this)
 //!
 //! * **Lanes.** The kernels handle a block with 8 lanes ([`LANES`]) of 16 values each; which
 //!   elements a lane holds depends on the I/O element size: with `N = 16 / io.size()` (f32: 4,

@@ -89,6 +89,16 @@ pub enum LaunchArgs {
     AllToAllv(AllToAllvArgs),
 }
 
+impl LaunchArgs {
+    /// The kernel table's name for this struct (a family's `args`).
+    pub fn kind(&self) -> crate::kernel_table::Args {
+        match self {
+            LaunchArgs::Collective(_) => crate::kernel_table::Args::Coll,
+            LaunchArgs::AllToAllv(_) => crate::kernel_table::Args::AllToAllv,
+        }
+    }
+}
+
 /// One kernel launch, planned by `dda` or `lowp` and run by `comm` (at once, or at the end of
 /// the caller's group).
 #[derive(Clone, Copy, Debug)]

@@ -66,6 +66,11 @@ impl Clique {
     /// Launches `launch` on `stream`; `captured`: the stream is being captured into a graph,
     /// which then keeps this clique's memory alive until it is destroyed (`teardown.rs`).
     pub fn launch(&self, launch: Launch, stream: gpu::Stream, captured: bool) -> Result<(), Error> {
+        // The kernel reads the struct its family declares: any other would be read as garbage.
+        if !crate::kernel_table::takes(launch.family, launch.args.kind()) {
+            let (family, args) = (launch.family, launch.args.kind());
+            return Err(Error::internal(format!("kernel family {family} does not take {args:?} arguments")));
+        }
         let rt = gpu::runtime()?;
         let _guard = rt.device_guard(self.device)?;
         self.launched.store(true, Ordering::Release);
@@ -79,10 +84,10 @@ impl Clique {
         };
         let (blocks, threads) = launch.grid;
         // SAFETY: every rcclx kernel takes one argument struct by value, `RcclxArgs` or (the
-        // AllToAllv family) `RcclxA2avArgs`, whose layouts the two variants mirror (sizes
-        // asserted on both sides); `plan` picked the variant of the kernel's family. Its pointers
-        // are this clique's buffers and the caller's buffers of the declared sizes, on the
-        // stream's device.
+        // AllToAllv families) `RcclxA2avArgs`, whose layouts the two variants mirror (sizes
+        // asserted on both sides); the variant is the one of the kernel's family (checked
+        // above). Its pointers are this clique's buffers and the caller's buffers of the
+        // declared sizes, on the stream's device.
         unsafe {
             rt.launch(launch.func, (blocks, 1, 1), (threads, 1, 1), 0, stream, std::slice::from_mut(&mut arg_ptr))
         }

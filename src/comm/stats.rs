@@ -1,26 +1,26 @@
 //! Per-communicator statistics: calls and bytes per route (each kernel family of
 //! `kernel_table`, plus the stock library), and forwarded calls per reason.
 
-use crate::intercept::{Reason, Route};
-use crate::kernel_table::FAMILIES;
+use crate::intercept::{FamilyKey, Reason, Route};
+use crate::kernel_table::{FAMILIES, family_of_route, route_count};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-/// Number of routes: "forwarded to the stock library", then one per kernel family.
-pub const ROUTES: usize = FAMILIES.len() + 1;
-/// Index of the forwarded route: first, so that a new kernel family (appended to the table)
-/// moves no route's index.
+/// Number of routes: "forwarded to the stock library", then the kernel families' route numbers
+/// (`Family::route`: explicit and stable, whatever the table's order).
+pub const ROUTES: usize = route_count();
+/// Index of the forwarded route.
 pub const FORWARDED: usize = 0;
 
 /// The route of kernel family `family` (index in `FAMILIES`).
 pub const fn family_route(family: usize) -> usize {
-    family + 1
+    FAMILIES[family].route as usize
 }
 
 /// Name of route `i`: `forwarded`, or `<collective>.<algorithm>` (e.g. `allreduce.ll`).
 pub fn route_name(i: usize) -> Option<String> {
     match i {
         FORWARDED => Some("forwarded".into()),
-        _ => FAMILIES.get(i - 1).map(|f| format!("{}.{}", f.coll, f.algo)),
+        _ => family_of_route(i).map(|f| format!("{}.{}", FAMILIES[f].coll, FAMILIES[f].algo)),
     }
 }
 
@@ -64,9 +64,9 @@ impl Snapshot {
     pub fn algos(&self, algos: &[&str]) -> Counter {
         FAMILIES
             .iter()
-            .zip(&self.routes[family_route(0)..])
-            .filter(|(f, _)| algos.contains(&f.algo))
-            .fold(Counter::default(), |a, (_, c)| Counter { calls: a.calls + c.calls, bytes: a.bytes + c.bytes })
+            .filter(|f| algos.contains(&f.algo))
+            .map(|f| self.routes[f.route as usize])
+            .fold(Counter::default(), |a, c| Counter { calls: a.calls + c.calls, bytes: a.bytes + c.bytes })
     }
 
     /// One line for the INFO log.
@@ -110,7 +110,7 @@ impl Stats {
     /// Counts one call of `bytes` that `coll` took on `route`.
     pub fn count(&self, coll: crate::intercept::Coll, route: Route, bytes: u64) {
         match route {
-            Route::Own(algo) => match crate::intercept::family(coll, algo) {
+            Route::Own(algo) => match crate::intercept::family(FamilyKey::Coll(coll, algo)) {
                 Some(f) => self.count_family(f, bytes),
                 None => self.count_forwarded(Reason::Failed, bytes),
             },
@@ -120,9 +120,11 @@ impl Stats {
 
     /// Counts one call of `bytes` run by a kernel of family `family` (index in `FAMILIES`).
     pub fn count_family(&self, family: usize, bytes: u64) {
-        let i = family_route(family).min(ROUTES - 1);
-        self.routes[i][0].fetch_add(1, Relaxed);
-        self.routes[i][1].fetch_add(bytes, Relaxed);
+        if let Some(f) = FAMILIES.get(family) {
+            let i = f.route as usize;
+            self.routes[i][0].fetch_add(1, Relaxed);
+            self.routes[i][1].fetch_add(bytes, Relaxed);
+        }
     }
 
     /// Counts one call of `bytes` that went to the stock library (or failed) for `reason`.
@@ -156,7 +158,7 @@ mod tests {
         s.count(Coll::AllGather, Route::Own(Algo::Fp8), 5);
         s.count(Coll::AllGather, Route::Upstream(Reason::Size), 7);
         let snap = s.snapshot();
-        let flat = crate::intercept::family(Coll::AllReduce, Algo::Flat).unwrap();
+        let flat = crate::intercept::family(FamilyKey::Coll(Coll::AllReduce, Algo::Flat)).unwrap();
         assert_eq!(snap.routes[family_route(flat)], Counter { calls: 2, bytes: 128 });
         assert_eq!(snap.routes[FORWARDED], Counter { calls: 1, bytes: 7 });
         assert_eq!(snap.reasons[Reason::Size as usize], 1);

@@ -88,14 +88,7 @@ fn invalid(what: String) -> Error {
 /// The kernel family of a wire format (statistics routes `alltoallv.dynamic`, `alltoallv.lowp`
 /// (FP8), `alltoallv.int8`).
 pub fn family(codec: Option<LowpCodec>) -> usize {
-    let algo = match codec {
-        None => "dynamic",
-        Some(LowpCodec::Fp8) => "lowp",
-        Some(LowpCodec::Int8) => "int8",
-    };
-    crate::kernel_table::FAMILIES
-        .iter()
-        .position(|f| f.coll == "alltoallv" && f.algo == algo)
+    crate::intercept::family(crate::intercept::FamilyKey::AllToAllv(codec))
         .expect("the kernel table has the AllToAllv families")
 }
 

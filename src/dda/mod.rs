@@ -7,7 +7,7 @@
 
 use crate::clique::{Buffers, Clique, Grid, Launch, LaunchArgs, THREADS, Work};
 use crate::error::Error;
-use crate::intercept::{Algo, CallDesc, Coll};
+use crate::intercept::{Algo, CallDesc, Coll, FamilyKey};
 
 mod allgather;
 mod allreduce;
@@ -28,7 +28,7 @@ fn grid_fn(coll: Coll) -> fn(Algo, &Work) -> Grid {
 
 /// The launch of `call` on `algo` (LL, flat or two-shot).
 pub fn plan(clique: &Clique, algo: Algo, call: &CallDesc, bufs: &Buffers) -> Result<Launch, Error> {
-    let family = crate::intercept::family(call.coll, algo)
+    let family = crate::intercept::family(FamilyKey::Coll(call.coll, algo))
         .ok_or_else(|| Error::internal(format!("no DDA kernels for {}.{}", call.coll.name(), algo.name())))?;
     let func = clique
         .kernel(family, call.dtype.0, call.op.0)

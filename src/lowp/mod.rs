@@ -1,13 +1,16 @@
 //! Layer `lowp`: host side of the low-precision collectives (`hip_kernels/lowp.cuh`):
 //! block-scaled FP8 or INT8 on the wire, FP32 arithmetic, for AllReduce, AllGather,
 //! ReduceScatter and AllToAll. They share the clique's staging buffers, flags and window counters with DDA, so
-//! the only per-call work is filling the argument struct.
+//! the only per-call work is filling the argument struct. The codecs have three homes: their
+//! definition and GPU code in `hip_kernels/codec.cuh`, the CPU model with the error bounds in
+//! `gpu-tests/src/codec.rs`, and the Python package's model in `python/rcclx/_codec_model.py`.
 //!
 //! Layer: above `clique`, `intercept`, `error`; below `comm`.
 
 use crate::clique::{Buffers, Clique, Grid, Launch, LaunchArgs, THREADS, Work};
+use crate::config::LowpCodec;
 use crate::error::Error;
-use crate::intercept::{Algo, CallDesc, Coll};
+use crate::intercept::{Algo, CallDesc, Coll, FamilyKey, family};
 
 /// Elements per block (one 32-bit scale word each, both codecs).
 pub const BLOCK: u64 = 128;
@@ -51,17 +54,15 @@ pub fn grid(coll: Coll, w: &Work) -> Grid {
     Grid { window, blocks: blocks as u32, threads: THREADS }
 }
 
-/// The kernel family of the 2-rank AllReduce of `codec` (`Algo::Fp8` or `Algo::Int8`).
-fn pair_algo(codec: Algo) -> &'static str {
-    if codec == Algo::Int8 { "int8_pair" } else { "lowp_pair" }
-}
-
 /// The launch of `call` on the low-precision kernel of its collective, type and codec.
 pub fn plan(clique: &Clique, call: &CallDesc, codec: Algo, bufs: &Buffers) -> Result<Launch, Error> {
     // AllReduce of 2 ranks has a kernel of its own: a gather of codes, nothing re-quantized.
     let family = match (call.coll, clique.nranks) {
-        (Coll::AllReduce, 2) => crate::kernel_table::family_index("allreduce", pair_algo(codec)),
-        _ => crate::intercept::family(call.coll, codec),
+        (Coll::AllReduce, 2) => {
+            let wire = if codec == Algo::Int8 { LowpCodec::Int8 } else { LowpCodec::Fp8 };
+            family(FamilyKey::AllReducePair(wire))
+        }
+        _ => family(FamilyKey::Coll(call.coll, codec)),
     }
     .ok_or_else(|| Error::internal(format!("no low-precision kernels for {}", call.coll.spec().title)))?;
     let kernel = clique.kernel(family, call.dtype.0, call.op.0).ok_or_else(|| {
@@ -121,13 +122,13 @@ mod tests {
         use crate::kernel_table::{kernel_index, kernel_names};
         let names: Vec<String> = kernel_names().collect();
         for coll in Coll::ALL.into_iter().filter(|c| c.spec().lowp_var.is_some()) {
-            let f = crate::intercept::family(coll, Algo::Fp8).unwrap();
+            let f = family(FamilyKey::Coll(coll, Algo::Fp8)).unwrap();
             for t in [ncclDataType_t::Float32, ncclDataType_t::Bfloat16, ncclDataType_t::Float16] {
                 assert!(kernel_index(f, t.0, 0).is_some(), "{coll:?} {t:?}");
             }
             assert!(kernel_index(f, ncclDataType_t::Int32.0, 0).is_none());
         }
-        let f = crate::intercept::family(Coll::AllToAll, Algo::Fp8).unwrap();
+        let f = family(FamilyKey::Coll(Coll::AllToAll, Algo::Fp8)).unwrap();
         assert_eq!(names[kernel_index(f, ncclDataType_t::Float16.0, 0).unwrap()], "ncclKernel_rcclx_alltoall_lowp_f16");
     }
 }

@@ -1,5 +1,5 @@
 //! The FP8 E4M3 codec (both formats): element encode/decode and the block quantization
-//! (normative: `hip_kernels/lowp.cuh` implements exactly this; see the codec module doc).
+//! (normative: `hip_kernels/codec.cuh` defines and implements exactly this; see the codec module doc).
 
 use rcclx::kernels::Fp8Format;
 

@@ -1,5 +1,5 @@
 //! The INT8 codec: lanes, the bf16 block scale, per-lane shifts, and the block quantization
-//! (normative: `hip_kernels/lowp.cuh` implements exactly this; see the codec module doc).
+//! (normative: `hip_kernels/codec.cuh` defines and implements exactly this; see the codec module doc).
 
 use super::block::{AMAX_FLOOR, BLOCK, pow2};
 use super::io::Io;

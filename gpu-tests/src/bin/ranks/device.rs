@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use rcclx::clique::{Buffers, Clique, FLAG_STRIDE};
 use rcclx::comm;
+use rcclx::config::LowpCodec;
 use rcclx::gpu::{DeviceBuffer, DevicePtr, MemKind, Runtime, Stream};
-use rcclx::intercept::{Algo, CallDesc, Coll, CommFacts, Route};
+use rcclx::intercept::{Algo, CallDesc, Coll, CommFacts, FamilyKey, Route};
 use rcclx::kernel_table;
 use rcclx::types::ncclResult_t;
 use rcclx_gpu_tests::Fail;
@@ -65,11 +66,12 @@ pub fn kernel_for(clique: &Clique, call: &CallDesc) -> (String, String) {
 pub fn route_for(facts: &CommFacts, call: &CallDesc) -> (String, String) {
     match rcclx::intercept::decide(call, facts) {
         Route::Own(algo) => {
-            let family = match (call.coll, algo, facts.nranks) {
-                (Coll::AllReduce, Algo::Fp8, 2) => kernel_table::family_index("allreduce", "lowp_pair"),
-                (Coll::AllReduce, Algo::Int8, 2) => kernel_table::family_index("allreduce", "int8_pair"),
-                _ => rcclx::intercept::family(call.coll, algo),
+            let key = match (call.coll, algo, facts.nranks) {
+                (Coll::AllReduce, Algo::Fp8, 2) => FamilyKey::AllReducePair(LowpCodec::Fp8),
+                (Coll::AllReduce, Algo::Int8, 2) => FamilyKey::AllReducePair(LowpCodec::Int8),
+                _ => FamilyKey::Coll(call.coll, algo),
             };
+            let family = rcclx::intercept::family(key);
             let name = family
                 .and_then(|f| kernel_table::kernel_index(f, call.dtype.0, call.op.0))
                 .and_then(|i| kernel_table::kernel_names().nth(i))
