@@ -18,6 +18,14 @@
 //! NVTX's payload extension (a schema with the communicator hash, the size and the op or root);
 //! rcclx sends the size only.
 //!
+//! On AMD (the HIP runtime loaded: `gpu` calls [`use_roctx`]) the same ranges also go to roctx,
+//! as RCCL's do: `roctxRangePushA(name)` and `roctxRangePop()` of ROCm's roctx library, opened at
+//! run time (`libroctx64.so.4`, `libroctx64.so`, rocprofiler-sdk's `librocprofiler-sdk-roctx.so`,
+//! each first under `$ROCM_PATH/lib`, default `/opt/rocm/lib`, then on the loader's path).
+//! roctx ranges carry a message only (no domain, no payload). `NCCL_NVTX_DISABLE=1` turns them
+//! off too; without a roctx library a range costs one atomic load. Checked without a GPU by
+//! `tests/roctx.rs` (a recording roctx library), not on an AMD GPU (none here).
+//!
 //! Layer: base (uses `env` only).
 
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
@@ -191,7 +199,7 @@ fn slot<F: Copy>(module: usize, id: usize) -> Option<F> {
 /// Loads the tool named by `NVTX_INJECTION64_PATH`, once.
 fn tool() -> Option<&'static Tool> {
     TOOL.get_or_init(|| {
-        if crate::env::env("NCCL_NVTX_DISABLE").is_some_and(|v| v.trim().parse::<i64>().is_ok_and(|n| n != 0)) {
+        if disabled() {
             return None;
         }
         let path = std::env::var_os("NVTX_INJECTION64_PATH").filter(|p| !p.is_empty())?;
@@ -223,22 +231,89 @@ fn tool() -> Option<&'static Tool> {
     .as_ref()
 }
 
-/// An open range; dropping it ends the range (`nvtxDomainRangePop`).
+/// `NCCL_NVTX_DISABLE` set to a non-zero number (the stock library's switch).
+fn disabled() -> bool {
+    crate::env::env("NCCL_NVTX_DISABLE").is_some_and(|v| v.trim().parse::<i64>().is_ok_and(|n| n != 0))
+}
+
+/// ROCm's roctx library: `roctxRangePushA` and `roctxRangePop`.
+pub struct Roctx {
+    push: unsafe extern "C" fn(*const c_char) -> c_int,
+    pop: unsafe extern "C" fn() -> c_int,
+    _lib: libloading::Library,
+}
+
+impl Roctx {
+    /// The first of `candidates` that opens and has both functions.
+    pub fn load<P: AsRef<std::ffi::OsStr>>(candidates: &[P]) -> Option<Roctx> {
+        candidates.iter().find_map(|path| {
+            // SAFETY: roctx's library is made to be loaded into any ROCm process; its
+            // initialisers only register with a profiler that is present.
+            let lib = unsafe { libloading::Library::new(path.as_ref()) }.ok()?;
+            // SAFETY: roctx.h: `int roctxRangePushA(const char*)`, `int roctxRangePop(void)`.
+            let push = unsafe { lib.get::<unsafe extern "C" fn(*const c_char) -> c_int>(b"roctxRangePushA\0") }.ok()?;
+            // SAFETY: as above.
+            let pop = unsafe { lib.get::<unsafe extern "C" fn() -> c_int>(b"roctxRangePop\0") }.ok()?;
+            Some(Roctx { push: *push, pop: *pop, _lib: lib })
+        })
+    }
+
+    /// Where ROCm installs roctx: `$ROCM_PATH/lib` (default `/opt/rocm/lib`), then the loader's
+    /// search path; roctracer's library, then rocprofiler-sdk's.
+    pub fn candidates() -> Vec<String> {
+        const NAMES: [&str; 4] =
+            ["libroctx64.so.4", "libroctx64.so", "librocprofiler-sdk-roctx.so.1", "librocprofiler-sdk-roctx.so"];
+        let rocm = crate::env::env("ROCM_PATH").filter(|p| !p.is_empty()).unwrap_or_else(|| "/opt/rocm".into());
+        let under = NAMES.iter().map(|n| format!("{rocm}/lib/{n}"));
+        under.chain(NAMES.iter().map(|n| n.to_string())).collect()
+    }
+}
+
+/// Set once the HIP runtime is in use ([`use_roctx`]).
+static HIP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static ROCTX: OnceLock<Option<Roctx>> = OnceLock::new();
+
+/// The GPU runtime is HIP: ranges go to roctx too (loaded at the first range).
+pub fn use_roctx() {
+    HIP.store(true, Ordering::Relaxed);
+}
+
+fn roctx() -> Option<&'static Roctx> {
+    if !HIP.load(Ordering::Relaxed) {
+        return None;
+    }
+    ROCTX.get_or_init(|| if disabled() { None } else { Roctx::load(&Roctx::candidates()) }).as_ref()
+}
+
+/// An open range; dropping it ends the range (`nvtxDomainRangePop`, `roctxRangePop`).
 pub struct Range {
-    tool: &'static Tool,
+    tool: Option<&'static Tool>,
+    roctx: Option<&'static Roctx>,
 }
 
 impl Drop for Range {
     fn drop(&mut self) {
-        // SAFETY: the tool's nvtxDomainRangePop, on the domain it made.
-        unsafe { (self.tool.pop)(self.tool.domain) };
+        if let Some(tool) = self.tool {
+            // SAFETY: the tool's nvtxDomainRangePop, on the domain it made.
+            unsafe { (tool.pop)(tool.domain) };
+        }
+        if let Some(r) = self.roctx {
+            // SAFETY: roctx's pop, ending the range this value's push opened on this thread.
+            unsafe { (r.pop)() };
+        }
     }
 }
 
 /// Opens a range named `name` (`ncclAllReduce`, ...) in domain `NCCL` with a payload of
-/// `bytes`; `None` (nothing to end) when no tool listens.
+/// `bytes` (and a roctx range of that name on HIP); `None` (nothing to end) when no tool
+/// listens.
 pub fn range(name: &'static CStr, bytes: u64) -> Option<Range> {
-    let tool = tool()?;
+    let roctx = roctx();
+    if let Some(r) = roctx {
+        // SAFETY: roctx's push, with a NUL-terminated name that lives for the whole process.
+        unsafe { (r.push)(name.as_ptr()) };
+    }
+    let Some(tool) = tool() else { return roctx.map(|r| Range { tool: None, roctx: Some(r) }) };
     let key = name.as_ptr() as usize;
     let registered = tool.register.map(|register| {
         let mut names = tool.names.lock();
@@ -271,7 +346,7 @@ pub fn range(name: &'static CStr, bytes: u64) -> Option<Range> {
     };
     // SAFETY: the tool's nvtxDomainRangePushEx, with attributes that live across the call.
     unsafe { (tool.push)(tool.domain, &attr) };
-    Some(Range { tool })
+    Some(Range { tool: Some(tool), roctx })
 }
 
 /// The stock library's range name of an intercepted collective (its API function's name).
@@ -289,6 +364,18 @@ pub fn collective_name(coll: crate::collective::Coll) -> &'static CStr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn roctx_falls_back_when_no_library_has_it() {
+        assert!(Roctx::load(&["/nonexistent/libroctx64.so"]).is_none());
+        // A library without roctx's functions is passed over.
+        assert!(Roctx::load(&["libc.so.6", "/nonexistent/libroctx64.so.4"]).is_none());
+        let c = Roctx::candidates();
+        assert_eq!(c.len(), 8);
+        assert!(c[0].ends_with("/lib/libroctx64.so.4") && c[4] == "libroctx64.so.4", "{c:?}");
+        // Not on HIP: no roctx range, nothing loaded.
+        assert!(roctx().is_none() && ROCTX.get().is_none());
+    }
 
     #[test]
     fn tables_are_nvtxs_layout() {

@@ -187,6 +187,14 @@ pub fn nvtx_recorder(dir: &Path) -> PathBuf {
     lib
 }
 
+/// `tests/c/roctx_record.c` built as `lib` (a stand-in for ROCm's roctx library).
+pub fn roctx_recorder(lib: &Path) {
+    must(
+        cc().args(C_FLAGS).args(["-shared", "-fPIC"]).arg(c_src("roctx_record.c")).arg("-o").arg(lib),
+        "compiling the roctx recorder",
+    );
+}
+
 /// `tests/c/probe.c` built to `dlopen` the library given on its command line.
 pub fn dlopen_probe(dir: &Path) -> PathBuf {
     let exe = dir.join("probe_dlopen");
