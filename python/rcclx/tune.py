@@ -12,7 +12,9 @@ Selection, per collective: at each size and mode (eager, graph), the median over
 (types, out of place and in place, cycles) of stock time / rcclx time. rcclx is faster at a size
 when that median is at least ``1 + margin`` in every mode measured there. The DDA limit is the
 largest size up to which rcclx is faster at every size; above it the stock library runs. The
-same selection reads JSON files of earlier runs (``--from``), with no GPU.
+limit cannot take the smallest sizes from rcclx: a message of at most ``RCCLX_DDA_LL_MAX_BYTES``
+per rank runs rcclx's LL kernel whatever the limit (the printed table shows each size's
+ratios). The same selection reads JSON files of earlier runs (``--from``), with no GPU.
 
 The file: ``RCCLX_TUNING_FILE``, else ``$XDG_CONFIG_HOME/rcclx/tuning.toml``, else
 ``~/.config/rcclx/tuning.toml``. It records the GPU's name, the rank count and the rcclx version;
@@ -148,11 +150,11 @@ def render(gpu, nranks, version, limits, comment=""):
 def table(tables, limits, margin):
     lines = []
     for name, rows in tables.items():
-        lines.append(f"{name}: DDA up to {human(limits[name])} (rcclx faster by {margin:.0%} or more "
-                     "at every size up to there, eager and graph)")
+        lines.append(f"{name}: DDA up to {human(limits[name])} (stock time / rcclx time, median; rcclx "
+                     f"faster by {margin:.0%} or more at every size up to there, eager and graph)")
         for size, medians, faster in rows:
             cells = "  ".join(f"{mode} {m:5.2f}" for mode, m in medians.items())
-            lines.append(f"  {human(size):>9}  {cells}  {'rcclx' if faster else 'stock'}")
+            lines.append(f"  {human(size):>9}  {cells}  {'faster' if faster else 'not faster'}")
     return "\n".join(lines)
 
 
@@ -227,6 +229,8 @@ def main(args, version, library_info):
         except RuntimeError as e:
             print(f"rcclx tune: {e}", file=sys.stderr)
             return 1
+        # The file must carry the version of the library that reads it.
+        version = info.get("version") or version
         count, why = gpus(info)
         if count < 2:
             print(f"rcclx tune: this node has {count} visible GPU{'s' if count != 1 else ''}"

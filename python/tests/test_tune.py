@@ -7,7 +7,6 @@ on fewer than 2 GPUs. ci/wheel.sh runs this file against the installed wheel.
 import argparse
 import contextlib
 import io
-import json
 import os
 import subprocess
 import sys
@@ -123,6 +122,80 @@ class Selection(unittest.TestCase):
                 del os.environ["RCCLX_TUNING_FILE"]
 
 
+# A stand-in for rccl-tests-compat's `<coll>_perf` (a script under each program's name): it
+# checks the arguments and environment the tuner gives it and answers with the v2 run's JSON of
+# that collective, mode and type, as the real program writes it to -J.
+_BENCH = r"""#!{python}
+import json, os, shutil, sys
+args = sys.argv[1:]
+opt = lambda k: args[args.index(k) + 1]
+prog = os.path.basename(sys.argv[0])[:-len("_perf")]
+want = ["-P", "2", "-g", "1", "-b", "1024", "-e", "268435456", "-f", "2"]
+assert " ".join(want) in " ".join(args), args
+assert opt("--libs") == "stock=/x/libnccl.so.2,rcclx=/x/librcclx.so", args
+assert os.environ["RCCLX_TUNING_FILE"] == "" and os.environ["RCCLX_UPSTREAM_LIB"] == "/x/libnccl.so.2"
+for var in {max_vars!r}:
+    assert os.environ[var] == "268435456", var
+mode = "graph" if "-G" in args else "eager"
+short = {{"all_reduce": "ar"}}.get(prog, prog)
+src = os.path.join({logs!r}, "bench-%s-P2-%s-%s.json" % (short, mode, opt("-d")))
+if not os.path.exists(src):
+    sys.exit("no such run: " + src)
+with open(os.path.join(os.path.dirname(sys.argv[0]), "calls.log"), "a") as f:
+    f.write(" ".join([prog, mode, opt("-d")]) + "\n")
+shutil.copy(src, opt("-J"))
+"""
+
+
+class Measure(unittest.TestCase):
+    def test_the_benchmark_as_the_tuner_drives_it(self):
+        with tempfile.TemporaryDirectory() as d:
+            logs = os.path.join(d, "logs")
+            os.makedirs(logs)
+            v2_logs(logs)
+            bench = os.path.join(d, "bench")
+            os.makedirs(bench)
+            max_vars = [var for _, _, var in tune.COLLECTIVES]
+            for _, program, _ in tune.COLLECTIVES:
+                path = os.path.join(bench, f"{program}_perf")
+                with open(path, "w") as f:
+                    f.write(_BENCH.format(python=sys.executable, max_vars=max_vars, logs=logs))
+                os.chmod(path, 0o755)
+            out = os.path.join(d, "tuning.toml")
+            parser = argparse.ArgumentParser()
+            tune.add_parser(parser.add_subparsers(dest="cmd"))
+            args = parser.parse_args(["tune", "--out", out, "--bench-dir", bench, "--keep", os.path.join(d, "json")])
+            info = {"version": "9.9.9", "devices": [{"device": 0}, {"device": 1}]}
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                rc = tune.main(args, "0.1.0", lambda: (info, "/x/librcclx.so", "/x/libnccl.so.2"))
+            # The v2 run has no Broadcast: the stand-in fails there, and the tuner says so.
+            self.assertEqual(rc, 1, err.getvalue())
+            self.assertIn("broadcast_perf", err.getvalue())
+            self.assertIn("no such run", err.getvalue())
+            self.assertFalse(os.path.exists(out))
+            with open(os.path.join(bench, "calls.log")) as f:
+                calls = f.read().split("\n")[:-1]
+            self.assertEqual(calls, [f"{p} {m} {t}" for _, p, _ in tune.COLLECTIVES[:4]
+                                     for m in ("eager", "graph") for t in ("float", "bfloat16")])
+            # Without Broadcast (a node where it is not measured: the same selection as --from,
+            # written with the library's version).
+            os.remove(os.path.join(bench, "broadcast_perf"))
+            with open(os.path.join(bench, "broadcast_perf"), "w") as f:
+                f.write(f"#!{sys.executable}\nimport shutil, sys\n"
+                        f"shutil.copy({os.path.join(logs, 'bench-alltoall-P2-eager-float.json')!r}, "
+                        "sys.argv[sys.argv.index('-J') + 1])\n")
+            os.chmod(os.path.join(bench, "broadcast_perf"), 0o755)
+            with contextlib.redirect_stderr(io.StringIO()):
+                rc = tune.main(args, "0.1.0", lambda: (info, "/x/librcclx.so", "/x/libnccl.so.2"))
+            self.assertEqual(rc, 0)
+            with open(out) as f:
+                text = f.read()
+            self.assertIn('rcclx_version = "9.9.9"\ngpu = "NVIDIA H200"\nnranks = 2\n', text)
+            self.assertIn("[allreduce]\nmax_bytes = 67108864", text)
+            self.assertIn("[alltoall]\nmax_bytes = 16777216", text)
+
+
 class Refusal(unittest.TestCase):
     def args(self, out):
         parser = argparse.ArgumentParser()
@@ -159,8 +232,8 @@ class Refusal(unittest.TestCase):
             p = subprocess.run([sys.executable, "-m", "rcclx", "tune", "--out", out],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
             err = p.stderr.decode()
-            if "visible GPU" not in err and p.returncode == 0:
-                self.skipTest("this machine has 2 or more GPUs")
+            if "visible GPU" not in err:
+                self.skipTest(f"this machine has 2 or more GPUs (exit {p.returncode})")
             self.assertEqual(p.returncode, 1, err)
             self.assertIn("needs at least 2", err)
             self.assertFalse(os.path.exists(out))
