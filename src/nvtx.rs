@@ -13,10 +13,17 @@
 //! the variable, with `NCCL_NVTX_DISABLE=1` (the stock library's switch), or when the tool does
 //! not take `CORE2`, a range costs one atomic load.
 //!
-//! Payload: the message size in bytes, as a 64-bit unsigned integer
-//! (`NVTX_PAYLOAD_TYPE_UNSIGNED_INT64`). The stock library sends a structured payload through
-//! NVTX's payload extension (a schema with the communicator hash, the size and the op or root);
-//! rcclx sends the size only.
+//! Payload: the stock library's (NCCL 2.28 `src/include/nvtx_payload_schemas.h`, `nvtx.h`),
+//! through NVTX's payload extension: rcclx calls the tool's `InitializeInjectionNvtxExtension`
+//! with the extension's module (id 2, compat 0x0103, 63 slots, the C type sizes), registers the
+//! reduction-op enum (schema `NVTX_PAYLOAD_ENTRY_TYPE_SCHEMA_ID_STATIC_START + 20`) and, at a
+//! collective's first range, its static schema with NCCL's id, entry names, types and offsets
+//! (AllGather, AlltoAll: communicator id `u64`, message size `size_t`; AllReduce, ReduceScatter:
+//! plus the op; Broadcast: plus the root), and each range carries one `nvtxPayloadData_t`
+//! (`NVTX_PAYLOAD_TYPE_EXT`). The size is NCCL's: one rank's part (`count * type size`). The
+//! communicator id is NCCL's `commHash`, which only the stock library knows: rcclx sends 0, the
+//! value NCCL sends without a communicator. A tool without the extension gets the size as a
+//! 64-bit unsigned payload (`NVTX_PAYLOAD_TYPE_UNSIGNED_INT64`), as before.
 //!
 //! On AMD (the HIP runtime loaded: `gpu` calls [`use_roctx`]) the same ranges also go to roctx,
 //! as RCCL's do: `roctxRangePushA(name)` and `roctxRangePop()` of ROCm's roctx library, opened at
@@ -49,6 +56,183 @@ const ETID_VERSIONINFO: u32 = 3;
 const MESSAGE_TYPE_ASCII: i32 = 1;
 const MESSAGE_TYPE_REGISTERED: i32 = 3;
 const PAYLOAD_TYPE_UNSIGNED_INT64: i32 = 1;
+
+/// NVTX's payload extension (`nvToolsExtPayload.h`, as NCCL 2.28 ships it).
+mod ext {
+    /// `NVTX_EXT_PAYLOAD_MODULEID`, `NVTX_EXT_PAYLOAD_COMPATID`, `NVTX_EXT_PAYLOAD_SLOT_COUNT`.
+    pub const MODULE_ID: u16 = 2;
+    pub const COMPAT_ID: u16 = 0x0103;
+    pub const SLOTS: usize = 63;
+    /// `NVTX3EXT_CBID_nvtxPayloadSchemaRegister`, `..._nvtxPayloadEnumRegister`.
+    pub const CBID_SCHEMA_REGISTER: usize = 0;
+    pub const CBID_ENUM_REGISTER: usize = 1;
+    /// `NVTX_EXTENSION_FRESH`, `NVTX_EXTENSION_DISABLED`: a slot without a function.
+    pub const FRESH: isize = 0;
+    pub const DISABLED: isize = 1;
+    /// `NVTX_PAYLOAD_TYPE_EXT`: the payload is an array of `nvtxPayloadData_t`.
+    pub const PAYLOAD_TYPE_EXT: i32 = 0xDFBD_0009_u32 as i32;
+    /// `NVTX_PAYLOAD_ENTRY_TYPE_*`.
+    pub const TYPE_INT: u64 = 5;
+    pub const TYPE_UINT64: u64 = 18;
+    pub const TYPE_SIZE: u64 = 22;
+    pub const SCHEMA_ID_STATIC_START: u64 = 1 << 24;
+    /// NCCL's `NVTX_PAYLOAD_ENTRY_NCCL_REDOP`: the enum of `ncclRedOp_t`.
+    pub const REDOP_SCHEMA: u64 = 20 + SCHEMA_ID_STATIC_START;
+    /// `NVTX_PAYLOAD_SCHEMA_ATTR_{TYPE,ENTRIES,NUM_ENTRIES,STATIC_SIZE,SCHEMA_ID}`, NCCL's mask.
+    pub const SCHEMA_ATTR_MASK: u64 = (1 << 2) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 8);
+    pub const SCHEMA_TYPE_STATIC: u64 = 1;
+    /// `NVTX_PAYLOAD_ENUM_ATTR_{ENTRIES,NUM_ENTRIES,SIZE,SCHEMA_ID}`.
+    pub const ENUM_ATTR_MASK: u64 = (1 << 2) | (1 << 3) | (1 << 4) | (1 << 5);
+
+    /// `nvtxPayloadEntryTypeInfo_t` of x86-64 Linux for `NVTX_PAYLOAD_ENTRY_TYPE_CHAR` (1) ..
+    /// `CHAR32` (27), after the header entry (count, entry size), as a C11 build bakes it in
+    /// (`nvtxExtPayloadTypeInfo.h`; `char8_t` is C23/C++20 only, so 0).
+    pub const TYPE_INFO: [[u16; 2]; 28] = [
+        [28, 4],
+        [1, 1],
+        [1, 1],
+        [2, 2],
+        [2, 2],
+        [4, 4],
+        [4, 4],
+        [8, 8],
+        [8, 8],
+        [8, 8],
+        [8, 8],
+        [1, 1],
+        [1, 1],
+        [2, 2],
+        [2, 2],
+        [4, 4],
+        [4, 4],
+        [8, 8],
+        [8, 8],
+        [4, 4],
+        [8, 8],
+        [16, 16],
+        [8, 8],
+        [8, 8],
+        [4, 4],
+        [0, 0],
+        [2, 2],
+        [4, 4],
+    ];
+
+    /// `nvtxExtModuleSegment_t`.
+    #[repr(C)]
+    pub struct Segment {
+        pub segment_id: usize,
+        pub slot_count: usize,
+        pub slots: *mut isize,
+    }
+
+    /// `nvtxExtModuleInfo_t`.
+    #[repr(C)]
+    pub struct ModuleInfo {
+        pub nvtx_ver: u16,
+        pub struct_size: u16,
+        pub module_id: u16,
+        pub compat_id: u16,
+        pub segments_count: usize,
+        pub segments: *mut Segment,
+        pub get_export_function: Option<unsafe extern "C" fn(u32) -> isize>,
+        pub ext_info: *const std::ffi::c_void,
+    }
+
+    /// `nvtxPayloadSchemaEntry_t`.
+    #[repr(C)]
+    pub struct SchemaEntry {
+        pub flags: u64,
+        pub ty: u64,
+        pub name: *const std::ffi::c_char,
+        pub description: *const std::ffi::c_char,
+        pub array_or_union_detail: u64,
+        pub offset: u64,
+        pub semantics: *const std::ffi::c_void,
+        pub reserved: *const std::ffi::c_void,
+    }
+
+    /// `nvtxPayloadSchemaAttr_t`.
+    #[repr(C)]
+    pub struct SchemaAttr {
+        pub field_mask: u64,
+        pub name: *const std::ffi::c_char,
+        pub ty: u64,
+        pub flags: u64,
+        pub entries: *const SchemaEntry,
+        pub num_entries: usize,
+        pub payload_static_size: usize,
+        pub pack_align: usize,
+        pub schema_id: u64,
+        pub extension: *mut std::ffi::c_void,
+    }
+
+    /// `nvtxPayloadEnum_t`.
+    #[repr(C)]
+    pub struct Enum {
+        pub name: *const std::ffi::c_char,
+        pub value: u64,
+        pub is_flag: i8,
+    }
+
+    /// `nvtxPayloadEnumAttr_t`.
+    #[repr(C)]
+    pub struct EnumAttr {
+        pub field_mask: u64,
+        pub name: *const std::ffi::c_char,
+        pub entries: *const Enum,
+        pub num_entries: usize,
+        pub size_of_enum: usize,
+        pub schema_id: u64,
+        pub extension: *mut std::ffi::c_void,
+    }
+
+    /// `nvtxPayloadData_t`.
+    #[repr(C)]
+    pub struct Data {
+        pub schema_id: u64,
+        pub size: usize,
+        pub payload: *const std::ffi::c_void,
+    }
+
+    const _: () = assert!(std::mem::size_of::<ModuleInfo>() == 40 && std::mem::size_of::<SchemaEntry>() == 64);
+    const _: () = assert!(std::mem::size_of::<SchemaAttr>() == 80 && std::mem::size_of::<EnumAttr>() == 56);
+    const _: () = assert!(std::mem::size_of::<Enum>() == 24 && std::mem::size_of::<Data>() == 24);
+
+    pub type SchemaRegister = unsafe extern "C" fn(*mut std::ffi::c_void, *const SchemaAttr) -> u64;
+    pub type EnumRegister = unsafe extern "C" fn(*mut std::ffi::c_void, *const EnumAttr) -> u64;
+}
+
+/// One collective's payload, laid out as NCCL's `NcclNvtxParams<Coll>` (a `u64` communicator
+/// id, a `size_t` size, then the op or the root, an `int` either way; 16 bytes without it).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Payload {
+    /// NCCL's `commHash` (0: not known to rcclx, see the module doc).
+    pub comm: u64,
+    /// One rank's part in bytes, as NCCL counts it.
+    pub bytes: usize,
+    /// `ncclRedOp_t` (AllReduce, ReduceScatter) or the root (Broadcast); absent otherwise.
+    pub op_or_root: i32,
+}
+
+/// NCCL's schema of a collective: `NVTX_SID_<Coll>`, and the name of its third entry, if any.
+fn schema_of(coll: crate::collective::Coll) -> (u64, Option<(&'static CStr, u64)>) {
+    use crate::collective::Coll;
+    const OP: (&CStr, u64) = (c"Reduction operation", ext::REDOP_SCHEMA);
+    match coll {
+        Coll::AllGather => (4, None),
+        Coll::AllReduce => (5, Some(OP)),
+        Coll::Broadcast => (6, Some((c"Root", ext::TYPE_INT))),
+        Coll::ReduceScatter => (7, Some(OP)),
+        Coll::AllToAll => (16, None),
+    }
+}
+
+/// The payload's size as NCCL's struct has it (the third entry present or not).
+fn payload_size(coll: crate::collective::Coll) -> usize {
+    if schema_of(coll).1.is_some() { std::mem::size_of::<Payload>() } else { 16 }
+}
 
 /// One function slot: where the tool writes its function (`NvtxFunctionPointer`).
 type Slot = AtomicPtr<c_void>;
@@ -174,6 +358,10 @@ struct Tool {
     pop: RangePop,
     /// Registered names (`nvtxStringHandle_t`), by the name's address.
     names: parking_lot::Mutex<Vec<(usize, usize)>>,
+    /// The payload extension's schema registration, when the tool has it.
+    schema_register: Option<ext::SchemaRegister>,
+    /// Per collective: its schema is registered.
+    schemas: [std::sync::Once; crate::collective::COUNT],
     _lib: libloading::Library,
 }
 
@@ -219,16 +407,120 @@ fn tool() -> Option<&'static Tool> {
         let pop: RangePop = slot(CORE2, CORE2_RANGE_POP)?;
         // SAFETY: the tool's nvtxDomainCreateA, with a NUL-terminated name.
         let domain = unsafe { create(c"NCCL".as_ptr()) };
+        let schema_register = payload_extension(&lib, domain);
         Some(Tool {
             domain,
             register: slot(CORE2, CORE2_REGISTER_STRING_A),
             push,
             pop,
             names: parking_lot::Mutex::new(Vec::new()),
+            schema_register,
+            schemas: std::array::from_fn(|_| std::sync::Once::new()),
             _lib: lib,
         })
     })
     .as_ref()
+}
+
+/// The payload extension's function slots (`nvtxExtPayloadSlots` after its state word); the
+/// tool writes its functions into them and keeps their address.
+static PAYLOAD_SLOTS: [std::sync::atomic::AtomicIsize; ext::SLOTS] =
+    [const { std::sync::atomic::AtomicIsize::new(ext::FRESH) }; ext::SLOTS];
+
+/// Initialises NVTX's payload extension with the tool, as `nvtxExtPayloadInitOnce` does, and
+/// registers NCCL's reduction-op enum in `domain` (NCCL's `initNvtxRegisteredEnums`). Returns the
+/// tool's schema registration, or `None` when the tool has no payload extension.
+fn payload_extension(lib: &libloading::Library, domain: *mut c_void) -> Option<ext::SchemaRegister> {
+    type Init = unsafe extern "C" fn(*mut ext::ModuleInfo) -> c_int;
+    // SAFETY: NVTX's extension entry point of an injection library has this signature.
+    let init: Init = unsafe { lib.get::<Init>(b"InitializeInjectionNvtxExtension\0") }.ok().map(|s| *s)?;
+    // The segment and module live only through the call (as nvtx3's, on its stack); the slots
+    // and the type table live for the process.
+    let mut segment =
+        ext::Segment { segment_id: 0, slot_count: ext::SLOTS, slots: PAYLOAD_SLOTS.as_ptr() as *mut isize };
+    let mut module = ext::ModuleInfo {
+        nvtx_ver: NVTX_VERSION as u16,
+        struct_size: std::mem::size_of::<ext::ModuleInfo>() as u16,
+        module_id: ext::MODULE_ID,
+        compat_id: ext::COMPAT_ID,
+        segments_count: 1,
+        segments: &mut segment,
+        get_export_function: None,
+        ext_info: ext::TYPE_INFO.as_ptr() as *const c_void,
+    };
+    // SAFETY: the module description NVTX's headers pass, valid through the call; the tool
+    // writes function addresses into the slots (atomics of the same size and layout).
+    if unsafe { init(&mut module) } == 0 {
+        return None;
+    }
+    let function = |cbid: usize| {
+        let v = PAYLOAD_SLOTS[cbid].load(Ordering::Acquire);
+        (v != ext::FRESH && v != ext::DISABLED).then_some(v)
+    };
+    if let Some(f) = function(ext::CBID_ENUM_REGISTER) {
+        const NAMES: [&CStr; 5] = [c"Sum", c"Product", c"Max", c"Min", c"Avg"];
+        let entries: Vec<ext::Enum> = NAMES
+            .iter()
+            .enumerate()
+            .map(|(i, n)| ext::Enum { name: n.as_ptr(), value: i as u64, is_flag: 0 })
+            .collect();
+        let attr = ext::EnumAttr {
+            field_mask: ext::ENUM_ATTR_MASK,
+            name: std::ptr::null(),
+            entries: entries.as_ptr(),
+            num_entries: entries.len(),
+            size_of_enum: std::mem::size_of::<c_int>(),
+            schema_id: ext::REDOP_SCHEMA,
+            extension: std::ptr::null_mut(),
+        };
+        // SAFETY: the tool's nvtxPayloadEnumRegister (its slot's function), with attributes
+        // valid through the call (the tool copies what it keeps, as for NCCL's stack values).
+        unsafe { std::mem::transmute::<isize, ext::EnumRegister>(f)(domain, &attr) };
+    }
+    // SAFETY: a written slot holds the tool's nvtxPayloadSchemaRegister.
+    function(ext::CBID_SCHEMA_REGISTER).map(|f| unsafe { std::mem::transmute::<isize, ext::SchemaRegister>(f) })
+}
+
+/// Registers NCCL's schema of `coll` with the tool (once per collective).
+fn register_schema(tool: &Tool, coll: crate::collective::Coll) {
+    let Some(register) = tool.schema_register else { return };
+    tool.schemas[coll as usize].call_once(|| {
+        let (sid, third) = schema_of(coll);
+        let entry = |name: &CStr, ty: u64, offset: u64| ext::SchemaEntry {
+            flags: 0,
+            ty,
+            name: name.as_ptr(),
+            description: std::ptr::null(),
+            array_or_union_detail: 0,
+            offset,
+            semantics: std::ptr::null(),
+            reserved: std::ptr::null(),
+        };
+        let mut entries = vec![
+            entry(c"NCCL communicator ID", ext::TYPE_UINT64, 0),
+            entry(c"Message size [bytes]", ext::TYPE_SIZE, 8),
+        ];
+        if let Some((name, ty)) = third {
+            entries.push(entry(name, ty, 16));
+        }
+        let n = entries.len();
+        entries.push(entry(c"", 0, 0)); // NCCL's arrays end with a zero entry
+        entries[n].name = std::ptr::null();
+        let attr = ext::SchemaAttr {
+            field_mask: ext::SCHEMA_ATTR_MASK,
+            name: std::ptr::null(),
+            ty: ext::SCHEMA_TYPE_STATIC,
+            flags: 0,
+            entries: entries.as_ptr(),
+            num_entries: n,
+            payload_static_size: payload_size(coll),
+            pack_align: 0,
+            schema_id: ext::SCHEMA_ID_STATIC_START + sid,
+            extension: std::ptr::null_mut(),
+        };
+        // SAFETY: the tool's nvtxPayloadSchemaRegister, with attributes valid through the call.
+        unsafe { register(tool.domain, &attr) };
+    });
 }
 
 /// `NCCL_NVTX_DISABLE` set to a non-zero number (the stock library's switch).
@@ -304,10 +596,11 @@ impl Drop for Range {
     }
 }
 
-/// Opens a range named `name` (`ncclAllReduce`, ...) in domain `NCCL` with a payload of
-/// `bytes` (and a roctx range of that name on HIP); `None` (nothing to end) when no tool
+/// Opens the stock library's range of `coll` (`ncclAllReduce`, ...) in domain `NCCL` with its
+/// payload (and a roctx range of that name on HIP); `None` (nothing to end) when no tool
 /// listens.
-pub fn range(name: &'static CStr, bytes: u64) -> Option<Range> {
+pub fn range(coll: crate::collective::Coll, payload: Payload) -> Option<Range> {
+    let name = collective_name(coll);
     let roctx = roctx();
     if let Some(r) = roctx {
         // SAFETY: roctx's push, with a NUL-terminated name that lives for the whole process.
@@ -332,19 +625,30 @@ pub fn range(name: &'static CStr, bytes: u64) -> Option<Range> {
         Some(h) if h != 0 => (MESSAGE_TYPE_REGISTERED, h as *const c_void),
         _ => (MESSAGE_TYPE_ASCII, name.as_ptr() as *const c_void),
     };
+    register_schema(tool, coll);
+    let data = ext::Data {
+        schema_id: ext::SCHEMA_ID_STATIC_START + schema_of(coll).0,
+        size: payload_size(coll),
+        payload: &payload as *const Payload as *const c_void,
+    };
+    let (payload_type, reserved0, value) = match tool.schema_register {
+        Some(_) => (ext::PAYLOAD_TYPE_EXT, 1, &data as *const ext::Data as u64),
+        None => (PAYLOAD_TYPE_UNSIGNED_INT64, 0, payload.bytes as u64),
+    };
     let attr = EventAttributes {
         version: NVTX_VERSION as u16,
         size: std::mem::size_of::<EventAttributes>() as u16,
         category: 0,
         color_type: 0,
         color: 0,
-        payload_type: PAYLOAD_TYPE_UNSIGNED_INT64,
-        reserved0: 0,
-        payload: bytes,
+        payload_type,
+        reserved0,
+        payload: value,
         message_type,
         message,
     };
-    // SAFETY: the tool's nvtxDomainRangePushEx, with attributes that live across the call.
+    // SAFETY: the tool's nvtxDomainRangePushEx, with attributes (and the payload data they
+    // point to) that live across the call.
     unsafe { (tool.push)(tool.domain, &attr) };
     Some(Range { tool: Some(tool), roctx })
 }

@@ -8,6 +8,9 @@ mod common;
 
 use rcclx::collective::Coll;
 use rcclx::nvtx;
+use rcclx::nvtx::Payload;
+
+const P: Payload = Payload { comm: 0, bytes: 8, op_or_root: 0 };
 
 #[test]
 fn ranges_reach_roctx_on_hip() {
@@ -24,12 +27,12 @@ fn ranges_reach_roctx_on_hip() {
     }
     let record = dir.join(format!("roctx.{}.log", std::process::id()));
     // Not HIP yet: no range, nothing recorded.
-    assert!(nvtx::range(nvtx::collective_name(Coll::AllReduce), 8).is_none());
+    assert!(nvtx::range(Coll::AllReduce, P).is_none());
     assert!(!record.exists());
     nvtx::use_roctx();
-    let outer = nvtx::range(nvtx::collective_name(Coll::AllGather), 4096);
+    let outer = nvtx::range(Coll::AllGather, P);
     assert!(outer.is_some(), "no range: the roctx recorder was not loaded");
-    drop(nvtx::range(nvtx::collective_name(Coll::Broadcast), 8));
+    drop(nvtx::range(Coll::Broadcast, P));
     drop(outer);
     let log = std::fs::read_to_string(&record).expect("the record");
     assert_eq!(
