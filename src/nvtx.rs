@@ -459,12 +459,15 @@ fn payload_extension(lib: &libloading::Library, domain: *mut c_void) -> Option<e
     };
     if let Some(f) = function(ext::CBID_ENUM_REGISTER) {
         const NAMES: [&CStr; 5] = [c"Sum", c"Product", c"Max", c"Min", c"Avg"];
-        let entries: Vec<ext::Enum> = NAMES
-            .iter()
-            .enumerate()
-            .map(|(i, n)| ext::Enum { name: n.as_ptr(), value: i as u64, is_flag: 0 })
-            .collect();
-        let attr = ext::EnumAttr {
+        // Kept for the process, as NCCL's static arrays: a tool may keep pointers into them.
+        let entries: &'static [ext::Enum] = Box::leak(
+            NAMES
+                .iter()
+                .enumerate()
+                .map(|(i, n)| ext::Enum { name: n.as_ptr(), value: i as u64, is_flag: 0 })
+                .collect(),
+        );
+        let attr: &'static ext::EnumAttr = Box::leak(Box::new(ext::EnumAttr {
             field_mask: ext::ENUM_ATTR_MASK,
             name: std::ptr::null(),
             entries: entries.as_ptr(),
@@ -472,10 +475,10 @@ fn payload_extension(lib: &libloading::Library, domain: *mut c_void) -> Option<e
             size_of_enum: std::mem::size_of::<c_int>(),
             schema_id: ext::REDOP_SCHEMA,
             extension: std::ptr::null_mut(),
-        };
+        }));
         // SAFETY: the tool's nvtxPayloadEnumRegister (its slot's function), with attributes
-        // valid through the call (the tool copies what it keeps, as for NCCL's stack values).
-        unsafe { std::mem::transmute::<isize, ext::EnumRegister>(f)(domain, &attr) };
+        // that live for the process.
+        unsafe { std::mem::transmute::<isize, ext::EnumRegister>(f)(domain, attr) };
     }
     // SAFETY: a written slot holds the tool's nvtxPayloadSchemaRegister.
     function(ext::CBID_SCHEMA_REGISTER).map(|f| unsafe { std::mem::transmute::<isize, ext::SchemaRegister>(f) })
@@ -486,10 +489,10 @@ fn register_schema(tool: &Tool, coll: crate::collective::Coll) {
     let Some(register) = tool.schema_register else { return };
     tool.schemas[coll as usize].call_once(|| {
         let (sid, third) = schema_of(coll);
-        let entry = |name: &CStr, ty: u64, offset: u64| ext::SchemaEntry {
+        let entry = |name: Option<&CStr>, ty: u64, offset: u64| ext::SchemaEntry {
             flags: 0,
             ty,
-            name: name.as_ptr(),
+            name: name.map_or(std::ptr::null(), CStr::as_ptr),
             description: std::ptr::null(),
             array_or_union_detail: 0,
             offset,
@@ -497,16 +500,17 @@ fn register_schema(tool: &Tool, coll: crate::collective::Coll) {
             reserved: std::ptr::null(),
         };
         let mut entries = vec![
-            entry(c"NCCL communicator ID", ext::TYPE_UINT64, 0),
-            entry(c"Message size [bytes]", ext::TYPE_SIZE, 8),
+            entry(Some(c"NCCL communicator ID"), ext::TYPE_UINT64, 0),
+            entry(Some(c"Message size [bytes]"), ext::TYPE_SIZE, 8),
         ];
         if let Some((name, ty)) = third {
-            entries.push(entry(name, ty, 16));
+            entries.push(entry(Some(name), ty, 16));
         }
         let n = entries.len();
-        entries.push(entry(c"", 0, 0)); // NCCL's arrays end with a zero entry
-        entries[n].name = std::ptr::null();
-        let attr = ext::SchemaAttr {
+        entries.push(entry(None, 0, 0)); // NCCL's arrays end with a zero entry
+        // Kept for the process, as NCCL's static schema: a tool may keep pointers into it.
+        let entries: &'static [ext::SchemaEntry] = Box::leak(entries.into_boxed_slice());
+        let attr: &'static ext::SchemaAttr = Box::leak(Box::new(ext::SchemaAttr {
             field_mask: ext::SCHEMA_ATTR_MASK,
             name: std::ptr::null(),
             ty: ext::SCHEMA_TYPE_STATIC,
@@ -517,9 +521,9 @@ fn register_schema(tool: &Tool, coll: crate::collective::Coll) {
             pack_align: 0,
             schema_id: ext::SCHEMA_ID_STATIC_START + sid,
             extension: std::ptr::null_mut(),
-        };
-        // SAFETY: the tool's nvtxPayloadSchemaRegister, with attributes valid through the call.
-        unsafe { register(tool.domain, &attr) };
+        }));
+        // SAFETY: the tool's nvtxPayloadSchemaRegister, with attributes that live for the process.
+        unsafe { register(tool.domain, attr) };
     });
 }
 
