@@ -47,6 +47,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# rcclx's default limits, whatever tuning file this user has (`python -m rcclx tune`): the
+# harnesses predict routes from the defaults.
+export RCCLX_TUNING_FILE=
 N=${NRANKS:-2}
 OUT=${1:-bench/results/$(date +%F)-gpu}
 ART=${RCCLX_ARTIFACTS:-.carry}
