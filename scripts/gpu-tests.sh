@@ -7,7 +7,8 @@
 # Environment:
 #   NRANKS=2          ranks (GPUs) to use; 4 and 8 need that many GPUs
 #   STEPS="..."       subset of: info selftest check stress graph timeout fidelity lowp lpgraph bench benchsym
-#                     lpbench torch vllm a2av moebench e2e train plots ranks lifecycle time (default: all)
+#                     lpbench torch vllm a2av moebench e2e train plots ranks lifecycle time tune
+#                     (default: all but time and tune)
 #                     ranks: 3-8 ranks on the GPUs present, several per GPU (needs 1 GPU; see below)
 #                     lifecycle: teardown of 2, 4 and 8 ranks on one GPU (needs 1 GPU; see below)
 #                     time: per-call GPU time of N ranks on one GPU, A/B against $ART/ranks-base (see below)
@@ -46,6 +47,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# rcclx's default limits, whatever tuning file this user has (`python -m rcclx tune`): the
+# harnesses predict routes from the defaults.
+export RCCLX_TUNING_FILE=
 N=${NRANKS:-2}
 OUT=${1:-bench/results/$(date +%F)-gpu}
 ART=${RCCLX_ARTIFACTS:-.carry}
@@ -86,6 +90,18 @@ if step info; then
     python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())'
     echo "stock: $STOCK"; echo "rcclx: $LIB"
   } >"$OUT/info.log" 2>&1
+fi
+
+# The tuner (python -m rcclx tune, issue 40; not in the default STEPS): on fewer than 2 GPUs it
+# must refuse (rc=1, "needs at least 2" in OUT/tune.log, no OUT/tune/tuning.toml); on 2-8 it
+# measures every collective (JSON in OUT/tune/json/) and writes OUT/tune/tuning.toml, which
+# tune-info then shows as rcclx reads it (`tuning_file`).
+if step tune; then
+  rm -rf "$OUT/tune/pkg" && mkdir -p "$OUT/tune/pkg" && cp -r python/rcclx "$OUT/tune/pkg/" && cp "$LIB" "$OUT/tune/pkg/rcclx/librcclx.so"
+  run tune 3000 env PYTHONPATH="$OUT/tune/pkg" python3 -m rcclx tune --nranks "$N" --bench-dir "$B" --out "$OUT/tune/tuning.toml" --keep "$OUT/tune/json"
+  if [ -f "$OUT/tune/tuning.toml" ]; then
+    run tune-info 120 env PYTHONPATH="$OUT/tune/pkg" RCCLX_TUNING_FILE="$OUT/tune/tuning.toml" python3 -m rcclx info
+  fi
 fi
 
 if step selftest; then

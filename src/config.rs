@@ -102,10 +102,12 @@ macro_rules! config_table {
             pub per_coll: PerColl,
             /// NCCL's peer-to-peer variables, when they turn rcclx's kernels off ([`p2p_off`]).
             pub p2p_off: Option<String>,
+            /// The tuning file and what it holds (`tuning`; `RCCLX_TUNING_FILE`).
+            pub tuning: crate::tuning::State,
         }
 
         impl Default for Config {
-            fn default() -> Self { Self { $( $field: $default, )* per_coll: PerColl::default(), p2p_off: None } }
+            fn default() -> Self { Self { $( $field: $default, )* per_coll: PerColl::default(), p2p_off: None, tuning: Default::default() } }
         }
 
         /// The variables of the table, as (variable, default as text, meaning).
@@ -127,6 +129,9 @@ macro_rules! config_table {
                 )*
                 c.per_coll = PerColl::from_lookup(&lookup, &mut warnings);
                 c.p2p_off = p2p_off(&lookup);
+                let (tuning, warning) = crate::tuning::load(&lookup, env!("CARGO_PKG_VERSION"));
+                c.tuning = tuning;
+                warnings.extend(warning);
                 c.clamp(&mut warnings);
                 (c, warnings)
             }
@@ -477,6 +482,11 @@ const READ_ELSEWHERE: &[(&str, &str, &str)] = &[
         "NCCL_DEBUG",
         "unset (silent, as the stock library)",
         "`VERSION` (the version line only), `WARN`, `INFO`, `ABORT` (above INFO) or `TRACE` (also read by the stock library)",
+    ),
+    (
+        "RCCLX_TUNING_FILE",
+        "~/.config/rcclx/tuning.toml",
+        "the DDA limits `python -m rcclx tune` measured on this node (default under $XDG_CONFIG_HOME when set; empty: none); set variables win over it",
     ),
     (
         "NCCL_DEBUG_SUBSYS",

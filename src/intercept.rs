@@ -194,6 +194,21 @@ impl Policies {
         }
     }
 
+    /// The policies with the DDA limits of the tuning file (`tuned`, in `Coll` order) where no
+    /// variable sets them: a tuned limit replaces the default as `Spec::max_var` would, and a
+    /// one-shot limit the variable does not set stays at most the DDA limit.
+    pub fn tuned(mut self, c: &Config, tuned: &[Option<u64>; COUNT]) -> Policies {
+        let p = &c.per_coll;
+        for (i, q) in self.colls.iter_mut().enumerate() {
+            let Some(max) = tuned[i].filter(|_| p.max_bytes[i].is_none()) else { continue };
+            q.max = max;
+            if !COLLS[i].two_shot || p.one_shot_max_bytes[i].is_none() {
+                q.one_shot_max = q.one_shot_max.min(max);
+            }
+        }
+        self
+    }
+
     pub fn of(&self, coll: Coll) -> &Policy {
         &self.colls[coll as usize]
     }
@@ -341,6 +356,40 @@ mod tests {
 
     fn facts(nranks: usize, lowp: bool) -> CommFacts {
         CommFacts { nranks, policies: policies(nranks, lowp) }
+    }
+
+    #[test]
+    fn tuning_file_limits_apply_unless_a_variable_is_set() {
+        use crate::collective::Coll::*;
+        let mut tuned = [None; COUNT];
+        tuned[AllReduce as usize] = Some(8 << 20);
+        tuned[AllGather as usize] = Some(128 << 20);
+        let c = Config::default();
+        let base = Policies::for_comm(&c, 2);
+        let t = base.tuned(&c, &tuned);
+        assert_eq!((t.of(AllReduce).max, t.of(AllReduce).one_shot_max), (8 << 20, 8 << 20));
+        assert_eq!((t.of(AllGather).max, t.of(AllGather).one_shot_max), (128 << 20, 64 << 20));
+        assert_eq!(t.of(AllToAll), base.of(AllToAll), "not in the file: the default");
+        // Set variables win over the file.
+        let mut set = Config::default();
+        set.per_coll.max_bytes[AllReduce as usize] = Some(32 << 20);
+        let t = Policies::for_comm(&set, 2).tuned(&set, &tuned);
+        assert_eq!((t.of(AllReduce).max, t.of(AllReduce).one_shot_max), (32 << 20, 64 << 20));
+        set.per_coll.max_bytes[AllReduce as usize] = None;
+        set.per_coll.one_shot_max_bytes[AllReduce as usize] = Some(16 << 20);
+        let t = Policies::for_comm(&set, 2).tuned(&set, &tuned);
+        assert_eq!((t.of(AllReduce).max, t.of(AllReduce).one_shot_max), (8 << 20, 16 << 20));
+        // A tuned limit routes exactly like the variable with the same value.
+        let mut var = Config::default();
+        var.per_coll.max_bytes[AllGather as usize] = Some(128 << 20);
+        let by_var = Policies::for_comm(&var, 2);
+        let by_file = Policies::for_comm(&c, 2).tuned(&c, &tuned);
+        assert_eq!(by_var.of(AllGather).max, by_file.of(AllGather).max);
+        let facts = |p| CommFacts { nranks: 2, policies: p };
+        for count in [1usize << 24, 1 << 25, (1 << 25) + 1] {
+            let call = CallDesc::new(AllGather, count, ncclDataType_t::Float32);
+            assert_eq!(decide(&call, &facts(by_var)), decide(&call, &facts(by_file)), "{count}");
+        }
     }
 
     #[test]

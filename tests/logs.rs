@@ -361,6 +361,26 @@ fn profiler_plugin_limit_is_said_once() {
     assert_eq!(said, 1, "{}", r.dump());
 }
 
+/// A tuning file another rcclx version wrote, or one that does not parse: one WARN line in
+/// NCCL's format names the file and why, and the file is ignored (`src/tuning.rs`).
+#[test]
+fn stale_or_malformed_tuning_file_is_warned() {
+    let Some(s) = Setup::new("tuning") else { return };
+    let file = s.dir.join("tuning.toml");
+    let head = "gpu = \"NVIDIA H200\"\nnranks = 2\n[allreduce]\nmax_bytes = 1048576\n";
+    for (text, why) in [
+        (format!("rcclx_version = \"0.0.1\"\n{head}"), "was written for rcclx 0.0.1"),
+        (format!("rcclx_version = \"{}\"\n{head}[allreduce]\n", env!("CARGO_PKG_VERSION")), "is malformed (line 6"),
+    ] {
+        std::fs::write(&file, text).unwrap();
+        let r = s.run("all", &[("NCCL_DEBUG", "WARN".as_ref()), ("RCCLX_TUNING_FILE", file.as_os_str())]);
+        let want = format!("tuning file {} {why}", file.display());
+        let warned: Vec<_> = r.rcclx_log().into_iter().filter(|(l, m)| *l == "WARN" && m.starts_with(&want)).collect();
+        assert_eq!(warned.len(), 1, "{want}\n{}", r.dump());
+        assert!(warned[0].1.ends_with("it is ignored (run `python -m rcclx tune` again)"), "{}", r.dump());
+    }
+}
+
 #[test]
 fn shapes_of_known_lines() {
     let h = "node7";

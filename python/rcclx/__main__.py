@@ -1,8 +1,10 @@
-"""Command line: ``python -m rcclx {env,run,info}`` (also installed as the ``rcclx`` command).
+"""Command line: ``python -m rcclx {env,run,info,tune}`` (also installed as the ``rcclx`` command).
 
     eval "$(python -m rcclx env)"             # activate rcclx in this shell
     python -m rcclx run -- torchrun ... x.py  # run one command with rcclx active
-    python -m rcclx info                      # version, commit, GPU targets, stock library, settings (JSON)
+    python -m rcclx info                      # version, commit, GPU targets, stock library, settings,
+                                              # the tuning file in use (JSON)
+    python -m rcclx tune                      # measure this node, write the tuning file (tune.py)
 """
 
 import argparse
@@ -13,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 
-from . import __version__, activation_env, library_path, stock_library
+from . import __version__, activation_env, library_path, stock_library, tune
 
 
 def _upstream_warning(env):
@@ -170,6 +172,8 @@ def _info(args):
         "python": sys.executable,
         "env": env,
         "settings": None,
+        # What the library found (rcclxGetInfo's tuning_file); without the library, where it looks.
+        "tuning_file": {"path": tune.default_path()} if tune.default_path() else None,
     }
     if loaded is None:
         info["error"] = why
@@ -192,17 +196,36 @@ def main(argv=None):
         description="rcclx: drop-in NCCL/RCCL replacement. Activate the bundled librcclx.so "
                     "for a command or a shell.")
     parser.add_argument("--version", action="version", version=f"rcclx {__version__}")
-    sub = parser.add_subparsers(dest="cmd", metavar="{env,run,info}")
+    sub = parser.add_subparsers(dest="cmd", metavar="{env,run,info,tune}")
     sub.add_parser("env", help='print the export lines that activate rcclx: eval "$(python -m rcclx env)"')
     run = sub.add_parser("run", help="run a command with rcclx active: python -m rcclx run -- CMD...")
     run.add_argument("command", nargs=argparse.REMAINDER, help="the command and its arguments, after --")
-    sub.add_parser("info", help="version, commit, GPU targets, the stock library (path, version) and the "
-                   "settings in effect, as JSON (loads the library)")
+    sub.add_parser("info", help="version, commit, GPU targets, the stock library (path, version), the "
+                   "settings in effect and the tuning file in use, as JSON (loads the library)")
+    tune.add_parser(sub)
     args = parser.parse_args(argv)
     if args.cmd is None:
         parser.print_help()
         return 2
-    return {"env": _env, "run": _run, "info": _info}[args.cmd](args)
+    return {"env": _env, "run": _run, "info": _info, "tune": _tune}[args.cmd](args)
+
+
+def _tune(args):
+    def library_info():
+        lib = library_path()  # FileNotFoundError: reported below
+        stock = os.environ.get("RCCLX_UPSTREAM_LIB") or stock_library()
+        info, why = _library_info(lib, stock)
+        if info is None:
+            raise RuntimeError(why)
+        return info, lib, (info.get("stock_library") or {}).get("path") or stock
+
+    def guarded():
+        try:
+            return library_info()
+        except FileNotFoundError as e:
+            raise RuntimeError(str(e)) from e
+
+    return tune.main(args, __version__, guarded)
 
 
 if __name__ == "__main__":

@@ -510,6 +510,9 @@ fn describe(l: &mut Local, sharing: Sharing) {
             let n = info.arch.len().min(31);
             rec.arch[..n].copy_from_slice(&info.arch.as_bytes()[..n]);
             rec.multiprocessors = info.multiprocessors as u64;
+            if let Some(tuned) = cfg.tuning.limits_for(&info.name, m.nranks) {
+                rec.policies = policies.tuned(cfg, tuned); // rank 0's are adopted by every rank
+            }
             rec.gpu = host::gpu_id(&info.pci_bus_id);
             rec.capable = 1;
             l.kernels = Some(kernels);

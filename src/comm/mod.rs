@@ -344,8 +344,12 @@ pub fn collective(
         tracing::trace!(target: crate::log::CALL_TARGET, "{line}");
     }
     // The stock library's NVTX range of this call, which it never sees (until the launch is in).
-    let elem = call.dtype.size().unwrap_or(0) as u64;
-    let _range = crate::nvtx::range(crate::nvtx::collective_name(call.coll), call.count as u64 * elem);
+    let payload = crate::nvtx::Payload {
+        comm: 0,
+        bytes: call.count.saturating_mul(call.dtype.size().unwrap_or(0)),
+        op_or_root: if call.coll.spec().rooted() { call.root } else { call.op.0 },
+    };
+    let _range = crate::nvtx::range(call.coll, payload);
     let planned = match algo {
         Algo::Fp8 | Algo::Int8 => crate::lowp::plan(&clique, &call, algo, &bufs),
         _ => crate::dda::plan(&clique, algo, &call, &bufs),

@@ -107,6 +107,9 @@ pub fn runtime() -> Result<&'static Runtime, Error> {
     RUNTIME
         .get_or_init(|| {
             let rt = load_runtime();
+            if rt.as_ref().is_ok_and(|r| r.vendor() == Vendor::Hip) {
+                crate::nvtx::use_roctx(); // AMD: rcclx's ranges go to roctx too, as RCCL's do
+            }
             // Log lines of threads on no communicator name the current device, as NCCL's do.
             crate::log::set_current_device_probe(|| RUNTIME.get()?.as_ref().ok()?.current_device().ok());
             rt

@@ -175,9 +175,16 @@ pub fn linked_probe(dir: &Path, nccl_lib: &Path) -> PathBuf {
 
 /// `tests/c/nvtx_record.c`, the recording NVTX injection library, built into `dir`.
 pub fn nvtx_recorder(dir: &Path) -> PathBuf {
-    let lib = dir.join("libnvtx_record.so");
+    nvtx_recorder_with(dir, "libnvtx_record.so", &[])
+}
+
+/// The NVTX recorder built as `dir/name` with extra compiler flags (`-DNVTX_RECORD_NO_EXT`: a
+/// tool without NVTX's payload extension).
+pub fn nvtx_recorder_with(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
+    let lib = dir.join(name);
     must(
         cc().args(C_FLAGS)
+            .args(flags)
             .args(["-shared", "-fPIC"])
             .arg(c_src("nvtx_record.c"))
             .args(["-ldl", "-lpthread", "-o"])
@@ -185,6 +192,14 @@ pub fn nvtx_recorder(dir: &Path) -> PathBuf {
         "compiling the NVTX recorder",
     );
     lib
+}
+
+/// `tests/c/roctx_record.c` built as `lib` (a stand-in for ROCm's roctx library).
+pub fn roctx_recorder(lib: &Path) {
+    must(
+        cc().args(C_FLAGS).args(["-shared", "-fPIC"]).arg(c_src("roctx_record.c")).arg("-o").arg(lib),
+        "compiling the roctx recorder",
+    );
 }
 
 /// `tests/c/probe.c` built to `dlopen` the library given on its command line.

@@ -61,7 +61,9 @@ pub extern "C" fn rcclxGetUpstreamPath() -> *const c_char {
 /// `error`), `disabled`, `settings` (every variable rcclx reads: its value, or null and the
 /// default), `gpu_runtime` (`vendor`, `library`, or `error`) and `devices` (per visible device:
 /// `device`, `arch`, `kernels`, the target of the kernels rcclx runs there or null, and
-/// `fp8_format`, the FP8 format of those kernels' codes or null; or `device` and `error`).
+/// `fp8_format`, the FP8 format of those kernels' codes or null; or `device` and `error`), and
+/// `tuning_file` (null when none is found; else `path` and `gpu`, `nranks`, `max_bytes` per
+/// collective it sets, or `path` and `error`, why it is ignored).
 /// Computed once, at the first call (which loads the GPU runtime); the string lives as long as
 /// the process. `python -m rcclx info` prints it.
 #[unsafe(no_mangle)]
@@ -122,8 +124,27 @@ fn info_json() -> String {
             format!("{}: {{\"value\": {value}, \"default\": {}}}", q(v.name), q(&v.default))
         })
         .collect();
+    let t = &crate::config::get().tuning;
+    let tuning = match (&t.path, &t.tuning) {
+        (None, _) => "null".into(),
+        (Some(path), Some(f)) => {
+            let limits: Vec<String> = crate::collective::COLLS
+                .iter()
+                .zip(f.max_bytes)
+                .filter_map(|(s, max)| Some(format!("{}: {}", q(s.name), max?)))
+                .collect();
+            format!(
+                "{{\"path\": {}, \"gpu\": {}, \"nranks\": {}, \"max_bytes\": {{{}}}}}",
+                q(path),
+                q(&f.gpu),
+                f.nranks,
+                limits.join(", ")
+            )
+        }
+        (Some(path), None) => format!("{{\"path\": {}, \"error\": {}}}", q(path), q(t.error.as_deref().unwrap_or(""))),
+    };
     format!(
-        "{{\"version\": {}, \"commit\": {}, \"gpu_targets\": [{}], \"fp8_formats\": {{{}}}, \"stock_library\": {stock}, \"disabled\": {}, \"settings\": {{{}}}, \"gpu_runtime\": {runtime}, \"devices\": [{}]}}",
+        "{{\"version\": {}, \"commit\": {}, \"gpu_targets\": [{}], \"fp8_formats\": {{{}}}, \"stock_library\": {stock}, \"disabled\": {}, \"settings\": {{{}}}, \"tuning_file\": {tuning}, \"gpu_runtime\": {runtime}, \"devices\": [{}]}}",
         q(env!("CARGO_PKG_VERSION")),
         q(env!("RCCLX_GIT_HASH")),
         targets.join(", "),
