@@ -91,10 +91,13 @@ impl Tally {
         println!("{line}");
     }
 
-    /// Runs one named check and prints its line; a panic in it is a failure.
+    /// Runs one named check and prints its line; a panic in it is a failure. The watchdog (if
+    /// started) reports a stall meanwhile as this check's failure.
     pub fn check(&mut self, name: &str, check: impl FnOnce() -> Result<Outcome, Fail>) {
         let started = Instant::now();
+        crate::watchdog::check(name);
         let outcome = catch_unwind(AssertUnwindSafe(check));
+        crate::watchdog::check("");
         let time = if self.timed { format!(" [{:.1} s]", started.elapsed().as_secs_f64()) } else { String::new() };
         match outcome {
             Ok(Ok(Outcome::Pass(detail))) => self.record(true, &format!("PASS {name} {detail}{time}")),
