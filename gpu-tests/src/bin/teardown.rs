@@ -8,16 +8,20 @@
 //!          [--shm-full]
 //! ```
 //! (defaults: streams, 2 ranks, 200 cycles, 1000 race cycles, every check). Checks (PASS|FAIL|SKIP
-//! lines, then `N passed, M failed`; exit 0, 1 a check failed, 2 no GPU, 3 a stall):
+//! lines, then `N passed, M failed`; exit 0, 1 a check failed, 2 no GPU, 3 a stall: a check with
+//! no progress for 90 s prints `FAIL <check> stalled: ...` and the process ends):
 //! * `capture-teardown`: one thread captures a small graph, replays it and checks its output in a
 //!   loop, while the main thread sets up, uses (checked AllReduce), destroys or aborts (in turn)
 //!   K communicators, whose other ranks are in other processes with `--layout procs`: no capture
 //!   may fail (a device-wide wait in teardown invalidates a concurrent capture), every replay and
 //!   every AllReduce exact.
-//! * `replay-after-destroy`: capture every rank's AllReduce, destroy the communicators,
-//!   set up new ones of the same sizes, replay the old graphs (exact: they still run on the old
-//!   cliques' memory, which the graphs keep), then use the new ones (exact: nothing of theirs was
-//!   touched); once the graphs are destroyed every ended clique's memory is back in the pool.
+//! * `replay-after-destroy` (both layouts): capture every rank's AllReduce (buffers of the
+//!   graphs' own), destroy the communicators, set up new ones of the same sizes (none of whose
+//!   buffers may be an old clique's), then use the new ones, replay the old graphs, use the new
+//!   ones, replay again, use again: every replay exact (its outputs wiped before, so a replay
+//!   that did not run fails; they run on the old cliques' memory, which the graphs keep) and
+//!   every call of the new communicators exact (nothing of theirs was touched); once the graphs
+//!   are destroyed every ended clique's memory is back in the pool.
 //! * `fault-<site>`: `RCCLX_FAULT_INJECT=<site>:1` in every process (a build with the cargo
 //!   feature `rcclx/fault-inject`, as `scripts/gpu-prep.sh` makes): each rank's setup runs on
 //!   its own (as in separate processes) and every rank must end with the same verdict: kernels
@@ -58,7 +62,9 @@ use rcclx_gpu_tests::{self as harness, Fail, Outcome, Tally, watchdog};
 /// Elements of every AllReduce (f32: 16 KiB, a one-shot kernel at every rank count).
 const COUNT: usize = 4096;
 const WAIT: Duration = Duration::from_secs(60);
-const STALL_LIMIT: Duration = Duration::from_secs(300);
+/// No progress for this long fails the check then running, by name (`watchdog`): every wait of
+/// a check is bounded by [`WAIT`], so only a call that never returns gets here.
+const STALL_LIMIT: Duration = Duration::from_secs(90);
 /// The setup limit of the fault checks (a rank whose peer failed to post an exchange waits
 /// this long, then ends in error).
 const FAULT_LIMIT: Duration = Duration::from_secs(5);
@@ -185,10 +191,7 @@ fn main() -> ExitCode {
         tally.check("capture-teardown", || capture_teardown(rt, &o));
     }
     if wanted("replay-after-destroy") {
-        tally.check(
-            "replay-after-destroy",
-            || if streams { replay_after_destroy(rt, &o) } else { skip("streams only") },
-        );
+        tally.check("replay-after-destroy", || replay_after_destroy(rt, &o));
     }
     for site in SITES {
         let name = format!("fault-{site}");
@@ -464,37 +467,49 @@ fn replay_peer(rt: &'static Runtime, o: &Opts, rank: usize, dir: &Path) -> Resul
 }
 
 /// This process's `ranks` of `replay-after-destroy`.
+///
+/// The graphs have buffers of their own (the new communicator's calls cannot hide a replay
+/// that wrote nothing), and their outputs are wiped before every replay: a replay is exact only
+/// if it ran. The old graphs replay between two uses of the new communicator, whose memory must
+/// be none of the old cliques' (the graphs still hold it) and whose results stay exact.
 fn replay_ranks(rt: &'static Runtime, p: Placement, ranks: &[usize], dir: &Path) -> Result<String, Fail> {
     let (n, k) = (p.nranks, ranks.len());
+    let graph_bufs = Bufs::new(rt, k)?;
     let bufs = Bufs::new(rt, k)?;
     let a = join(rt, p, ranks, &dir.join("a"), None)?;
-    all_reduce(rt, &a, &bufs, 1)?;
+    all_reduce(rt, &a, &graph_bufs, 1)?;
     // Capture every local rank's AllReduce of salt 2 (inputs uploaded now; replays read them).
-    // The device stays current for the whole scenario: instantiating a captured graph needs a
-    // current context (without it: CUDA_ERROR_INVALID_CONTEXT, seen on one H200).
+    // The device stays current for the whole scenario: `end_capture` instantiates the graph,
+    // which needs a current context (without it: CUDA_ERROR_INVALID_CONTEXT, seen on one H200:
+    // this thread has a current context only inside device guards).
     let _g = rt.device_guard(0)?;
     for (i, &r) in ranks.iter().enumerate() {
-        bufs.send[i].copy_from_host(&input(r, 2))?;
+        graph_bufs.send[i].copy_from_host(&input(r, 2))?;
     }
     let mut graphs = Vec::new();
     for i in 0..k {
         rt.begin_capture(a.streams[i])?;
-        let called = call(&a, &bufs, i, a.streams[i]);
+        let called = call(&a, &graph_bufs, i, a.streams[i]);
         let g = rt.end_capture(a.streams[i])?;
         called?;
         graphs.push(g);
     }
-    let replay = |streams: &[Stream]| -> Result<(), Fail> {
+    let wiped = vec![f32::NAN; COUNT];
+    let replay = |streams: &[Stream], what: &str| -> Result<(), Fail> {
+        for b in &graph_bufs.recv {
+            b.copy_from_host(&wiped)?;
+        }
         for (g, &s) in graphs.iter().zip(streams) {
             rt.launch_graph(*g, s)?;
         }
         for (i, &r) in ranks.iter().enumerate() {
-            harness::gpu::wait_stream(rt, streams[i], WAIT, &format!("rank {r}: replay"))?;
-            verify(&bufs, i, r, n, 2)?;
+            harness::gpu::wait_stream(rt, streams[i], WAIT, &format!("rank {r}: {what}"))?;
+            verify(&graph_bufs, i, r, n, 2).map_err(|Fail(e)| Fail(format!("{what}: {e}")))?;
         }
         Ok(())
     };
-    replay(&a.streams)?;
+    replay(&a.streams, "replay before destroy")?;
+    let old = own_memory(&a);
     let streams: Vec<Stream> = (0..k).map(|_| rt.create_stream(0)).collect::<Result<_, _>>()?;
     let before = clique::teardown_counts();
     a.end(rt); // destroy while the graphs live
@@ -504,10 +519,20 @@ fn replay_ranks(rt: &'static Runtime, p: Placement, ranks: &[usize], dir: &Path)
         return Err(Fail(format!("{held} of {k} destroyed cliques held while their graphs live")));
     }
     let b = join(rt, p, ranks, &dir.join("b"), None)?;
-    // The old graphs again, on streams of their own: they run on the old cliques' memory.
-    replay(&streams)?;
+    let new = own_memory(&b);
+    if let Some(x) = new.iter().find(|x| old.contains(x)) {
+        return Err(Fail(format!("the new communicator got buffer {x:#x} of a destroyed one whose graphs live")));
+    }
     all_reduce(rt, &b, &bufs, 3)?;
+    // The old graphs again, on streams of their own: they run on the old cliques' memory.
+    replay(&streams, "replay after destroy")?;
     all_reduce(rt, &b, &bufs, 4)?;
+    replay(&streams, "second replay after destroy")?;
+    all_reduce(rt, &b, &bufs, 5)?;
+    let still = clique::ended_not_pooled();
+    if still < k {
+        return Err(Fail(format!("{still} of {k} destroyed cliques held after the replays, their graphs alive")));
+    }
     for g in graphs {
         // SAFETY: every replay was waited for; not used again.
         unsafe { rt.destroy_graph(g) }?;
@@ -520,9 +545,21 @@ fn replay_ranks(rt: &'static Runtime, p: Placement, ranks: &[usize], dir: &Path)
     pooled("replay-after-destroy")?;
     let after = clique::teardown_counts();
     Ok(format!(
-        "{k} of {n} ranks here: {held} destroyed cliques held by their graphs; old graphs replayed exactly after destroy, the new communicator exact; {} graves quiet by the reaper since",
+        "{k} of {n} ranks here: {held} destroyed cliques held by their graphs; the new communicator on other memory, exact around 2 exact replays of the old graphs; {} graves quiet by the reaper since",
         after.quiet_by_reaper - before.quiet_by_reaper
     ))
+}
+
+/// The start of every buffer of this process's ranks of `w` (staging, flags, LL inbox, window
+/// counters), as its kernels see them.
+fn own_memory(w: &World) -> Vec<u64> {
+    w.cliques
+        .iter()
+        .flat_map(|c| {
+            let a = c.args();
+            [a.staging[c.rank], a.flags[c.rank], a.ll[c.rank], a.seq]
+        })
+        .collect()
 }
 
 // ---- a fault at each setup stage --------------------------------------------------------------
@@ -796,20 +833,37 @@ fn destroy_race(rt: &'static Runtime, o: &Opts) -> Result<Outcome, Fail> {
     // Two threads' worlds of 2 ranks at once on the GPU: grids fit together.
     let sharing = Sharing { shared_gpus: true, grid_cap: (mps / 4).max(1) };
     let p = placement(Layout::Streams, 2);
+    // Both threads' buffers are allocated before and freed after the race: `cuMemFree` waits
+    // for the whole device, so a thread freeing its buffers while the other has launched one
+    // rank of an AllReduce but not yet the other (whose launch the free holds up) deadlocks.
+    // (The likely cause of the stall after fork-exit on one H200: the thread that finished
+    // first freed its buffers while the other was in its last cycles.)
+    let all_bufs = [Bufs::new(rt, 2)?, Bufs::new(rt, 2)?];
+    // For the same reason the race starts with both threads' cliques' memory in the pool (no
+    // allocation while the other thread is between the launches of its two ranks): two worlds
+    // live at once, used and ended here.
+    let warm: Vec<World> =
+        (0..2).map(|t| join(rt, p, &[0, 1], &dir.join(format!("warm{t}")), Some(sharing))).collect::<Result<_, _>>()?;
+    for (w, bufs) in warm.iter().zip(&all_bufs) {
+        all_reduce(rt, w, bufs, 0)?;
+    }
+    warm.into_iter().for_each(|w| w.end(rt));
+    pooled("destroy-race warm-up")?;
     let before = clique::teardown_counts();
     let done = AtomicUsize::new(0);
     let started = Instant::now();
     let results: Vec<Result<(), Fail>> = std::thread::scope(|s| {
-        let threads: Vec<_> = (0..2)
-            .map(|t| {
+        let threads: Vec<_> = all_bufs
+            .iter()
+            .enumerate()
+            .map(|(t, bufs)| {
                 let (dir, done) = (&dir, &done);
                 s.spawn(move || -> Result<(), Fail> {
-                    let bufs = Bufs::new(rt, 2)?;
                     for c in 0..o.race_cycles {
                         watchdog::progress("destroy-race");
                         let d = dir.join(format!("t{t}-{c}"));
                         let w = join(rt, p, &[0, 1], &d, Some(sharing))?;
-                        all_reduce(rt, &w, &bufs, c + t)?;
+                        all_reduce(rt, &w, bufs, c + t)?;
                         w.end_as(rt, (c + t) % 3 == 0);
                         let _ = std::fs::remove_dir_all(&d);
                         done.fetch_add(1, Ordering::Relaxed);
@@ -820,6 +874,7 @@ fn destroy_race(rt: &'static Runtime, o: &Opts) -> Result<Outcome, Fail> {
             .collect();
         threads.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Fail("a thread panicked".into())))).collect()
     });
+    drop(all_bufs);
     for r in results {
         r?;
     }
