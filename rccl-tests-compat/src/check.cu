@@ -15,8 +15,11 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <map>
+#include <string>
 
 struct COpts {
   Topo topo;
@@ -31,6 +34,7 @@ struct COpts {
   long long randomSizes = 0;
   bool graph = false;
   int graphReplays = 10, bitwise = -1, show = 3, timeout = 600;
+  std::string expectRoutes = "auto";  // auto | off (see routeExpectations)
   size_t maxCount() const { return *std::max_element(counts.begin(), counts.end()); }
 };
 static COpts O;
@@ -71,7 +75,7 @@ struct Case {  // one collective call as seen by one rank
 enum { kRandomRoot = -2 };
 
 struct Stats {
-  double nbad = 0, maxulp = 0, xrank = 0, oobB = 0, oobA = 0;
+  double nbad = 0, maxulp = 0, xrank = 0, oobB = 0, oobA = 0, routeBad = 0;
 };
 
 static double epsOf(ncclDataType_t t) {
@@ -94,6 +98,154 @@ static double relTolFor(const Case& c) {
   if (O.relTol >= 0) return O.relTol;  // AllGather/AllToAll too: lossy (FP8) transports
   if (c.op == OP_NONE) return 0;
   return c.gp.nranks <= 2 ? 0 : c.gp.nranks * epsOf(c.type->type);
+}
+
+// ------------------------------------------------------------------------------------------
+// Routes: which path each of library B's calls took (rcclx's per-route counters,
+// rcclxCommGetRouteStats, when B exports them) against the path the case expects: rcclx's kernel
+// family (`<collective>.ll|flat|tree`, or low precision) or `forwarded` to the stock library.
+// The expectation is a model of its own of rcclx's documented policy with the default crossovers
+// (docs/ARCHITECTURE.md; the numbers of src/collective.rs COLLS), not rcclx's `decide`: a case
+// that should run an rcclx kernel and was forwarded (kernels off, a setup that failed, a wrong
+// decision) fails, and so does one that should have been forwarded. A run whose environment
+// changes the routing beyond the model (crossover or DDA switches, per-collective low-precision
+// switches, peer-to-peer limits) checks no routes and says so.
+// ------------------------------------------------------------------------------------------
+typedef ncclResult_t (*RouteStatsFn)(ncclComm_t, void* stats, int capacity, int* count);
+typedef const char* (*RouteNameFn)(int);
+enum { kMaxRoutes = 64 };
+struct RouteCalls { uint64_t calls[kMaxRoutes]; };  // per route index, one rank of library B
+static RouteStatsFn g_routeStats = nullptr;
+static RouteNameFn g_routeName = nullptr;
+static bool g_routesChecked = false;
+struct RouteModel {
+  bool lowpAll = false;      // RCCL_LOW_PRECISION_ENABLE
+  long long lowpMin = -1;    // RCCLX_LP_MIN_BYTES (-1: the defaults)
+};
+static RouteModel g_model;
+
+struct CollDefaults {  // one row of src/collective.rs COLLS: by rank row 2, 4, 8 ranks
+  const char* name;
+  bool whole, twoShot, lowp;
+  uint64_t max[3], oneShotMax[3], lowpMin[3];
+};
+enum : uint64_t { KiB = 1024, MiB = 1024 * 1024 };
+static const CollDefaults kCollDefaults[] = {  // by CollId
+    {"allreduce", true, true, true, {64 * MiB, 16 * MiB, 8 * MiB}, {64 * MiB, MiB, 256 * KiB}, {MiB, 16 * MiB, 16 * MiB}},
+    {"allgather", false, false, true, {64 * MiB, 16 * MiB, 16 * MiB}, {64 * MiB, 16 * MiB, 16 * MiB}, {4 * MiB, 16 * MiB, 16 * MiB}},
+    {"reducescatter", false, false, true, {64 * MiB, 8 * MiB, 8 * MiB}, {64 * MiB, 8 * MiB, 8 * MiB}, {2 * MiB, 16 * MiB, 16 * MiB}},
+    {"alltoall", false, false, true, {16 * MiB, 2 * MiB, 2 * MiB}, {16 * MiB, 2 * MiB, 2 * MiB}, {4 * MiB, 16 * MiB, 16 * MiB}},
+    {"broadcast", true, false, false, {256 * KiB, 256 * KiB, 256 * KiB}, {256 * KiB, 256 * KiB, 256 * KiB}, {~0ull, ~0ull, ~0ull}},
+};
+static const uint64_t kLlMax[3] = {256 * KiB, 64 * KiB, 32 * KiB};  // bytes per rank
+
+// The route a call of B is expected to take: `forwarded`, `<coll>.ll|flat|tree` or `<coll>.lowp`
+// (every low-precision kernel of the collective, FP8 or INT8, pair or not).
+static std::string expectedRoute(CollId coll, const TypeDesc* type, OpId op, size_t count, int root, int nranks) {
+  const CollDefaults& d = kCollDefaults[coll];
+  const int row = nranks <= 2 ? 0 : nranks <= 4 ? 1 : 2;
+  const uint64_t bytes = (uint64_t)count * (d.whole ? 1 : nranks) * type->size;
+  const bool reduces = kColls[coll].reduces;
+  if (count == 0 || nranks < 2) return "forwarded";
+  const bool lowpType = type->type == ncclFloat32 || type->type == ncclBfloat16 || type->type == ncclFloat16;
+  const uint64_t lowpMin = g_model.lowpMin >= 0 ? (uint64_t)g_model.lowpMin : d.lowpMin[row];
+  // ncclSum, or op "none" of the data-movement collectives (their calls carry ncclSum).
+  const bool sum = op == OP_SUM || op == OP_NONE;
+  if (d.lowp && g_model.lowpAll && lowpType && sum && bytes >= lowpMin) return std::string(d.name) + ".lowp";
+  if (reduces && (int)type->type > 9) return "forwarded";  // no DDA kernel for FP8 reductions
+  if (reduces && op == OP_MULSUM) return "forwarded";      // a user-made op (PreMulSum)
+  if (kColls[coll].rooted && (root < 0 || root >= nranks)) return "forwarded";
+  if ((uint64_t)count * type->size <= kLlMax[row]) return std::string(d.name) + ".ll";
+  if (bytes > d.max[row]) return "forwarded";
+  if (!d.twoShot || bytes <= d.oneShotMax[row]) return std::string(d.name) + ".flat";
+  return std::string(d.name) + ".tree";
+}
+
+// A route of B's statistics by the class the model names (low-precision kernels are one class).
+static std::string routeClass(int index) {
+  std::string n = g_routeName(index);
+  const size_t dot = n.find('.');
+  if (dot == std::string::npos) return n;
+  const std::string algo = n.substr(dot + 1);
+  if (algo.rfind("lowp", 0) == 0 || algo.rfind("int8", 0) == 0) return n.substr(0, dot) + ".lowp";
+  return n;
+}
+
+static bool envSet(const Lib& L, const char* name, std::string* value) {
+  for (const auto& kv : L.env)
+    if (kv.first == name) { if (value) *value = kv.second; return true; }
+  const char* v = getenv(name);
+  if (v && value) *value = v;
+  return v != nullptr;
+}
+
+// Whether this run checks routes (prints why not otherwise); reads B's model inputs.
+static bool routeExpectations(const Lib& B, int proc) {
+  if (O.expectRoutes == "off") return false;
+  g_routeStats = (RouteStatsFn)dlsym(B.handle, "rcclxCommGetRouteStats");
+  g_routeName = (RouteNameFn)dlsym(B.handle, "rcclxRouteName");
+  auto off = [&](const std::string& why) {
+    if (proc == 0) printf("# routes: not checked (%s)\n", why.c_str());
+    return false;
+  };
+  if (!g_routeStats || !g_routeName) return off("library " + B.name + " has no rcclx route statistics");
+  // Variables that move the crossovers or switch paths beyond the model.
+  static const char* const prefixes[] = {"RCCL_DDA_", "RCCL_ENABLE_DDA", "RCCLX_DDA_", "RCCL_LOW_PRECISION_ENABLE_",
+                                         "NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL"};
+  for (char** e = environ; *e; e++)
+    for (const char* p : prefixes)
+      if (!strncmp(*e, p, strlen(p))) return off(std::string("the environment sets ") + *e);
+  for (const auto& kv : B.env)
+    for (const char* p : prefixes)
+      if (!strncmp(kv.first.c_str(), p, strlen(p))) return off("library " + B.name + " sets " + kv.first);
+  std::string v;
+  if (envSet(B, "RCCL_LOW_PRECISION_ENABLE", &v)) {
+    for (char& ch : v) ch = (char)tolower((unsigned char)ch);
+    g_model.lowpAll = v == "1" || v == "true" || v == "yes" || v == "on";
+  }
+  if (envSet(B, "RCCLX_LP_MIN_BYTES", &v)) {
+    char* end = nullptr;
+    g_model.lowpMin = strtoll(v.c_str(), &end, 10);
+    if (v.empty() || *end || g_model.lowpMin < 0) return off("RCCLX_LP_MIN_BYTES=" + v + " is not a plain byte count");
+  }
+  if (proc == 0)
+    printf("# routes: every call of %s checked against the expected route (default crossovers%s)\n", B.name.c_str(),
+           g_model.lowpAll ? ", low precision on" : "");
+  return true;
+}
+
+static RouteCalls routeCalls(ncclComm_t comm) {
+  RouteCalls r{};
+  uint64_t raw[2 * kMaxRoutes] = {};  // rcclxRouteStats: {calls, bytes}
+  int n = 0;
+  if (g_routeStats(comm, raw, kMaxRoutes, &n) != ncclSuccess) n = 0;
+  for (int i = 0; i < std::min(n, (int)kMaxRoutes); i++) r.calls[i] = raw[2 * i];
+  return r;
+}
+
+// Before B's calls of one case: every local rank's counters.
+static void routesBefore(Thr& t, RouteCalls* before) {
+  if (!g_routesChecked) return;
+  for (int i = 0; i < t.p->topo.ngpus; i++) before[i] = routeCalls(t.comm[1][i]);
+}
+
+// After them: the routes each local rank's calls took must be `want` (route class -> calls).
+static void routesAfter(Thr& t, const RouteCalls* before, const std::map<std::string, uint64_t>& want, Stats& st) {
+  if (!g_routesChecked) return;
+  for (int i = 0; i < t.p->topo.ngpus; i++) {
+    const RouteCalls now = routeCalls(t.comm[1][i]);
+    std::map<std::string, uint64_t> got;
+    for (int k = 0; k < kMaxRoutes; k++)
+      if (now.calls[k] > before[i].calls[k]) got[routeClass(k)] += now.calls[k] - before[i].calls[k];
+    if (got == want) continue;
+    st.routeBad++;
+    auto text = [](const std::map<std::string, uint64_t>& m) {
+      std::string s;
+      for (const auto& kv : m) s += (s.empty() ? "" : " ") + kv.first + "=" + std::to_string(kv.second);
+      return s.empty() ? std::string("nothing") : s;
+    };
+    printf("#   rank %d: routes expected %s, ran %s\n", t.rank[i], text(want).c_str(), text(got).c_str());
+  }
 }
 
 // Exact-ish reference (double) of output element k and the magnitude used by --rel-tol.
@@ -172,17 +324,18 @@ static std::string rootStr(const Case& c) {
 
 // Reduce the stats over all ranks, print the case line (global thread 0), count pass/fail.
 static bool report(Thr& t, const Case& c, const char* countStr, const char* mode, Stats st) {
-  double v[5] = {st.nbad, st.maxulp, st.xrank, st.oobB, st.oobA};
-  const int modes[5] = {RED_SUM, RED_MAX, RED_SUM, RED_SUM, RED_SUM};
-  t.allreduce(v, 5, modes);
-  const bool ok = v[0] == 0 && v[2] == 0 && v[3] == 0;
+  double v[6] = {st.nbad, st.maxulp, st.xrank, st.oobB, st.oobA, st.routeBad};
+  const int modes[6] = {RED_SUM, RED_MAX, RED_SUM, RED_SUM, RED_SUM, RED_SUM};
+  t.allreduce(v, 6, modes);
+  const bool ok = v[0] == 0 && v[2] == 0 && v[3] == 0 && v[5] == 0;
   if (t.isMain()) {
     char ulp[32];
     if (c.type->isFloat) snprintf(ulp, sizeof ulp, "%.0f", v[1]); else snprintf(ulp, sizeof ulp, "-");
-    printf("%-10s %-14s %-8s %-6s %4s %8s %-9s %8s %8.0f %6.0f %6.0f\n", ok ? "OK" : "MISMATCH",
+    printf("%-10s %-14s %-8s %-6s %4s %8s %-9s %8s %8.0f %6.0f %6.0f\n", ok ? "OK" : v[5] > 0 && !v[0] && !v[2] && !v[3] ? "ROUTE" : "MISMATCH",
            kColls[c.coll].name, c.type->name, c.op == OP_NONE ? "none" : kOps[c.op].name, rootStr(c).c_str(),
            countStr, mode, ulp, v[0], v[2], v[3]);
     if (v[4] > 0) printf("#   note: library A also wrote outside its output (%.0f bytes/elements)\n", v[4]);
+    if (v[5] > 0) printf("#   %.0f rank(s) of library B did not take the expected route (lines above)\n", v[5]);
     fflush(stdout);
     (ok ? g_pass : g_fail)++;
   }
@@ -264,7 +417,10 @@ static bool runCase(Thr& t, const CollDesc* coll, const TypeDesc* type, const Op
   c.inPlaceApi = mode == 2;
   Stats st;
   st.oobA = runOne(t, 0, c, ip);
+  RouteCalls before[kMaxGpusPerThread];
+  routesBefore(t, before);
   st.oobB = runOne(t, 1, c, ip);
+  routesAfter(t, before, {{expectedRoute(c.coll, type, c.op, count, root, n), 1}}, st);
   const size_t outBytes = layoutFromCount(c.coll, count, n).recvCount * type->size;
   for (int i = 0; i < G; i++) {
     c.rank = t.rank[i];
@@ -355,8 +511,12 @@ static bool runRandomSizes(Thr& t, const CollDesc* coll, const TypeDesc* type, c
   poisonSlots(t);
   Call last[kSlots];
   Stats st;
+  RouteCalls before[kMaxGpusPerThread];
+  routesBefore(t, before);
+  std::map<std::string, uint64_t> want;  // route class -> calls of B
   for (long long i = 0; i < O.randomSizes; i++) {
     const Call k = callAt(c, i);
+    want[expectedRoute(c.coll, type, c.op, k.count, k.root, n)]++;
     const int s = (int)(i % kSlots);
     char *in[kMaxGpusPerThread] = {}, *out[kMaxGpusPerThread] = {};
     for (int g = 0; g < G; g++) {
@@ -379,6 +539,7 @@ static bool runRandomSizes(Thr& t, const CollDesc* coll, const TypeDesc* type, c
       poisonSlots(t);
     }
   }
+  routesAfter(t, before, want, st);
   c.root = coll->rooted ? kRandomRoot : -1;
   char cs[32];
   snprintf(cs, sizeof cs, "rand:%lld", O.randomSizes);
@@ -401,6 +562,10 @@ static bool runGraph(Thr& t, const CollDesc* coll, const TypeDesc* type, const O
   }
   poisonSlots(t);
   const cudaStreamCaptureMode mode = captureMode(O.capture, t.p->topo.nthreads);
+  RouteCalls before[kMaxGpusPerThread];
+  routesBefore(t, before);
+  std::map<std::string, uint64_t> want;  // route class -> calls of B (counted once, at capture)
+  for (int q = 0; q < m; q++) want[expectedRoute(c.coll, type, c.op, O.counts[q], rootOf(q), n)]++;
   cudaGraph_t gr[kMaxGpusPerThread];
   cudaGraphExec_t gx[kMaxGpusPerThread];
   for (int i = 0; i < G; i++) CUDACHECK(cudaStreamBeginCapture(t.stream[i], mode));
@@ -422,6 +587,8 @@ static bool runGraph(Thr& t, const CollDesc* coll, const TypeDesc* type, const O
     for (int i = 0; i < G; i++) CUDACHECK(cudaGraphLaunch(gx[i], t.stream[i]));
   t.syncStreams(1);
   for (int i = 0; i < G; i++) { CUDACHECK(cudaGraphExecDestroy(gx[i])); CUDACHECK(cudaGraphDestroy(gr[i])); }
+  Stats routes;  // reported with the first count's line
+  routesAfter(t, before, want, routes);
   // The send buffers now hold the inputs of epoch = replays; library A runs on them eagerly.
   const uint64_t e = (uint64_t)O.graphReplays;
   c.seed = c.gp.seed + mix64(e);  // = seedAt(gp.seed, &epoch) in the fill kernel
@@ -430,6 +597,7 @@ static bool runGraph(Thr& t, const CollDesc* coll, const TypeDesc* type, const O
   snprintf(mode_, sizeof mode_, "graph%d", O.graphReplays);
   for (int q = 0; q < m; q++) {
     Stats st;
+    if (q == 0) st.routeBad = routes.routeBad;
     Call k;
     k.count = O.counts[q];
     k.root = rootOf(q);
@@ -518,6 +686,7 @@ static int checkProc(int proc) {
     g_nslots = O.graph ? (int)O.counts.size() : kSlots;
   }
   g_bufs.assign(O.topo.nthreads, CBufs());
+  g_routesChecked = routeExpectations(P.libs[1], proc);
   if (proc == 0) {
     printf("# rcclx_check: A=%s (%s, ncclGetVersion=%d)  B=%s (%s, ncclGetVersion=%d)\n", P.libs[0].name.c_str(),
            P.libs[0].path.c_str(), P.libs[0].version, P.libs[1].name.c_str(), P.libs[1].path.c_str(), P.libs[1].version);
@@ -562,6 +731,9 @@ static void usage() {
          "  --graph-replays R    replays for --graph (10)\n"
          "  --capture-mode M     global|thread|relaxed (global; thread with -t > 1)\n"
          "  --show N             mismatching elements printed per rank and case (3)\n"
+         "  --expect-routes auto|off  auto: when B has rcclx's route statistics, every call of B must\n"
+         "                       take the route rcclx's default crossovers give it (an rcclx kernel family\n"
+         "                       or forwarded; case result ROUTE otherwise); off: routes not checked (auto)\n"
          "  -T,--timeout S       kill everything after S seconds (600; 0 = never)\n"
          "Exit status: 0 every case passed; 1 a case failed; 2 usage, setup, CUDA or NCCL error;\n"
          "124 timeout; 128+N killed by signal N.\n",
@@ -571,7 +743,7 @@ static void usage() {
 int main(int argc, char** argv) {
   setlinebuf(stdout);
   setDefaultEnv();
-  enum { LIBS = 1, COLL, COUNTS, INPLACE, SEED, ULP, REL, ABS, BITWISE, RANDOM, GRAPH, REPLAYS, CAPTURE, SHOW };
+  enum { LIBS = 1, COLL, COUNTS, INPLACE, SEED, ULP, REL, ABS, BITWISE, RANDOM, GRAPH, REPLAYS, CAPTURE, SHOW, ROUTES };
   static option longopts[] = {
       {"libs", required_argument, 0, LIBS}, {"nprocs", required_argument, 0, 'P'},
       {"nthreads", required_argument, 0, 't'}, {"ngpus", required_argument, 0, 'g'},
@@ -584,6 +756,7 @@ int main(int argc, char** argv) {
       {"random-sizes", required_argument, 0, RANDOM}, {"graph", no_argument, 0, GRAPH},
       {"graph-replays", required_argument, 0, REPLAYS}, {"capture-mode", required_argument, 0, CAPTURE},
       {"show", required_argument, 0, SHOW}, {"timeout", required_argument, 0, 'T'},
+      {"expect-routes", required_argument, 0, ROUTES},
       {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
   std::string collArg = "all";
   int c;
@@ -625,6 +798,10 @@ int main(int argc, char** argv) {
       case REPLAYS: O.graphReplays = (int)parseIntArg(v, "--graph-replays", 1, INT_MAX); break;
       case CAPTURE: O.capture = v; break;
       case SHOW: O.show = (int)parseIntArg(v, "--show", 0, INT_MAX); break;
+      case ROUTES:
+        O.expectRoutes = v;
+        if (O.expectRoutes != "auto" && O.expectRoutes != "off") usageError("invalid --expect-routes '%s': need auto or off", v);
+        break;
       case 'T': O.timeout = (int)parseIntArg(v, "-T", 0, INT_MAX); break;
       case 'h': usage(); return 0;
       default:  // getopt has printed what is wrong
