@@ -34,6 +34,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <map>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -173,6 +175,9 @@ using RouteNameFn = const char* (*)(int);
 using RevokeFn = ncclResult_t (*)(ncclComm_t, int);
 GetRouteStatsFn g_routeStats = nullptr;
 RouteNameFn g_routeName = nullptr;
+// What this process's route lines showed, per rank (summed over the case's lines): route -> calls.
+std::map<std::string, uint64_t> g_routesSeen[kRanks];
+bool g_routesPrinted[kRanks] = {};
 
 void lookupRcclx() {
   g_routeStats = reinterpret_cast<GetRouteStatsFn>(dlsym(RTLD_DEFAULT, "rcclxCommGetRouteStats"));
@@ -198,10 +203,14 @@ void printRoutes(const std::string& label, ncclComm_t comm) {
     return;
   }
   std::string text;
+  int rank = -1;
+  if (sscanf(label.c_str(), "rank%d", &rank) != 1 || rank < 0 || rank >= kRanks) rank = -1;
+  if (rank >= 0) g_routesPrinted[rank] = true;
   for (int i = 0; i < std::min(count, filled); i++) {
     const char* name = g_routeName(i);
     if (name && (s[(size_t)i].calls > 0 || strcmp(name, "forwarded") == 0))
       text += format(" %s=%" PRIu64, name, s[(size_t)i].calls);
+    if (name && rank >= 0) g_routesSeen[rank][name] += s[(size_t)i].calls;
   }
   line("# %s %s routes:%s", g_case, label.c_str(), text.empty() ? " (none)" : text.c_str());
 }
@@ -229,6 +238,9 @@ struct Case {
   long arg;         // a case parameter (bytes per call, variant)
   const char* env;  // "NAME=VALUE" set in the case's processes before any NCCL call, or null
   const char* what;
+  // With rcclx: the routes each rank's calls must have taken, summed over the case's route
+  // lines ("allreduce.ll": at least one call; "forwarded=0": none), or null (not checked).
+  const char* routes;
 };
 
 enum { kAbortStock = 0, kAbortRcclx = 1, kCreate = 0, kDestroy = 1 };
@@ -1276,24 +1288,24 @@ bool caseRevoke(Ctx& c) {
 // ------------------------------------------------------------------------------------------
 // All cases, in the order they run.
 const Case kCases[] = {
-    {"two-streams-1k", 2, caseTwoStreams, 1 << 10, nullptr, "200 AllReduces of 1 KiB alternating between two streams"},
-    {"two-streams-64k", 2, caseTwoStreams, 64 << 10, nullptr, "200 AllReduces of 64 KiB alternating between two streams"},
-    {"two-streams-4m", 2, caseTwoStreams, 4 << 20, nullptr, "200 AllReduces of 4 MiB alternating between two streams"},
-    {"slow-peer", 2, caseSlowPeer, 0, nullptr, "rank 1 joins a 16 KiB AllReduce FIDELITY_SLOW_MS late"},
-    {"reductions-2proc", 2, caseReductions, 0, nullptr, "special values, 10 types x 5 ops, bitwise results"},
-    {"reductions-1proc", 1, caseReductions, 0, nullptr, "as reductions-2proc, one process driving both GPUs"},
-    {"group-simulate", 2, caseGroupSimulate, 0, nullptr, "ncclGroupSimulateEnd launches nothing; then ncclCommSplit"},
-    {"xla-nonblocking", 1, caseXlaNonblocking, 0, nullptr, "non-blocking init in a group, 20 grouped AllReduces"},
-    {"setup-fault-alloc", 2, caseSetupFault, 0, "RCCLX_FAULT_INJECT=alloc:1", "rcclx setup fails on rank 1 (alloc)"},
-    {"setup-fault-ipc", 2, caseSetupFault, 0, "RCCLX_FAULT_INJECT=ipc:1", "rcclx setup fails on rank 1 (ipc)"},
-    {"setup-fault-peer", 1, caseSetupFault, 0, "RCCLX_FAULT_INJECT=peer:1", "rcclx setup fails on rank 1 (peer)"},
-    {"abort-stock", 2, caseAbort, kAbortStock, nullptr, "ncclCommAbort of a stuck 1 MiB Broadcast"},
-    {"abort-rcclx", 2, caseAbort, kAbortRcclx, nullptr, "ncclCommAbort of a stuck 16 KiB AllReduce"},
-    {"create-while-inflight", 2, caseInflight, kCreate, nullptr, "create a communicator while an AllReduce waits"},
-    {"destroy-while-inflight", 2, caseInflight, kDestroy, nullptr, "destroy a communicator while an AllReduce waits"},
-    {"leaks", 2, caseLeaks, 0, nullptr, "FIDELITY_LEAK_CYCLES x (init, AllReduce, destroy): memory, fds, RSS"},
-    {"after-finalize", 2, caseAfterFinalize, 0, nullptr, "AllReduce on a finalized communicator: return codes"},
-    {"revoke", 2, caseRevoke, 0, nullptr, "ncclCommRevoke of a stuck 16 KiB AllReduce"},
+    {"two-streams-1k", 2, caseTwoStreams, 1 << 10, nullptr, "200 AllReduces of 1 KiB alternating between two streams", "allreduce.ll forwarded=0"},
+    {"two-streams-64k", 2, caseTwoStreams, 64 << 10, nullptr, "200 AllReduces of 64 KiB alternating between two streams", "allreduce.ll forwarded=0"},
+    {"two-streams-4m", 2, caseTwoStreams, 4 << 20, nullptr, "200 AllReduces of 4 MiB alternating between two streams", "allreduce.flat forwarded=0"},
+    {"slow-peer", 2, caseSlowPeer, 0, nullptr, "rank 1 joins a 16 KiB AllReduce FIDELITY_SLOW_MS late", "allreduce.ll forwarded=0"},
+    {"reductions-2proc", 2, caseReductions, 0, nullptr, "special values, 10 types x 5 ops, bitwise results", "allreduce.ll allreduce.flat forwarded=0"},
+    {"reductions-1proc", 1, caseReductions, 0, nullptr, "as reductions-2proc, one process driving both GPUs", "allreduce.ll allreduce.flat forwarded=0"},
+    {"group-simulate", 2, caseGroupSimulate, 0, nullptr, "ncclGroupSimulateEnd launches nothing; then ncclCommSplit", "allreduce.ll allreduce.flat"},
+    {"xla-nonblocking", 1, caseXlaNonblocking, 0, nullptr, "non-blocking init in a group, 20 grouped AllReduces", "allreduce.ll allreduce.flat forwarded=0"},
+    {"setup-fault-alloc", 2, caseSetupFault, 0, "RCCLX_FAULT_INJECT=alloc:1", "rcclx setup fails on rank 1 (alloc)", "forwarded allreduce.ll=0 allreduce.flat=0"},
+    {"setup-fault-ipc", 2, caseSetupFault, 0, "RCCLX_FAULT_INJECT=ipc:1", "rcclx setup fails on rank 1 (ipc)", "forwarded allreduce.ll=0 allreduce.flat=0"},
+    {"setup-fault-peer", 1, caseSetupFault, 0, "RCCLX_FAULT_INJECT=peer:1", "rcclx setup fails on rank 1 (peer)", "forwarded allreduce.ll=0 allreduce.flat=0"},
+    {"abort-stock", 2, caseAbort, kAbortStock, nullptr, "ncclCommAbort of a stuck 1 MiB Broadcast", "allreduce.ll forwarded"},
+    {"abort-rcclx", 2, caseAbort, kAbortRcclx, nullptr, "ncclCommAbort of a stuck 16 KiB AllReduce", "allreduce.ll forwarded"},
+    {"create-while-inflight", 2, caseInflight, kCreate, nullptr, "create a communicator while an AllReduce waits", "allreduce.ll"},
+    {"destroy-while-inflight", 2, caseInflight, kDestroy, nullptr, "destroy a communicator while an AllReduce waits", "allreduce.ll"},
+    {"leaks", 2, caseLeaks, 0, nullptr, "FIDELITY_LEAK_CYCLES x (init, AllReduce, destroy): memory, fds, RSS", "allreduce.ll forwarded=0"},
+    {"after-finalize", 2, caseAfterFinalize, 0, nullptr, "AllReduce on a finalized communicator: return codes", nullptr},
+    {"revoke", 2, caseRevoke, 0, nullptr, "ncclCommRevoke of a stuck 16 KiB AllReduce", "allreduce.ll"},
 };
 
 // ==========================================================================================
@@ -1324,6 +1336,30 @@ void childStart() {
   if (getppid() != g_parent) _exit(1);
 }
 
+// With rcclx and a case that states its routes: "ROUTES <case> rank<r> want=<spec> got=<routes>
+// ok=<0|1>" per rank of this process (run.sh fails on ok=0). A rank that printed no route line
+// (the case stopped early, or its communicator was never made) fails too.
+void checkRoutes(const Ctx& c) {
+  if (!g_routeStats || !c.cs->routes) return;
+  for (int r = 0; r < kRanks; r++) {
+    if (c.nprocs != 1 && r != c.proc) continue;
+    bool ok = g_routesPrinted[r];
+    std::istringstream want(c.cs->routes);
+    std::string item;
+    while (want >> item) {
+      const size_t eq = item.find('=');
+      const std::string name = item.substr(0, eq);
+      const uint64_t calls = g_routesSeen[r].count(name) ? g_routesSeen[r][name] : 0;
+      ok = ok && (eq == std::string::npos ? calls > 0 : calls == strtoull(item.c_str() + eq + 1, nullptr, 10));
+    }
+    std::string got;
+    for (const auto& kv : g_routesSeen[r])
+      if (kv.second > 0) got += format("%s%s=%" PRIu64, got.empty() ? "" : ",", kv.first.c_str(), kv.second);
+    line("ROUTES %s rank%d want=\"%s\" got=%s ok=%d", c.cs->name, r, c.cs->routes,
+         g_routesPrinted[r] ? (got.empty() ? "none" : got.c_str()) : "(no route line)", ok ? 1 : 0);
+  }
+}
+
 [[noreturn]] void caseChild(const Case& cs, int proc, Shared* sh) {
   childStart();
   g_case = cs.name;
@@ -1343,6 +1379,7 @@ void childStart() {
     }
   }
   ok = ok && cs.run(c);
+  checkRoutes(c);
   fflush(stdout);
   fflush(stderr);
   _exit(ok ? 0 : 1);  // no exit handlers: CUDA/NCCL teardown at exit could hang

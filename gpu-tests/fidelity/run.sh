@@ -92,14 +92,26 @@ OWN=$(grep -E '^# .* routes:' "$OUT/fidelity-rcclx.log" | grep -cE ' [a-z]+\.[a-
 OWN_OK=1
 [ "$OWN" -gt 0 ] || OWN_OK=0
 echo "# rcclx's own routes: $OWN route lines with calls on them: ok=$OWN_OK" >>"$DIFF"
+# Per case: every rank's calls took the routes its case states (ROUTES lines of the rcclx run,
+# fidelity.cu's kCases): none may fail, and the cases that state routes must have printed them.
+NROUTES=$(grep -c '^ROUTES ' "$OUT/fidelity-rcclx.log")
+BAD_ROUTES=$(grep -c '^ROUTES .* ok=0$' "$OUT/fidelity-rcclx.log")
+ROUTES_OK=1
+{ [ "$NROUTES" -gt 0 ] && [ "$BAD_ROUTES" -eq 0 ]; } || ROUTES_OK=0
+{
+  echo "# routes per case: $NROUTES ROUTES lines, $BAD_ROUTES not as expected: ok=$ROUTES_OK"
+  grep '^ROUTES .* ok=0$' "$OUT/fidelity-rcclx.log"
+} >>"$DIFF"
 NCASES=$(wc -l <"$OUT/fidelity-stock.cases")
 rm -f "$OUT/fidelity-stock.cases" "$OUT/fidelity-rcclx.cases"
 
 if [ "$DIFF_RC" -eq 0 ] && [ "$BAD_STOCK" -eq 0 ] && [ "$BAD_RCCLX" -eq 0 ] && [ "$RC_STOCK" -eq 0 ] \
-  && [ "$RC_RCCLX" -eq 0 ] && [ "$NCASES" -gt 0 ] && [ "$RSS_OK" -eq 1 ] && [ "$OWN_OK" -eq 1 ]; then
+  && [ "$RC_RCCLX" -eq 0 ] && [ "$NCASES" -gt 0 ] && [ "$RSS_OK" -eq 1 ] && [ "$OWN_OK" -eq 1 ] \
+  && [ "$ROUTES_OK" -eq 1 ]; then
   echo "fidelity: PASS ($NCASES CASE lines identical, none failing)"
   exit 0
 fi
 echo "fidelity: FAIL ($NDIFF differing lines; failing lines: stock $BAD_STOCK, rcclx $BAD_RCCLX; rss ok $RSS_OK; own routes ok $OWN_OK;" \
+  "routes per case ok $ROUTES_OK ($BAD_ROUTES wrong);" \
   "exit status: stock $RC_STOCK, rcclx $RC_RCCLX) -- see $DIFF"
 exit 1
