@@ -238,6 +238,15 @@ pub fn adopt(comm: ncclComm_t, clique: Option<clique::Clique>) {
     super::insert(comm).finish_setup(clique);
 }
 
+/// Registers `comm` with a setup its caller started (`clique::Setup::with`) as a pending
+/// non-blocking batch, which [`progress`] advances and [`ended`] ends: how a test harness holds
+/// a setup pending past its first exchange without the stock library (as [`adopt`] does for a
+/// finished one).
+pub fn pend(comm: ncclComm_t, setup: clique::Setup) {
+    let state = super::insert(comm);
+    PENDING.lock().push(Batch { states: vec![state], setup: Some(setup) });
+}
+
 /// Blocking setup of `states`, all owned by this thread, in one batch: what the creation call
 /// returns, `ncclSuccess` or, when the setup failed after it posted an exchange or a peer never
 /// answered within `RCCLX_SETUP_TIMEOUT_MS`, `ncclRemoteError` ([`failed`]).

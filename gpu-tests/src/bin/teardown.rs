@@ -35,6 +35,14 @@
 //!   the next process's first setup removes it.
 //! * `fork-exit` (streams): a forked child that calls `exit()` leaves the parent's communicators
 //!   working.
+//! * `abort-pending-setup` (streams): `ncclCommAbort` of a communicator whose non-blocking setup
+//!   is past its first exchange (its buffers allocated and published, the peer silent), while
+//!   another clique's kernel is stuck on the same GPU (rank 0 of an AllReduce whose rank 1 has
+//!   not been launched): the abort must return within 5 s (a device free or a device-wide wait
+//!   on its path would wait for the stuck kernel for ever) and bury the setup's buffers; then the
+//!   stuck AllReduce is completed and checked, and every buffer is back in the pool. The stuck
+//!   kernel is rcclx's, not the stock library's (that needs two GPUs: the stock library refuses
+//!   two ranks on one), which is the same to a call that waits for the device.
 //! * `destroy-race` (streams): two threads set up, use and destroy or abort communicators on
 //!   streams of their own at once, R times each: every ended clique goes quiet only after its
 //!   own fence passed (`rcclx::clique::teardown_counts`), no fence query fails, all exact.
@@ -204,6 +212,12 @@ fn main() -> ExitCode {
     }
     if wanted("fork-exit") {
         tally.check("fork-exit", || if streams { fork_exit(rt, &o) } else { skip("streams only") });
+    }
+    if wanted("abort-pending-setup") {
+        tally.check(
+            "abort-pending-setup",
+            || if streams { abort_pending_setup(rt) } else { skip("streams only") },
+        );
     }
     if wanted("destroy-race") {
         tally.check("destroy-race", || if streams { destroy_race(rt, &o) } else { skip("streams only") });
@@ -823,6 +837,115 @@ fn fork_exit(rt: &'static Runtime, o: &Opts) -> Result<Outcome, Fail> {
     w.end(rt);
     pooled("fork-exit")?;
     Ok(Outcome::Pass(format!("{n} ranks: a forked child's exit() (status {status}) left the communicators working")))
+}
+
+// ---- abort of a pending setup while another clique's kernel is stuck -----------------------
+
+fn abort_pending_setup(rt: &'static Runtime) -> Result<Outcome, Fail> {
+    let dir = fresh_dir("teardown-pending")?;
+    let p = placement(Layout::Streams, 2);
+    let mps = rt.device_info(0)?.multiprocessors;
+    // Room on the GPU for the stuck world and, later, its missing rank.
+    let sharing = Sharing { shared_gpus: true, grid_cap: (mps / 4).max(1) };
+    // The pending setup: rank 0 of 2, polled until it has posted its second exchange (buffers
+    // allocated, lease joined, handles published); rank 1 posts its first exchange, then waits.
+    let pend_dir = dir.join("pending");
+    std::fs::create_dir_all(&pend_dir)?;
+    let pending_comm = Box::into_raw(Box::new(0u64)) as ncclComm_t;
+    let silent_comm = Box::into_raw(Box::new(0u64)) as ncclComm_t;
+    let setup = |rank: usize, comm: ncclComm_t| {
+        let t = FileTransport::new(&pend_dir, vec![rank], 2);
+        let member = Member { comm, rank, nranks: 2, device: 0 };
+        Setup::with(vec![member], Box::new(t), sharing).map_err(|e| Fail(format!("rank {rank}'s setup: {e}")))
+    };
+    let mut silent = setup(1, silent_comm)?;
+    let mut pending = setup(0, pending_comm)?;
+    let deadline = Instant::now() + WAIT;
+    while !pend_dir.join("2.0").exists() {
+        watchdog::progress("abort-pending-setup: setup");
+        if pending.poll().map_err(|e| Fail(format!("rank 0's setup: {e}")))?.is_some() {
+            return Err(Fail("rank 0's setup finished without its peer's second exchange".into()));
+        }
+        if Instant::now() > deadline {
+            return Err(Fail("rank 0's setup never posted its second exchange".into()));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    lifecycle::pend(pending_comm, pending);
+    // Another clique's kernel, stuck: rank 0 of an AllReduce whose rank 1 is not launched.
+    let w = join(rt, p, &[0, 1], &dir.join("stuck"), Some(sharing))?;
+    let bufs = Bufs::new(rt, 2)?;
+    {
+        let _g = rt.device_guard(0)?;
+        for r in 0..2 {
+            bufs.send[r].copy_from_host(&input(r, 21))?;
+        }
+    }
+    call(&w, &bufs, 0, w.streams[0])?;
+    std::thread::sleep(Duration::from_millis(100));
+    if rt.query_stream(w.streams[0])? {
+        return Err(Fail("rank 0's AllReduce finished without rank 1".into()));
+    }
+    let before = clique::teardown_counts();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let comm = pending_comm as usize;
+    let started = Instant::now();
+    let aborter = std::thread::spawn(move || {
+        let r = lifecycle::ended(comm as ncclComm_t, true, || ncclResult_t::Success);
+        let _ = tx.send(r);
+    });
+    let limit = Duration::from_secs(5);
+    let returned = rx.recv_timeout(limit);
+    let took = started.elapsed();
+    if returned.is_err() {
+        // Let the abort finish (the stuck kernel stops), then report.
+        w.abort_kernels();
+        let _ = rx.recv_timeout(WAIT);
+        let _ = aborter.join();
+        return Err(Fail(format!(
+            "ncclCommAbort of a pending setup did not return within {} s while another clique's kernel was stuck (it waits for the device)",
+            limit.as_secs()
+        )));
+    }
+    let _ = aborter.join();
+    let after = clique::teardown_counts();
+    // The stuck AllReduce completes once its rank 1 runs, exact.
+    call(&w, &bufs, 1, w.streams[1])?;
+    for r in 0..2 {
+        harness::gpu::wait_stream(rt, w.streams[r], WAIT, &format!("rank {r}: the stuck AllReduce"))?;
+        verify(&bufs, r, r, 2, 21)?;
+    }
+    w.end(rt);
+    // The silent rank goes on alone (it joins the lease and posts its last exchanges) and times
+    // out (its peer left): its memory is buried too, and its lease word closed, so that rank 0's
+    // buffers, which it may have seen, go back to the pool only now.
+    silent.set_limit(Some(silent.elapsed() + FAULT_LIMIT));
+    let deadline = Instant::now() + WAIT;
+    let silent_end = loop {
+        watchdog::progress("abort-pending-setup: the silent rank");
+        match silent.poll() {
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(1)),
+            Ok(None) => return Err(Fail("the silent rank's setup neither finished nor failed".into())),
+            Ok(Some(_)) => break "finished".to_string(),
+            Err(e) => break format!("failed ({})", e.code.0),
+        }
+    };
+    drop(silent);
+    // SAFETY: made by Box::into_raw above; rcclx's side table no longer holds them.
+    unsafe {
+        drop(Box::from_raw(pending_comm as *mut u64));
+        drop(Box::from_raw(silent_comm as *mut u64));
+    }
+    pooled("abort-pending-setup")?;
+    let _ = std::fs::remove_dir_all(&dir);
+    if after.buried <= before.buried {
+        return Err(Fail("the aborted setup's published buffers were not buried".into()));
+    }
+    Ok(Outcome::Pass(format!(
+        "abort of a setup past its first exchange returned in {:.1} ms with another clique's kernel stuck; its buffers buried ({} graves); the stuck AllReduce then exact; the silent rank {silent_end}",
+        took.as_secs_f64() * 1e3,
+        after.buried - before.buried
+    )))
 }
 
 // ---- concurrent destroys ---------------------------------------------------------------------
