@@ -33,8 +33,10 @@
 //!   `--only fault-`.
 //! * `shm-residue`: a process killed with SIGKILL in the middle of a setup leaves its lease file;
 //!   the next process's first setup removes it.
-//! * `fork-exit` (streams): a forked child that calls `exit()` leaves the parent's communicators
-//!   working.
+//! * `fork-exit`: a forked child that calls `exit()` leaves the parent's communicators working
+//!   (streams) and never closes the parent's lease words (procs: rank 0's destroyed clique is
+//!   held by a graph while its child exits; the other ranks, in other processes, destroy theirs
+//!   and must keep their buffers until rank 0 destroys the graph, then get them back).
 //! * `abort-pending-setup` (streams): `ncclCommAbort` of a communicator whose non-blocking setup
 //!   is past its first exchange (its buffers allocated and published, the peer silent), while
 //!   another clique's kernel is stuck on the same GPU (rank 0 of an AllReduce whose rank 1 has
@@ -48,7 +50,7 @@
 //!   own fence passed (`rcclx::clique::teardown_counts`), no fence query fails, all exact.
 //!
 //! Child roles (started by the checks above): `--peer RANK --dir D --cycles K`, `--replay-peer
-//! RANK --dir D`, `--fault-child
+//! RANK --dir D`, `--fork-peer RANK --dir D`, `--fault-child
 //! SITE --ranks R,R.. --dir D`, `--shm-victim D`, `--shm-sweep D`.
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
@@ -82,6 +84,7 @@ enum Role {
     Main,
     Peer { rank: usize, dir: PathBuf, cycles: usize },
     ReplayPeer { rank: usize, dir: PathBuf },
+    ForkPeer { rank: usize, dir: PathBuf },
     Fault { site: String, ranks: Vec<usize>, dir: PathBuf },
     ShmVictim(PathBuf),
     ShmSweep(PathBuf),
@@ -110,7 +113,7 @@ fn parse(args: Vec<String>) -> Result<Opts, String> {
         role: Role::Main,
     };
     let (mut peer, mut fault, mut victim, mut sweep, mut dir, mut ranks) = (None, None, None, None, None, None);
-    let mut replay_peer = None;
+    let (mut replay_peer, mut fork_peer) = (None, None);
     let mut it = args.into_iter();
     while let Some(a) = it.next() {
         let mut value = |what: &str| it.next().ok_or(format!("{what} needs a value"));
@@ -124,6 +127,7 @@ fn parse(args: Vec<String>) -> Result<Opts, String> {
             "--shm-full" => o.shm_full = true,
             "--peer" => peer = Some(num(value("--peer")?, "--peer")?),
             "--replay-peer" => replay_peer = Some(num(value("--replay-peer")?, "--replay-peer")?),
+            "--fork-peer" => fork_peer = Some(num(value("--fork-peer")?, "--fork-peer")?),
             "--fault-child" => fault = Some(value("--fault-child")?),
             "--shm-victim" => victim = Some(PathBuf::from(value("--shm-victim")?)),
             "--shm-sweep" => sweep = Some(PathBuf::from(value("--shm-sweep")?)),
@@ -145,6 +149,10 @@ fn parse(args: Vec<String>) -> Result<Opts, String> {
     let dir = || dir.clone().ok_or("this role needs --dir");
     if let Some(rank) = replay_peer {
         o.role = Role::ReplayPeer { rank, dir: dir()? };
+        return Ok(o);
+    }
+    if let Some(rank) = fork_peer {
+        o.role = Role::ForkPeer { rank, dir: dir()? };
         return Ok(o);
     }
     o.role = match (peer, fault, victim, sweep) {
@@ -178,6 +186,7 @@ fn main() -> ExitCode {
         Role::Main => None,
         Role::Peer { rank, dir, cycles } => Some(peer(rt, &o, *rank, dir, *cycles)),
         Role::ReplayPeer { rank, dir } => Some(replay_peer(rt, &o, *rank, dir)),
+        Role::ForkPeer { rank, dir } => Some(fork_peer(rt, &o, *rank, dir)),
         Role::Fault { site, ranks, dir } => Some(fault_child(rt, &o, site, ranks, dir)),
         Role::ShmVictim(dir) => Some(shm_victim(rt, dir)),
         Role::ShmSweep(dir) => Some(shm_sweep(rt, dir)),
@@ -211,13 +220,10 @@ fn main() -> ExitCode {
         tally.check("shm-residue", shm_residue);
     }
     if wanted("fork-exit") {
-        tally.check("fork-exit", || if streams { fork_exit(rt, &o) } else { skip("streams only") });
+        tally.check("fork-exit", || if streams { fork_exit(rt, &o) } else { fork_exit_procs(rt, &o) });
     }
     if wanted("abort-pending-setup") {
-        tally.check(
-            "abort-pending-setup",
-            || if streams { abort_pending_setup(rt) } else { skip("streams only") },
-        );
+        tally.check("abort-pending-setup", || if streams { abort_pending_setup(rt) } else { skip("streams only") });
     }
     if wanted("destroy-race") {
         tally.check("destroy-race", || if streams { destroy_race(rt, &o) } else { skip("streams only") });
@@ -804,33 +810,7 @@ fn fork_exit(rt: &'static Runtime, o: &Opts) -> Result<Outcome, Fail> {
     let w = join(rt, p, &(0..n).collect::<Vec<_>>(), &dir.join("w"), None)?;
     all_reduce(rt, &w, &bufs, 8)?;
     old.end(rt);
-    use std::io::Write;
-    let _ = std::io::stdout().flush();
-    // SAFETY: the child only calls exit(), which runs this program's and the libraries' exit
-    // handlers (what the check is about), then ends.
-    let child = unsafe { libc::fork() };
-    if child < 0 {
-        return Err(Fail(format!("fork: {}", std::io::Error::last_os_error())));
-    }
-    if child == 0 {
-        // SAFETY: ends the child with its exit handlers, as a forked worker that returns does.
-        unsafe { libc::exit(0) };
-    }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut status = 0;
-    loop {
-        // SAFETY: polls our own child.
-        let r = unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) };
-        if r == child {
-            break;
-        }
-        if Instant::now() > deadline {
-            // SAFETY: our own child.
-            unsafe { libc::kill(child, libc::SIGKILL) };
-            return Err(Fail("the forked child did not exit within 30 s".into()));
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let status = fork_a_child_that_exits()?;
     for salt in 9..12 {
         all_reduce(rt, &w, &bufs, salt)?;
     }
@@ -946,6 +926,114 @@ fn abort_pending_setup(rt: &'static Runtime) -> Result<Outcome, Fail> {
         took.as_secs_f64() * 1e3,
         after.buried - before.buried
     )))
+}
+
+/// Forks a child that calls `exit(0)` (its exit handlers run, as a forked worker's that returns)
+/// and waits for it (30 s at most); its exit status.
+fn fork_a_child_that_exits() -> Result<i32, Fail> {
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    // SAFETY: the child only calls exit(), which runs this program's and the libraries' exit
+    // handlers (what the check is about), then ends.
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        return Err(Fail(format!("fork: {}", std::io::Error::last_os_error())));
+    }
+    if child == 0 {
+        // SAFETY: ends the child with its exit handlers, as a forked worker that returns does.
+        unsafe { libc::exit(0) };
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut status = 0;
+    loop {
+        // SAFETY: polls our own child.
+        let r = unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) };
+        if r == child {
+            return Ok(status);
+        }
+        if Instant::now() > deadline {
+            // SAFETY: our own child.
+            unsafe { libc::kill(child, libc::SIGKILL) };
+            return Err(Fail("the forked child did not exit within 30 s".into()));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// `fork-exit` as procs: rank 0 here, the other ranks in child processes (`--fork-peer`).
+fn fork_exit_procs(rt: &'static Runtime, o: &Opts) -> Result<Outcome, Fail> {
+    let dir = fresh_dir("teardown-fork-procs")?;
+    let mut peers = spawn_peers_as(o, "--fork-peer", &["--dir".into(), dir.display().to_string()])?;
+    let mine = fork_rank0(rt, o, &dir, &mut peers);
+    if mine.is_err() {
+        peers.kill_all();
+    }
+    let report = mine?;
+    peers.finish(WAIT)?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(Outcome::Pass(report))
+}
+
+/// Rank 0 of `fork-exit` as procs. Its destroyed clique stays loud (a graph holds it, so its
+/// lease word stays open) while a forked child exits; the peers then destroy theirs and must
+/// still hold their buffers (rank 0 may read them); once rank 0 destroys the graph they get
+/// them back.
+fn fork_rank0(rt: &'static Runtime, o: &Opts, dir: &Path, peers: &mut Children) -> Result<String, Fail> {
+    let p = placement(Layout::Procs, o.nranks);
+    let bufs = Bufs::new(rt, 1)?;
+    let w = join(rt, p, &[0], &dir.join("w"), None)?;
+    all_reduce(rt, &w, &bufs, 7)?;
+    let _g = rt.device_guard(0)?;
+    rt.begin_capture(w.streams[0])?;
+    let called = call(&w, &bufs, 0, w.streams[0]);
+    let graph = rt.end_capture(w.streams[0])?;
+    called?;
+    w.end(rt); // held by the graph: its lease word stays open
+    let status = fork_a_child_that_exits()?;
+    for i in 0..o.nranks - 1 {
+        peers.send(i, "FORKED")?;
+    }
+    let mut held = Vec::new();
+    for _ in 1..o.nranks {
+        held.push(peers.lines().expect("HELD", "a peer", WAIT)?);
+    }
+    // SAFETY: never launched; not used again.
+    unsafe { rt.destroy_graph(graph) }?;
+    for i in 0..o.nranks - 1 {
+        peers.send(i, "GO")?;
+    }
+    for _ in 1..o.nranks {
+        peers.lines().expect("POOLED", "a peer", WAIT)?;
+    }
+    pooled("fork-exit")?;
+    if !held.iter().all(|h| h.parse::<usize>().is_ok_and(|n| n > 0)) {
+        return Err(Fail(format!(
+            "after rank 0's forked child exited (status {status}), peers got back buffers rank 0 may still read (held: {held:?})"
+        )));
+    }
+    Ok(format!(
+        "{} processes: rank 0's forked child exit() (status {status}) left its lease open: the peers held their buffers ({held:?} graves) until rank 0's graph went, then got them back",
+        o.nranks
+    ))
+}
+
+/// `--fork-peer RANK`: rank RANK of `fork-exit` as procs.
+fn fork_peer(rt: &'static Runtime, o: &Opts, rank: usize, dir: &Path) -> Result<(), Fail> {
+    let lines = rcclx_gpu_tests::children::Lines::stdin();
+    let p = placement(Layout::Procs, o.nranks);
+    let bufs = Bufs::new(rt, 1)?;
+    let w = join(rt, p, &[rank], &dir.join("w"), None)?;
+    all_reduce(rt, &w, &bufs, 7)?;
+    lines.expect("FORKED", "rank 0", WAIT)?;
+    w.end(rt);
+    // The reaper closes this rank's mappings at once (its last kernel has ended); its buffers
+    // then wait for rank 0, which is alive and open.
+    std::thread::sleep(Duration::from_millis(300));
+    say(&format!("HELD {}", clique::ended_not_pooled()));
+    lines.expect("GO", "rank 0", WAIT)?;
+    pooled("fork peer")?;
+    say("POOLED");
+    Ok(())
 }
 
 // ---- concurrent destroys ---------------------------------------------------------------------
