@@ -384,13 +384,23 @@ fi
 if step lifecycle; then
   for n in ${LIFECYCLE_N:-2 4 8}; do run lifecycle-n$n 300 "$ART/lifecycle" --nranks "$n"; done
   # Issue 37 (gpu-tests/src/bin/teardown.rs): captures during teardown with peers in other
-  # processes, replay after destroy, a fault at each setup stage, /dev/shm residue, fork, and
-  # concurrent destroys (the last two as streams only).
+  # processes, replay after destroy, a fault at each setup stage, /dev/shm residue, fork, an
+  # abort of a pending setup while another clique's kernel is stuck, and concurrent destroys
+  # (the last two as streams only). A check that hangs fails by name within 90 s.
   for layout in streams procs; do
     for n in ${LIFECYCLE_N:-2 4 8}; do
       run teardown-$layout-n$n 900 "$ART/teardown" --layout "$layout" --nranks "$n"
     done
   done
+  # A full /dev/shm (a 64 KiB tmpfs filled up, in a mount namespace of its own; needs root):
+  # every setup ends with the kernels off (a WARN, no SIGBUS), the exchange faults in error.
+  if unshare --mount true 2>/dev/null; then
+    run teardown-shm-full 120 unshare --mount sh -c \
+      'mount -t tmpfs -o size=64k tmpfs /dev/shm 2>/dev/null || { echo "SKIP teardown --shm-full: no tmpfs mount here"; exit 0; }
+       cat /dev/zero >/dev/shm/fill 2>/dev/null; exec "$@"' sh "$ART/teardown" --only fault- --shm-full
+  else
+    printf '%-28s skipped: no mount namespace here (needs root)\n' teardown-shm-full | tee -a "$SUMMARY"
+  fi
 fi
 
 # Plots of the benchmark's JSON files (needs matplotlib).
