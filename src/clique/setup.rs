@@ -608,15 +608,19 @@ fn allocate(device: i32, staging_bytes: usize, max_blocks: u64, ll_max: u64) -> 
     if let Some(slab) = teardown::reuse(device, sizes) {
         return Ok(slab);
     }
+    // A failure part-way keeps (leaks) what was allocated: a free waits for the whole device,
+    // and a setup may run under the lock every destroy and abort takes (`comm::lifecycle`).
+    use std::mem::ManuallyDrop as Kept;
     // Uncached on AMD like the flags: peers read and write it (docs/memory-model.md).
-    let staging = rt.alloc(device, sizes[0], MemKind::Uncached)?;
-    let flags = rt.alloc(device, sizes[1], MemKind::Uncached)?;
-    let ll = rt.alloc(device, sizes[2], MemKind::Uncached)?;
-    let seq = rt.alloc(device, sizes[3], MemKind::Normal)?;
+    let staging = Kept::new(rt.alloc(device, sizes[0], MemKind::Uncached)?);
+    let flags = Kept::new(rt.alloc(device, sizes[1], MemKind::Uncached)?);
+    let ll = Kept::new(rt.alloc(device, sizes[2], MemKind::Uncached)?);
+    let seq = Kept::new(rt.alloc(device, sizes[3], MemKind::Normal)?);
     flags.zero()?;
     ll.zero()?;
     seq.zero()?;
     let status = rt.alloc_host_mapped(device, 64)?;
+    let [staging, flags, ll, seq] = [staging, flags, ll, seq].map(Kept::into_inner);
     Ok(Slab { staging, flags, ll, seq, status })
 }
 
