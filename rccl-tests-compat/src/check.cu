@@ -118,6 +118,7 @@ struct RouteCalls { uint64_t calls[kMaxRoutes]; };  // per route index, one rank
 static RouteStatsFn g_routeStats = nullptr;
 static RouteNameFn g_routeName = nullptr;
 static bool g_routesChecked = false;
+// ---- the route model (tests/route_model.rs compiles this part alone against rcclx's decide)
 struct RouteModel {
   bool lowpAll = false;      // RCCL_LOW_PRECISION_ENABLE
   long long lowpMin = -1;    // RCCLX_LP_MIN_BYTES (-1: the defaults)
@@ -161,6 +162,8 @@ static std::string expectedRoute(CollId coll, const TypeDesc* type, OpId op, siz
   return std::string(d.name) + ".tree";
 }
 
+// ---- end of the route model
+
 // A route of B's statistics by the class the model names (low-precision kernels are one class).
 static std::string routeClass(int index) {
   std::string n = g_routeName(index);
@@ -199,6 +202,17 @@ static bool routeExpectations(const Lib& B, int proc) {
     for (const char* p : prefixes)
       if (!strncmp(kv.first.c_str(), p, strlen(p))) return off("library " + B.name + " sets " + kv.first);
   std::string v;
+  // rcclx's tuning file (`python -m rcclx tune`), where it reads one, moves the crossovers too.
+  if (envSet(B, "RCCLX_TUNING_FILE", &v)) {
+    if (!v.empty()) return off("RCCLX_TUNING_FILE=" + v);
+  } else {
+    const char* xdg = getenv("XDG_CONFIG_HOME");
+    const char* home = getenv("HOME");
+    const std::string file = xdg && *xdg ? std::string(xdg) + "/rcclx/tuning.toml"
+                             : home      ? std::string(home) + "/.config/rcclx/tuning.toml"
+                                         : std::string();
+    if (!file.empty() && access(file.c_str(), F_OK) == 0) return off("a tuning file: " + file);
+  }
   if (envSet(B, "RCCL_LOW_PRECISION_ENABLE", &v)) {
     for (char& ch : v) ch = (char)tolower((unsigned char)ch);
     g_model.lowpAll = v == "1" || v == "true" || v == "yes" || v == "on";

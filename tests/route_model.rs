@@ -1,0 +1,123 @@
+//! `rcclx_check`'s route model (`rccl-tests-compat/src/check.cu`, the part between its "route
+//! model" markers) against rcclx's own decision (`intercept::decide`): the same route for every
+//! collective, type, op, count and rank count of a grid, at the default crossovers with low
+//! precision off, and on from 0 bytes. The checker's model is written apart from `decide` (so a
+//! wrong decision fails on the GPU); this keeps the two from drifting apart when a crossover
+//! changes. Needs a C++ compiler (`$CXX`, else `c++`).
+
+mod common;
+
+use rcclx::collective::{COLLS, COUNT};
+use rcclx::config::Config;
+use rcclx::intercept::{Algo, CallDesc, Coll, CommFacts, Policies, Route, decide};
+use rcclx::types::{ncclDataType_t, ncclRedOp_t};
+
+const COUNTS: [usize; 8] = [1, 7, 255, 1023, 4099, 65541, 1048581, 12582913];
+const NRANKS: [usize; 5] = [1, 2, 3, 4, 8];
+/// NCCL's types 0..=11 (int8 .. fp8e5m2) and ops: sum, prod, max, min, avg, a PreMulSum (5).
+const TYPES: i32 = 12;
+const OPS: i32 = 6;
+
+fn rcclx_route(coll: Coll, t: i32, op: i32, count: usize, n: usize, lowp: bool) -> String {
+    let mut cfg = Config::default();
+    if lowp {
+        cfg.lowp_enable = true;
+        cfg.lowp_min_bytes = Some(0);
+    }
+    let facts = CommFacts { nranks: n, policies: Policies::for_comm(&cfg, n) };
+    let mut call = CallDesc::new(coll, count, ncclDataType_t(t));
+    call.op = ncclRedOp_t(op);
+    match decide(&call, &facts) {
+        Route::Upstream(_) => "forwarded".into(),
+        Route::Own(a) => {
+            let algo = match a {
+                Algo::Ll => "ll",
+                Algo::Flat => "flat",
+                Algo::TwoShot => "tree",
+                Algo::Fp8 | Algo::Int8 => "lowp",
+            };
+            format!("{}.{algo}", coll.name())
+        }
+    }
+}
+
+#[test]
+fn rcclx_check_route_model_matches_decide() {
+    let src = std::fs::read_to_string(common::repo().join("rccl-tests-compat/src/check.cu")).expect("check.cu");
+    let begin = src.find("// ---- the route model").expect("the route model's first marker");
+    let end = src.find("// ---- end of the route model").expect("the route model's last marker");
+    // The checker's tables of collectives and types, from rcclx's (so only the model is tested).
+    let colls: Vec<String> = COLLS.iter().map(|s| format!("{{{}, {}}}", s.reduces, s.root_only.is_some())).collect();
+    let sizes: Vec<String> = (0..TYPES).map(|t| ncclDataType_t(t).size().unwrap_or(0).to_string()).collect();
+    let program = format!(
+        r#"#include <stdint.h>
+#include <stdio.h>
+#include <string>
+enum ncclDataType_t {{ ncclInt8, ncclUint8, ncclInt32, ncclUint32, ncclInt64, ncclUint64, ncclFloat16,
+                       ncclFloat32, ncclFloat64, ncclBfloat16, ncclFloat8e4m3, ncclFloat8e5m2 }};
+struct TypeDesc {{ const char* name; ncclDataType_t type; int size; bool isFloat; int minVersion; }};
+enum OpId {{ OP_SUM, OP_PROD, OP_MAX, OP_MIN, OP_AVG, OP_MULSUM, OP_NONE }};
+enum CollId {{ COLL_AR, COLL_AG, COLL_RS, COLL_A2A, COLL_BCAST }};
+struct CollDesc {{ bool reduces, rooted; }};
+static const CollDesc kColls[] = {{ {colls} }};
+{model}
+int main() {{
+  const int sizes[] = {{ {sizes} }};
+  const size_t counts[] = {{ {counts} }};
+  const int nranks[] = {{ {nranks} }};
+  for (int lowp = 0; lowp < 2; lowp++) {{
+    g_model.lowpAll = lowp;
+    g_model.lowpMin = lowp ? 0 : -1;
+    for (int n : nranks)
+      for (int c = 0; c < {ncolls}; c++)
+        for (int t = 0; t < {types}; t++)
+          for (int op = 0; op < {ops}; op++) {{
+            if (!kColls[c].reduces && op > 0) continue;
+            const TypeDesc td{{"", (ncclDataType_t)t, sizes[t], false, 0}};
+            for (size_t count : counts) {{
+              const OpId o = kColls[c].reduces ? (OpId)op : OP_NONE;
+              const std::string r = expectedRoute((CollId)c, &td, o, count, kColls[c].rooted ? 0 : -1, n);
+              printf("%d %d %d %d %d %zu %s\n", lowp, n, c, t, op, count, r.c_str());
+            }}
+          }}
+  }}
+}}
+"#,
+        colls = colls.join(", "),
+        model = &src[begin..end],
+        sizes = sizes.join(", "),
+        counts = COUNTS.map(|c| c.to_string()).join(", "),
+        nranks = NRANKS.map(|n| n.to_string()).join(", "),
+        ncolls = COUNT,
+        types = TYPES,
+        ops = OPS,
+    );
+    let dir = std::env::temp_dir().join(format!("rcclx-route-model-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary folder");
+    let (cpp, exe) = (dir.join("model.cpp"), dir.join("model"));
+    std::fs::write(&cpp, program).expect("writing the model's program");
+    common::must(common::cxx().args(["-std=c++17", "-O1", "-Wall", "-Werror", "-o"]).arg(&exe).arg(&cpp), "c++");
+    let out = common::stdout_of(&mut std::process::Command::new(&exe), "the model's program");
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut checked = 0;
+    let mut wrong = Vec::new();
+    for line in out.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let num = |i: usize| f[i].parse::<usize>().expect("a number");
+        let (lowp, n, c, t, op, count) = (num(0) == 1, num(1), num(2), num(3) as i32, num(4) as i32, num(5));
+        let want = rcclx_route(Coll::ALL[c], t, op, count, n, lowp);
+        if f[6] != want {
+            wrong.push(format!("{line}: rcclx routes it {want}"));
+        }
+        checked += 1;
+    }
+    let per_count: usize = COLLS.iter().map(|s| if s.reduces { TYPES * OPS } else { TYPES } as usize).sum();
+    let expected_lines = 2 * NRANKS.len() * COUNTS.len() * per_count;
+    assert_eq!(checked, expected_lines, "the model's program printed {checked} lines");
+    assert!(
+        wrong.is_empty(),
+        "{} of {checked} routes differ, e.g.:\n{}",
+        wrong.len(),
+        wrong[..wrong.len().min(10)].join("\n")
+    );
+}
