@@ -11,8 +11,9 @@
 //! communicator.
 //!
 //! The file is reserved with `posix_fallocate` (a full `/dev/shm` is an error at join, not a
-//! SIGBUS at the first store), unlinked as soon as every rank has joined (the third exchange
-//! of the setup), else by whichever rank sees everyone closed. Files of this user whose rank 0
+//! SIGBUS at the first store), unlinked as soon as every rank has joined (once the second
+//! exchange of the setup has arrived: each rank joins before posting it), else by whichever
+//! rank sees everyone closed. Files of this user whose rank 0
 //! died in this pid namespace (a crash, a SIGKILL, a job that never destroyed its communicators)
 //! are removed at the first join of a process. A forked child never writes the parent's words.
 
