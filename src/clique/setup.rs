@@ -647,11 +647,13 @@ fn map_clique(l: &mut Local, recs: &[Record]) -> Option<Mapped> {
         return None;
     }
     l.res.as_ref()?;
-    match map_peers(l, recs) {
-        Ok((peers, staging, flags, ll)) => {
-            l.peers = peers;
-            Some(Mapped { staging, flags, ll })
-        }
+    // The mappings opened stay with `l` even if a later one fails: a rank without a clique
+    // buries them with its buffers (closed by the reaper, outside any lock of setup's).
+    let mut peers = std::mem::take(&mut l.peers);
+    let mapped = map_peers(l, recs, &mut peers);
+    l.peers = peers;
+    match mapped {
+        Ok((staging, flags, ll)) => Some(Mapped { staging, flags, ll }),
         Err(e) => {
             tracing::info!("comm {:p} rank {}: rcclx kernels off: {e}", m.comm, m.rank);
             None
@@ -659,14 +661,14 @@ fn map_clique(l: &mut Local, recs: &[Record]) -> Option<Mapped> {
     }
 }
 
-type PeerPtrs = (Vec<IpcMapping>, [u64; MAX_RANKS], [u64; MAX_RANKS], [u64; MAX_RANKS]);
+type PeerPtrs = ([u64; MAX_RANKS], [u64; MAX_RANKS], [u64; MAX_RANKS]);
 
-/// Maps every peer's staging buffer, flags and LL inbox into this process.
-fn map_peers(l: &Local, recs: &[Record]) -> Result<PeerPtrs, Error> {
+/// Maps every peer's staging buffer, flags and LL inbox into this process; each mapping goes to
+/// `maps` as soon as it is open.
+fn map_peers(l: &Local, recs: &[Record], maps: &mut Vec<IpcMapping>) -> Result<PeerPtrs, Error> {
     let rt = gpu::runtime()?;
     let (rank, device) = (l.member.rank, l.member.device);
     let me = &recs[rank];
-    let mut maps = Vec::new();
     let (mut staging, mut flags, mut ll) = ([0u64; MAX_RANKS], [0u64; MAX_RANKS], [0u64; MAX_RANKS]);
     for (p, r) in recs.iter().enumerate() {
         if p == rank || record::same_process(r, me) {
@@ -691,16 +693,14 @@ fn map_peers(l: &Local, recs: &[Record]) -> Result<PeerPtrs, Error> {
                     }
                 })
             };
-            let s = open(r.staging_ipc)?;
-            let f = open(r.flags_ipc)?;
-            let i = open(r.ll_ipc)?;
-            staging[p] = s.ptr().0;
-            flags[p] = f.ptr().0;
-            ll[p] = i.ptr().0;
-            maps.extend([s, f, i]);
+            for (ipc, ptrs) in [(r.staging_ipc, &mut staging), (r.flags_ipc, &mut flags), (r.ll_ipc, &mut ll)] {
+                let mapping = open(ipc)?;
+                ptrs[p] = mapping.ptr().0;
+                maps.push(mapping);
+            }
         }
     }
-    Ok((maps, staging, flags, ll))
+    Ok((staging, flags, ll))
 }
 
 /// The clique of a rank whose every peer mapped everything.
