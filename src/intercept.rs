@@ -629,9 +629,9 @@ mod tests {
     #[test]
     fn every_family_has_one_key() {
         let found: Vec<usize> = FamilyKey::all().filter_map(family).collect();
-        for f in 0..crate::kernel_table::FAMILIES.len() {
+        for (f, fam) in crate::kernel_table::FAMILIES.iter().enumerate() {
             let n = found.iter().filter(|&&g| g == f).count();
-            assert_eq!(n, 1, "{:?} is found by {n} keys", crate::kernel_table::FAMILIES[f]);
+            assert_eq!(n, 1, "{fam:?} is found by {n} keys");
         }
         for key in FamilyKey::all().filter(|k| !matches!(k, FamilyKey::Coll(..))) {
             let f = family(key).unwrap_or_else(|| panic!("{key:?} has no family"));

@@ -335,8 +335,8 @@ mod tests {
         }
         // Dense for now: `rcclxRouteName` and `include/rcclx.h` list the routes by position.
         assert_eq!(route_count(), FAMILIES.len() + 1);
-        for f in 0..FAMILIES.len() {
-            assert_eq!(family_of_route(FAMILIES[f].route as usize), Some(f));
+        for (f, fam) in FAMILIES.iter().enumerate() {
+            assert_eq!(family_of_route(fam.route as usize), Some(f));
         }
     }
 
