@@ -8,6 +8,8 @@
 //! Layer: base (plain data).
 #![forbid(unsafe_code)]
 
+use std::ffi::CStr;
+
 /// A collective rcclx intercepts (index into [`COLLS`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Coll {
@@ -65,6 +67,8 @@ pub struct Spec {
     pub name: &'static str,
     /// Its name for people (`AllReduce`).
     pub title: &'static str,
+    /// The stock library's function (`ncclAllReduce`): the NVTX range of a call rcclx runs.
+    pub api: &'static CStr,
     pub shape: Shape,
     /// Takes a reduction op (only the types and ops the reducing kernels have).
     pub reduces: bool,
@@ -114,6 +118,7 @@ pub const COLLS: [Spec; COUNT] = [
         coll: Coll::AllReduce,
         name: "allreduce",
         title: "AllReduce",
+        api: c"ncclAllReduce",
         shape: Shape::Whole,
         reduces: true,
         root_only: None,
@@ -130,6 +135,7 @@ pub const COLLS: [Spec; COUNT] = [
         coll: Coll::AllGather,
         name: "allgather",
         title: "AllGather",
+        api: c"ncclAllGather",
         shape: Shape::PerRank,
         reduces: false,
         root_only: None,
@@ -146,6 +152,7 @@ pub const COLLS: [Spec; COUNT] = [
         coll: Coll::ReduceScatter,
         name: "reducescatter",
         title: "ReduceScatter",
+        api: c"ncclReduceScatter",
         shape: Shape::PerRank,
         reduces: true,
         root_only: None,
@@ -162,6 +169,7 @@ pub const COLLS: [Spec; COUNT] = [
         coll: Coll::AllToAll,
         name: "alltoall",
         title: "AllToAll",
+        api: c"ncclAlltoAll",
         shape: Shape::PerRank,
         reduces: false,
         root_only: None,
@@ -178,6 +186,7 @@ pub const COLLS: [Spec; COUNT] = [
         coll: Coll::Broadcast,
         name: "broadcast",
         title: "Broadcast",
+        api: c"ncclBroadcast",
         shape: Shape::Whole,
         reduces: false,
         root_only: Some(RootOnly::Send),

@@ -73,7 +73,7 @@ pub struct CallDesc {
     pub dtype: ncclDataType_t,
     /// `Sum` for collectives without an op.
     pub op: ncclRedOp_t,
-    /// The root rank of rooted collectives (Broadcast); 0 for the others.
+    /// The root rank of rooted collectives (`Spec::root_only`); 0 for the others.
     pub root: i32,
 }
 
@@ -83,8 +83,9 @@ impl CallDesc {
         CallDesc { coll, count, dtype, op: ncclRedOp_t::Sum, root: 0 }
     }
 
-    /// Bytes of the buffer the limits refer to: the message of AllReduce and Broadcast, the
-    /// whole AllGather output / ReduceScatter input / AllToAll buffer (as RCCLX counts them).
+    /// Bytes of the buffer the limits refer to: the message where the count counts it
+    /// (`Shape::Whole`), the whole AllGather output / ReduceScatter input / AllToAll buffer
+    /// (as RCCLX counts them).
     pub fn bytes(&self, nranks: usize) -> Option<u64> {
         let elems = match self.coll.spec().shape {
             Shape::Whole => self.count,

@@ -276,14 +276,7 @@ pub fn range(name: &'static CStr, bytes: u64) -> Option<Range> {
 
 /// The stock library's range name of an intercepted collective (its API function's name).
 pub fn collective_name(coll: crate::collective::Coll) -> &'static CStr {
-    use crate::collective::Coll;
-    match coll {
-        Coll::AllReduce => c"ncclAllReduce",
-        Coll::AllGather => c"ncclAllGather",
-        Coll::ReduceScatter => c"ncclReduceScatter",
-        Coll::AllToAll => c"ncclAlltoAll",
-        Coll::Broadcast => c"ncclBroadcast",
-    }
+    coll.spec().api
 }
 
 #[cfg(test)]
