@@ -10,5 +10,6 @@
 #include "alltoall.cuh"   // DDA AllToAll: ll, flat
 #include "reducescatter.cuh"  // DDA ReduceScatter: ll, flat
 #include "broadcast.cuh"  // DDA Broadcast: ll, flat
+#include "reduce.cuh"     // DDA Reduce: ll, flat
 #include "lowp.cuh"       // low-precision (FP8 or INT8 on the wire) collectives
 #include "alltoallv.cuh"  // GPU-resident AllToAllv (device-side counts; plain or low precision)

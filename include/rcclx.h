@@ -42,7 +42,9 @@ typedef cudaStream_t rcclxStream_t;
 #define RCCLX_ROUTE_BROADCAST_FLAT 22
 #define RCCLX_ROUTE_ALLTOALLV_LOWP 23
 #define RCCLX_ROUTE_ALLTOALLV_INT8 24
-#define RCCLX_ROUTE_COUNT 25
+#define RCCLX_ROUTE_REDUCE_LL 25
+#define RCCLX_ROUTE_REDUCE_FLAT 26
+#define RCCLX_ROUTE_COUNT 27
 
 /**
  * rcclx version as `MAJOR*10000 + MINOR*100 + PATCH` (Cargo.toml's version).
