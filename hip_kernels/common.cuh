@@ -56,7 +56,7 @@ struct RcclxArgs {
   uint64_t seq_slots;          // entries of `seq` (the largest grid)
   int32_t rank;
   int32_t nranks;
-  int32_t root;                // Broadcast: the rank whose `send` every rank receives
+  int32_t root;                // rooted collectives: the root rank (0 for the others)
   int32_t pad;
 };
 RCCLX_ASSERT_SIZE(RcclxArgs, 288);

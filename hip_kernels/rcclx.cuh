@@ -12,6 +12,7 @@
 #include "reducescatter.cuh"  // DDA ReduceScatter: ll, flat
 #include "broadcast.cuh"  // DDA Broadcast: ll, flat
 #include "codec.cuh"      // the FP8 and INT8 block codecs (the definition of their bytes)
+#include "reduce.cuh"     // DDA Reduce: ll, flat
 #include "lowp.cuh"       // low-precision (FP8 or INT8 on the wire) collectives
 #include "alltoallv.cuh"  // GPU-resident AllToAllv (device-side counts; plain or low precision)
 

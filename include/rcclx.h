@@ -42,7 +42,9 @@ typedef cudaStream_t rcclxStream_t;
 #define RCCLX_ROUTE_BROADCAST_FLAT 22
 #define RCCLX_ROUTE_ALLTOALLV_LOWP 23
 #define RCCLX_ROUTE_ALLTOALLV_INT8 24
-#define RCCLX_ROUTE_COUNT 25
+#define RCCLX_ROUTE_REDUCE_LL 25
+#define RCCLX_ROUTE_REDUCE_FLAT 26
+#define RCCLX_ROUTE_COUNT 27
 
 /**
  * rcclx version as `MAJOR*10000 + MINOR*100 + PATCH` (Cargo.toml's version).
@@ -175,7 +177,9 @@ const char *rcclxGetUpstreamPath(void);
  * `error`), `disabled`, `settings` (every variable rcclx reads: its value, or null and the
  * default), `gpu_runtime` (`vendor`, `library`, or `error`) and `devices` (per visible device:
  * `device`, `arch`, `kernels`, the target of the kernels rcclx runs there or null, and
- * `fp8_format`, the FP8 format of those kernels' codes or null; or `device` and `error`).
+ * `fp8_format`, the FP8 format of those kernels' codes or null; or `device` and `error`), and
+ * `tuning_file` (null when none is found; else `path` and `gpu`, `nranks`, `max_bytes` per
+ * collective it sets, or `path` and `error`, why it is ignored).
  * Computed once, at the first call (which loads the GPU runtime); the string lives as long as
  * the process. `python -m rcclx info` prints it.
  */

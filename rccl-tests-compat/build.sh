@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the rccl-tests-compat binaries into rccl-tests-compat/build/ (no GPU needed):
-#   all_reduce_perf all_gather_perf reduce_scatter_perf alltoall_perf broadcast_perf
-#                 (one program, 5 names: the collective comes from the name)
+#   all_reduce_perf all_gather_perf reduce_scatter_perf alltoall_perf broadcast_perf reduce_perf
+#                 (one program, 6 names: the collective comes from the name)
 #   rcclx_check
 #   libfaultshim.so, report_test (test helpers for selftest.sh)
 # CUDA runtime linked statically, sm_90 code, NCCL loaded at run time with dlopen (not linked).
@@ -62,7 +62,7 @@ for p in "${pids[@]}"; do wait "$p"; done
 
 LINK=(-cudart static -L"$CUDART_DIR" -lpthread -ldl -lrt)
 "$NVCC" $GENCODE "$OBJ/perf.o" "$OBJ/common.o" -o "$BUILD/all_reduce_perf" "${LINK[@]}"
-PERF_NAMES=(all_reduce_perf all_gather_perf reduce_scatter_perf alltoall_perf broadcast_perf)
+PERF_NAMES=(all_reduce_perf all_gather_perf reduce_scatter_perf alltoall_perf broadcast_perf reduce_perf)
 for n in "${PERF_NAMES[@]:1}"; do
   cp -f "$BUILD/all_reduce_perf" "$BUILD/$n"
 done

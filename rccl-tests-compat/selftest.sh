@@ -74,6 +74,7 @@ if has host; then
   done
   husage "usage broadcast_perf -g 2 -r 2" "$B/broadcast_perf" -g 2 -r 2
   husage "usage broadcast_perf -r -2" "$B/broadcast_perf" -r -2
+  husage "usage reduce_perf -g 2 -r 2" "$B/reduce_perf" -g 2 -r 2
   husage "usage rcclx_check --bogus" "$B/rcclx_check" --bogus
   husage "usage rcclx_check one library" "$B/rcclx_check" --libs a=/x
   husage "usage rcclx_check --counts 0" "$B/rcclx_check" --libs a=/x,b=/y --counts 0
@@ -215,6 +216,9 @@ prun a2a-P2       120 "$B/alltoall_perf" --libs "$LIBS" -P 2 -b 1K -e 64M -f 8 -
 # Broadcast: every root in turn (-r -1), one thread for both GPUs; root 1 per process under graphs.
 prun bc-g2-allroots 120 "$B/broadcast_perf" --libs "$LIBS" -g 2 -b 8 -e 64M -f 8 -d all -n 5 -r -1
 prun bc-P2-r1-G50 120 "$B/broadcast_perf" --libs "$LIBS" -P 2 -b 8 -e 4M -f 4 -G 50 -r 1
+# Reduce: every root in turn, every type and op; root 1 per process under graphs.
+prun rd-g2-allroots 120 "$B/reduce_perf" --libs "$LIBS" -g 2 -b 8 -e 64M -f 8 -d all -o all -n 5 -r -1
+prun rd-P2-r1-G50 120 "$B/reduce_perf" --libs "$LIBS" -P 2 -b 8 -e 4M -f 4 -G 50 -r 1
 # Buffer registration: symmetric windows registered in a group by one thread (-g 2) and per
 # process under graphs (-P 2 -G 50); ncclCommRegister by the first thread for two threads (-t 2).
 prun ar-g2-R2     120 "$B/all_reduce_perf" --libs "$LIBS" -g 2 -b 1K -e 16M -f 4 -R 2

@@ -8,6 +8,8 @@
 //! Layer: base (plain data).
 #![forbid(unsafe_code)]
 
+use std::ffi::CStr;
+
 /// A collective rcclx intercepts (index into [`COLLS`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Coll {
@@ -16,14 +18,15 @@ pub enum Coll {
     ReduceScatter,
     AllToAll,
     Broadcast,
+    Reduce,
 }
 
 /// Number of collectives (rows of [`COLLS`]).
-pub const COUNT: usize = 5;
+pub const COUNT: usize = 6;
 
 impl Coll {
     pub const ALL: [Coll; COUNT] =
-        [Coll::AllReduce, Coll::AllGather, Coll::ReduceScatter, Coll::AllToAll, Coll::Broadcast];
+        [Coll::AllReduce, Coll::AllGather, Coll::ReduceScatter, Coll::AllToAll, Coll::Broadcast, Coll::Reduce];
 
     pub fn spec(self) -> &'static Spec {
         &COLLS[self as usize]
@@ -38,7 +41,7 @@ impl Coll {
 /// What a call's count counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Shape {
-    /// The whole message (AllReduce, Broadcast).
+    /// The whole message (AllReduce, Broadcast, Reduce).
     Whole,
     /// One rank's block: the message is `count * nranks` elements (the AllGather output, the
     /// ReduceScatter input, the AllToAll buffer).
@@ -65,6 +68,8 @@ pub struct Spec {
     pub name: &'static str,
     /// Its name for people (`AllReduce`).
     pub title: &'static str,
+    /// The stock library's function (`ncclAllReduce`): the NVTX range of a call rcclx runs.
+    pub api: &'static CStr,
     pub shape: Shape,
     /// Takes a reduction op (only the types and ops the reducing kernels have).
     pub reduces: bool,
@@ -108,12 +113,15 @@ const MIB: u64 = 1 << 20;
 /// ranks: from the smallest size where FP8 and INT8 take no more time than DDA for f32, bf16
 /// and fp16 (design note 22): AllReduce from 1 MiB, ReduceScatter from 2 MiB, AllGather and
 /// AllToAll from 4 MiB; more ranks keep RCCLX's 16 MiB. Broadcast: not measured yet; it stays
-/// at 256 KiB, the sizes per-step metadata and small parameter broadcasts use.
+/// at 256 KiB, the sizes per-step metadata and small parameter broadcasts use. Reduce: not
+/// measured yet; its root reads what one rank of a one-shot AllReduce reads (every peer's
+/// staging) and the other ranks only copy in, so it takes AllReduce's one-shot limits.
 pub const COLLS: [Spec; COUNT] = [
     Spec {
         coll: Coll::AllReduce,
         name: "allreduce",
         title: "AllReduce",
+        api: c"ncclAllReduce",
         shape: Shape::Whole,
         reduces: true,
         root_only: None,
@@ -130,6 +138,7 @@ pub const COLLS: [Spec; COUNT] = [
         coll: Coll::AllGather,
         name: "allgather",
         title: "AllGather",
+        api: c"ncclAllGather",
         shape: Shape::PerRank,
         reduces: false,
         root_only: None,
@@ -146,6 +155,7 @@ pub const COLLS: [Spec; COUNT] = [
         coll: Coll::ReduceScatter,
         name: "reducescatter",
         title: "ReduceScatter",
+        api: c"ncclReduceScatter",
         shape: Shape::PerRank,
         reduces: true,
         root_only: None,
@@ -162,6 +172,7 @@ pub const COLLS: [Spec; COUNT] = [
         coll: Coll::AllToAll,
         name: "alltoall",
         title: "AllToAll",
+        api: c"ncclAlltoAll",
         shape: Shape::PerRank,
         reduces: false,
         root_only: None,
@@ -178,6 +189,7 @@ pub const COLLS: [Spec; COUNT] = [
         coll: Coll::Broadcast,
         name: "broadcast",
         title: "Broadcast",
+        api: c"ncclBroadcast",
         shape: Shape::Whole,
         reduces: false,
         root_only: Some(RootOnly::Send),
@@ -188,6 +200,23 @@ pub const COLLS: [Spec; COUNT] = [
         lowp_var: None,
         max: [256 * KIB; 3],
         one_shot_max: [256 * KIB; 3],
+        lowp_min: [u64::MAX; 3],
+    },
+    Spec {
+        coll: Coll::Reduce,
+        name: "reduce",
+        title: "Reduce",
+        api: c"ncclReduce",
+        shape: Shape::Whole,
+        reduces: true,
+        root_only: Some(RootOnly::Recv),
+        two_shot: false,
+        dda_var: "RCCL_ENABLE_DDA_REDUCE",
+        max_var: "RCCL_DDA_REDUCE_MAX_BYTES",
+        one_shot_var: None,
+        lowp_var: None,
+        max: [64 * MIB, MIB, 256 * KIB],
+        one_shot_max: [64 * MIB, MIB, 256 * KIB],
         lowp_min: [u64::MAX; 3],
     },
 ];

@@ -320,7 +320,7 @@ config_table! {
     upstream_lib: Option<String> = None, "RCCLX_UPSTREAM_LIB", "path of the stock `libnccl.so.2` / `librccl.so.1` (unset: searched for)";
     timeout_ms: u64 = 0, "RCCLX_TIMEOUT_MS", "bound on every device spin-wait, in ms (`0`: none); when it fires the communicator is in error. Without it a wait ends when its peer arrives or `ncclCommAbort` is called, as in the stock library";
     setup_timeout_ms: u64 = 600000, "RCCLX_SETUP_TIMEOUT_MS", "bound on rcclx's setup of a communicator, in ms (`0`: none). Past it a blocking creation returns `ncclRemoteError`, a non-blocking one reports it from `ncclCommGetAsyncError`, and every call on the communicator returns it";
-    dda_ll_max_bytes: Option<u64> = None, "RCCLX_DDA_LL_MAX_BYTES", "LL one-shot (no barrier) up to this many bytes per rank (AllReduce, Broadcast: the message; others: one rank's block), at most 1M";
+    dda_ll_max_bytes: Option<u64> = None, "RCCLX_DDA_LL_MAX_BYTES", "LL one-shot (no barrier) while count x element size is at most this many bytes (the whole message where the count counts it, one rank's block where it counts a block), at most 1M";
     dda_max_blocks: u64 = 128, "RCCL_DDA_MAX_BLOCKS", "grid cap of the DDA kernels (the low-precision ones fill the GPU); 1-1024";
     dda_sendbuf_bytes: Option<u64> = None, "RCCL_DDA_SENDBUF_BYTES", "per-rank staging buffer of DDA and low precision (unset: 16 MiB, 32 MiB when a low-precision switch is on); at least 64 KiB, whole 4 KiB pages";
     lowp_enable: bool = false, "RCCL_LOW_PRECISION_ENABLE", "`1`: low precision for every collective that has it (AllReduce, AllGather, ReduceScatter, AllToAll)";

@@ -113,7 +113,7 @@ pub struct CallDesc {
     pub dtype: ncclDataType_t,
     /// `Sum` for collectives without an op.
     pub op: ncclRedOp_t,
-    /// The root rank of rooted collectives (Broadcast); 0 for the others.
+    /// The root rank of rooted collectives (`Spec::root_only`); 0 for the others.
     pub root: i32,
 }
 
@@ -123,8 +123,9 @@ impl CallDesc {
         CallDesc { coll, count, dtype, op: ncclRedOp_t::Sum, root: 0 }
     }
 
-    /// Bytes of the buffer the limits refer to: the message of AllReduce and Broadcast, the
-    /// whole AllGather output / ReduceScatter input / AllToAll buffer (as RCCLX counts them).
+    /// Bytes of the buffer the limits refer to: the message where the count counts it
+    /// (`Shape::Whole`), the whole AllGather output / ReduceScatter input / AllToAll buffer
+    /// (as RCCLX counts them).
     pub fn bytes(&self, nranks: usize) -> Option<u64> {
         let elems = match self.coll.spec().shape {
             Shape::Whole => self.count,
@@ -606,14 +607,96 @@ mod tests {
     }
 
     #[test]
-    fn broadcast_takes_its_root_from_the_call() {
+    fn rooted_collectives_take_their_root_from_the_call() {
         let f = facts(4, false);
-        let call = |root| CallDesc { root, ..CallDesc::new(Coll::Broadcast, 1000, ncclDataType_t::Float32) };
-        for root in 0..4 {
-            assert_eq!(decide(&call(root), &f), Route::Own(Algo::Ll));
+        for coll in Coll::ALL.into_iter().filter(|c| c.spec().rooted()) {
+            let call =
+                |root| CallDesc { root, op: ncclRedOp_t::Prod, ..CallDesc::new(coll, 1000, ncclDataType_t::Float32) };
+            for root in 0..4 {
+                assert_eq!(decide(&call(root), &f), Route::Own(Algo::Ll), "{coll:?}");
+            }
+            assert_eq!(decide(&call(4), &f), Route::Upstream(Reason::Root), "{coll:?}");
+            assert_eq!(decide(&call(-1), &f), Route::Upstream(Reason::Root), "{coll:?}");
         }
-        assert_eq!(decide(&call(4), &f), Route::Upstream(Reason::Root));
-        assert_eq!(decide(&call(-1), &f), Route::Upstream(Reason::Root));
+    }
+
+    /// Reduce: a row of its own (root-only receive buffer, every reducing type and op, LL then
+    /// flat up to its limit, no low precision), and the kernels of both algorithms for each.
+    #[test]
+    fn reduce_row_routes_like_a_rooted_one_shot_reduction() {
+        let spec = Coll::Reduce.spec();
+        assert_eq!((spec.name, spec.shape, spec.root_only), ("reduce", Shape::Whole, Some(RootOnly::Recv)));
+        assert!(spec.reduces && !spec.two_shot && spec.lowp_var.is_none());
+        for n in 2..=8 {
+            let f = facts(n, true);
+            let q = *f.policies.of(Coll::Reduce);
+            assert_eq!(q.lowp, 0);
+            for t in 0..=9 {
+                for op in 0..5 {
+                    let s = ncclDataType_t(t).size().unwrap() as u64;
+                    let call = |count: u64| CallDesc {
+                        op: ncclRedOp_t(op),
+                        root: (n - 1) as i32,
+                        ..CallDesc::new(Coll::Reduce, count as usize, ncclDataType_t(t))
+                    };
+                    assert_eq!(decide(&call(1), &f), Route::Own(Algo::Ll));
+                    assert_eq!(decide(&call(f.policies.ll_max / s), &f), Route::Own(Algo::Ll));
+                    if q.max > f.policies.ll_max {
+                        assert_eq!(decide(&call(f.policies.ll_max / s + 1), &f), Route::Own(Algo::Flat));
+                        assert_eq!(decide(&call(q.max / s), &f), Route::Own(Algo::Flat));
+                    }
+                    assert_eq!(decide(&call(q.max / s + 1), &f), Route::Upstream(Reason::Size), "n={n}");
+                    for algo in [Algo::Ll, Algo::Flat] {
+                        let fam = family(FamilyKey::Coll(Coll::Reduce, algo)).expect("reduce family");
+                        assert!(crate::kernel_table::kernel_index(fam, t, op).is_some(), "{algo:?} {t} {op}");
+                    }
+                }
+            }
+            // FP8 and user ops go to the stock library.
+            let fp8 = CallDesc::new(Coll::Reduce, 64, ncclDataType_t::Float8e4m3);
+            assert_eq!(decide(&fp8, &f), Route::Upstream(Reason::Dtype));
+            let premul = CallDesc {
+                op: ncclRedOp_t(ncclRedOp_t::NumOps),
+                ..CallDesc::new(Coll::Reduce, 64, ncclDataType_t::Float32)
+            };
+            assert_eq!(decide(&premul, &f), Route::Upstream(Reason::Op));
+        }
+    }
+
+    /// The route each rank takes (`decide`, then the NULL rule as `comm::collective` applies it)
+    /// for a rooted call whose root-only buffer is NULL off the root: every rank the same, so
+    /// none forwards alone while its peers wait in rcclx's kernel.
+    #[test]
+    fn null_root_only_buffer_off_the_root_takes_one_route_on_every_rank() {
+        for coll in Coll::ALL.into_iter().filter(|c| c.spec().rooted()) {
+            let root_only = coll.spec().root_only;
+            for n in 2..=8 {
+                let f = facts(n, false);
+                for root in 0..n {
+                    for count in [1usize, 4099, 1 << 16] {
+                        let call =
+                            CallDesc { root: root as i32, ..CallDesc::new(coll, count, ncclDataType_t::Float32) };
+                        let routes: Vec<Route> = (0..n)
+                            .map(|rank| {
+                                let off = rank != root;
+                                let (send_null, recv_null) = match root_only {
+                                    Some(RootOnly::Send) => (off, false),
+                                    Some(RootOnly::Recv) => (false, off),
+                                    None => unreachable!(),
+                                };
+                                if null_buffer(root_only, !off, send_null, recv_null) {
+                                    Route::Upstream(Reason::NullBuffer)
+                                } else {
+                                    decide(&call, &f)
+                                }
+                            })
+                            .collect();
+                        assert!(matches!(routes[0], Route::Own(_)), "{coll:?} n={n}: {routes:?}");
+                        assert!(routes.iter().all(|r| *r == routes[0]), "{coll:?} n={n} root {root}: {routes:?}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -73,7 +73,7 @@ pub const NO_OP: &[Op] = &[];
 /// One family of kernels: a collective's algorithm, instantiated for every type x op listed.
 #[derive(Clone, Copy, Debug)]
 pub struct Family {
-    /// `allreduce`, `allgather`, `reducescatter`, `alltoall`, `alltoallv`, `broadcast`.
+    /// `allreduce`, `allgather`, `reducescatter`, `alltoall`, `alltoallv`, `broadcast`, `reduce`.
     pub coll: &'static str,
     /// `ll`, `flat`, `tree`, `lowp` (FP8), `int8`, `lowp_pair` / `int8_pair` (2-rank
     /// low-precision AllReduce), `dynamic`.
@@ -186,6 +186,9 @@ pub const FAMILIES: &[Family] = &[
     // The GPU-resident AllToAllv with FP8 / INT8 on the wire (`rcclxAllToAllvOptions::wire`).
     Family::new("alltoallv", "lowp", "rcclx_alltoallv_lowp", LOWP_TYPES, NO_OP, ALLTOALLV_ARGS).route(23),
     Family::new("alltoallv", "int8", "rcclx_alltoallv_int8", LOWP_TYPES, NO_OP, ALLTOALLV_ARGS).route(24),
+    // DDA Reduce (`hip_kernels/reduce.cuh`; the root is `KernelArgs::root`).
+    Family::new("reduce", "ll", "rcclx_reduce_ll", REDUCE_TYPES, REDUCE_OPS, COLL_ARGS).route(25),
+    Family::new("reduce", "flat", "rcclx_reduce_flat", REDUCE_TYPES, REDUCE_OPS, COLL_ARGS).route(26),
 ];
 
 /// The algorithms of the low-precision families (both codecs, both AllReduce forms).

@@ -203,8 +203,9 @@ mod ext {
     pub type EnumRegister = unsafe extern "C" fn(*mut std::ffi::c_void, *const EnumAttr) -> u64;
 }
 
-/// One collective's payload, laid out as NCCL's `NcclNvtxParams<Coll>` (a `u64` communicator
-/// id, a `size_t` size, then the op or the root, an `int` either way; 16 bytes without it).
+/// One collective's payload, laid out as NCCL's `NcclNvtxParams<Coll>`: a `u64` communicator
+/// id, a `size_t` size, then the `int`s of its schema ([`schema_of`]: the op, the root, or the
+/// root and the op); 16 bytes without them.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Payload {
@@ -212,26 +213,40 @@ pub struct Payload {
     pub comm: u64,
     /// One rank's part in bytes, as NCCL counts it.
     pub bytes: usize,
-    /// `ncclRedOp_t` (AllReduce, ReduceScatter) or the root (Broadcast); absent otherwise.
-    pub op_or_root: i32,
+    /// The schema's `int` entries in its order; unused ones are not part of the payload.
+    pub ints: [i32; 2],
 }
 
-/// NCCL's schema of a collective: `NVTX_SID_<Coll>`, and the name of its third entry, if any.
-fn schema_of(coll: crate::collective::Coll) -> (u64, Option<(&'static CStr, u64)>) {
-    use crate::collective::Coll;
-    const OP: (&CStr, u64) = (c"Reduction operation", ext::REDOP_SCHEMA);
-    match coll {
-        Coll::AllGather => (4, None),
-        Coll::AllReduce => (5, Some(OP)),
-        Coll::Broadcast => (6, Some((c"Root", ext::TYPE_INT))),
-        Coll::ReduceScatter => (7, Some(OP)),
-        Coll::AllToAll => (16, None),
+impl Payload {
+    /// The payload of a call of `coll` with op `op` and root `root` (each used where its schema has it).
+    pub fn new(coll: crate::collective::Coll, bytes: usize, op: i32, root: i32) -> Payload {
+        let mut ints = [0; 2];
+        for (slot, &(_, ty)) in ints.iter_mut().zip(schema_of(coll).1) {
+            *slot = if ty == ext::REDOP_SCHEMA { op } else { root };
+        }
+        Payload { comm: 0, bytes, ints }
     }
 }
 
-/// The payload's size as NCCL's struct has it (the third entry present or not).
+/// NCCL's schema of a collective: `NVTX_SID_<Coll>`, and its entries after the communicator
+/// id and the size (each an `int`).
+fn schema_of(coll: crate::collective::Coll) -> (u64, &'static [(&'static CStr, u64)]) {
+    use crate::collective::Coll;
+    const OP: (&CStr, u64) = (c"Reduction operation", ext::REDOP_SCHEMA);
+    const ROOT: (&CStr, u64) = (c"Root", ext::TYPE_INT);
+    match coll {
+        Coll::AllGather => (4, &[]),
+        Coll::AllReduce => (5, &[OP]),
+        Coll::Broadcast => (6, &[ROOT]),
+        Coll::ReduceScatter => (7, &[OP]),
+        Coll::Reduce => (8, &[ROOT, OP]),
+        Coll::AllToAll => (16, &[]),
+    }
+}
+
+/// The payload's size as NCCL's struct has it: 16 bytes and its `int`s, aligned to 8.
 fn payload_size(coll: crate::collective::Coll) -> usize {
-    if schema_of(coll).1.is_some() { std::mem::size_of::<Payload>() } else { 16 }
+    (16 + 4 * schema_of(coll).1.len()).next_multiple_of(8)
 }
 
 /// One function slot: where the tool writes its function (`NvtxFunctionPointer`).
@@ -488,7 +503,7 @@ fn payload_extension(lib: &libloading::Library, domain: *mut c_void) -> Option<e
 fn register_schema(tool: &Tool, coll: crate::collective::Coll) {
     let Some(register) = tool.schema_register else { return };
     tool.schemas[coll as usize].call_once(|| {
-        let (sid, third) = schema_of(coll);
+        let (sid, extra) = schema_of(coll);
         let entry = |name: Option<&CStr>, ty: u64, offset: u64| ext::SchemaEntry {
             flags: 0,
             ty,
@@ -503,8 +518,8 @@ fn register_schema(tool: &Tool, coll: crate::collective::Coll) {
             entry(Some(c"NCCL communicator ID"), ext::TYPE_UINT64, 0),
             entry(Some(c"Message size [bytes]"), ext::TYPE_SIZE, 8),
         ];
-        if let Some((name, ty)) = third {
-            entries.push(entry(Some(name), ty, 16));
+        for (i, &(name, ty)) in extra.iter().enumerate() {
+            entries.push(entry(Some(name), ty, 16 + 4 * i as u64));
         }
         let n = entries.len();
         entries.push(entry(None, 0, 0)); // NCCL's arrays end with a zero entry
@@ -659,14 +674,7 @@ pub fn range(coll: crate::collective::Coll, payload: Payload) -> Option<Range> {
 
 /// The stock library's range name of an intercepted collective (its API function's name).
 pub fn collective_name(coll: crate::collective::Coll) -> &'static CStr {
-    use crate::collective::Coll;
-    match coll {
-        Coll::AllReduce => c"ncclAllReduce",
-        Coll::AllGather => c"ncclAllGather",
-        Coll::ReduceScatter => c"ncclReduceScatter",
-        Coll::AllToAll => c"ncclAlltoAll",
-        Coll::Broadcast => c"ncclBroadcast",
-    }
+    coll.spec().api
 }
 
 #[cfg(test)]

@@ -48,6 +48,18 @@ fn stock_calls(lib: &std::path::Path) {
         assert_ne!(a2a(null, null, 8, 8, null, null), 0); // float64
         let bc = nccl.get::<Reducing>(b"ncclBroadcast\0").unwrap();
         assert_ne!(bc(null, null, 16, 2, 1, null, null), 0); // int32, root 1
+        type Rooted = unsafe extern "C" fn(
+            *const c_void,
+            *mut c_void,
+            usize,
+            c_int,
+            c_int,
+            c_int,
+            *mut c_void,
+            *mut c_void,
+        ) -> c_int;
+        let reduce = nccl.get::<Rooted>(b"ncclReduce\0").unwrap();
+        assert_ne!(reduce(null, null, 10, 6, 3, 1, null, null), 0); // float16, min, root 1
     }
 }
 
@@ -63,18 +75,19 @@ fn ranges_reach_the_injected_tool() {
     }
     // The same calls as `stock_calls`: NCCL's sizes are one rank's part, count * type size.
     let calls = [
-        (Coll::AllReduce, 4096, 2),
-        (Coll::ReduceScatter, 6, 4),
-        (Coll::AllGather, 5, 0),
-        (Coll::AllToAll, 64, 0),
-        (Coll::Broadcast, 64, 1),
+        (Coll::AllReduce, 4096, 2, 0),
+        (Coll::ReduceScatter, 6, 4, 0),
+        (Coll::AllGather, 5, 0, 0),
+        (Coll::AllToAll, 64, 0, 0),
+        (Coll::Broadcast, 64, 0, 1),
+        (Coll::Reduce, 20, 3, 1),
     ];
-    for (coll, bytes, op_or_root) in calls {
-        let r = range(coll, Payload { comm: 0, bytes, op_or_root });
+    for (coll, bytes, op, root) in calls {
+        let r = range(coll, Payload::new(coll, bytes, op, root));
         assert!(r.is_some(), "no range: the tool was not loaded");
     }
     // Registered once per collective.
-    drop(range(Coll::AllReduce, Payload { comm: 0, bytes: 8, op_or_root: 0 }));
+    drop(range(Coll::AllReduce, Payload::new(Coll::AllReduce, 8, 0, 0)));
     let record = dir.join(format!("nvtx.{}.log", std::process::id()));
     let exe = std::env::current_exe().unwrap();
     let me = exe.file_name().unwrap().to_str().unwrap();
@@ -101,6 +114,9 @@ fn ranges_reach_the_injected_tool() {
             "schema NCCL 6 static size=24 NCCL communicator ID:uint64@0,Message size [bytes]:size@8,Root:int@16",
             "push NCCL ncclBroadcast payloadType=ext payload=6{NCCL communicator ID=0,Message size [bytes]=64,Root=1}",
             "pop NCCL",
+            "schema NCCL 8 static size=24 NCCL communicator ID:uint64@0,Message size [bytes]:size@8,Root:int@16,Reduction operation:enum20@20",
+            "push NCCL ncclReduce payloadType=ext payload=8{NCCL communicator ID=0,Message size [bytes]=20,Root=1,Reduction operation=Min}",
+            "pop NCCL",
             "push NCCL ncclAllReduce payloadType=ext payload=5{NCCL communicator ID=0,Message size [bytes]=8,Reduction operation=Sum}",
             "pop NCCL",
         ],
@@ -112,7 +128,7 @@ fn ranges_reach_the_injected_tool() {
     let theirs = lines_from(&log, "libnccl.so.2");
     // rcclx's domain, extension, schemas and pushes of these calls, as the stock library's (which
     // also has ranges of its other functions, and registers the enum only once initialised).
-    let names = ["ncclAllReduce ", "ncclReduceScatter ", "ncclAllGather ", "ncclAlltoAll ", "ncclBroadcast "];
+    let names = ["ncclAllReduce ", "ncclReduceScatter ", "ncclAllGather ", "ncclAlltoAll ", "ncclBroadcast ", "ncclReduce "];
     let set = |v: &[String]| -> BTreeSet<String> {
         v.iter()
             .filter(|l| !l.contains("Message size [bytes]=8,") && !l.starts_with("pop ") && !l.starts_with("enum "))

@@ -18,8 +18,8 @@ fn size_payload_without_the_extension() {
         std::env::set_var("NVTX_RECORD_DIR", &dir);
         std::env::remove_var("NCCL_NVTX_DISABLE");
     }
-    drop(range(Coll::ReduceScatter, Payload { comm: 0, bytes: 1 << 20, op_or_root: 0 }));
-    drop(range(Coll::Broadcast, Payload { comm: 0, bytes: 12, op_or_root: 1 }));
+    drop(range(Coll::ReduceScatter, Payload::new(Coll::ReduceScatter, 1 << 20, 0, 0)));
+    drop(range(Coll::Broadcast, Payload::new(Coll::Broadcast, 12, 0, 1)));
     let log = std::fs::read_to_string(dir.join(format!("nvtx.{}.log", std::process::id()))).expect("the record");
     let lines: Vec<&str> = log.lines().map(|l| l.split(" from=").next().unwrap()).collect();
     assert_eq!(

@@ -10,7 +10,7 @@ use rcclx::collective::Coll;
 use rcclx::nvtx;
 use rcclx::nvtx::Payload;
 
-const P: Payload = Payload { comm: 0, bytes: 8, op_or_root: 0 };
+const P: Payload = Payload { comm: 0, bytes: 8, ints: [0; 2] };
 
 #[test]
 fn ranges_reach_roctx_on_hip() {

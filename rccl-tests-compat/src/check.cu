@@ -438,6 +438,7 @@ static bool runCase(Thr& t, const CollDesc* coll, const TypeDesc* type, const Op
   const size_t outBytes = layoutFromCount(c.coll, count, n).recvCount * type->size;
   for (int i = 0; i < G; i++) {
     c.rank = t.rank[i];
+    if (coll->rootOutput && c.rank != root) continue;  // no output off the root
     compare(c, B.host[0][i].data(), B.host[1][i].data(), B.host[0][i].size() / type->size, st);
   }
   if (coll->identicalOutputs && O.bitwise != 0) {  // every rank must hold B's output of rank 0, bit for bit
@@ -494,6 +495,7 @@ static void checkCall(Thr& t, Case c, const Call& k, char* const* slot, Stats& s
                            lay.recvCount * elt, cudaMemcpyDeviceToHost));
     }
     c.rank = t.rank[i];
+    if (kColls[c.coll].rootOutput && c.rank != c.root) continue;  // no output off the root
     compare(c, B.host[0][i].data(), B.host[1][i].data(), lay.recvCount, st);
   }
   CUDACHECK(cudaSetDevice(t.gpu[0]));

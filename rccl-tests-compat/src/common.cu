@@ -98,6 +98,7 @@ void Lib::load() {
   SYM(reduceScatter, req, "ncclReduceScatter");
   SYM(broadcast, opt, "ncclBroadcast");                    // checked when a broadcast runs
   SYM(bcast, opt, "ncclBcast");
+  SYM(reduce, opt, "ncclReduce");                          // checked when a reduce runs
   SYM(redOpCreatePreMulSum, opt, "ncclRedOpCreatePreMulSum");
   SYM(redOpDestroy, opt, "ncclRedOpDestroy");
   SYM(memAlloc, opt, "ncclMemAlloc");                      // NCCL >= 2.19
@@ -186,16 +187,17 @@ const OpDesc kOpNone = {"none", OP_NONE, ncclSum, 0};
 // nccl-tests' bus bandwidth factors.
 static double busTwoNm1N(int n) { return 2.0 * (n - 1) / n; }  // all_reduce
 static double busNm1N(int n) { return (double)(n - 1) / n; }   // all_gather, reduce_scatter, alltoall
-static double busOne(int) { return 1.0; }                      // broadcast
+static double busOne(int) { return 1.0; }                      // broadcast, reduce
 
 // Indexed by CollId.
 const CollDesc kColls[] = {
-    //  name            id          reduces rooted sendPerRank recvPerRank inPlace identical bus        inPlaceApi
-    {"all_reduce",     COLL_AR,    true,   false, false,      false,      true,   true,     busTwoNm1N, nullptr},
-    {"all_gather",     COLL_AG,    false,  false, false,      true,       true,   false,    busNm1N,    nullptr},
-    {"reduce_scatter", COLL_RS,    true,   false, true,       false,      true,   false,    busNm1N,    nullptr},
-    {"alltoall",       COLL_A2A,   false,  false, true,       true,       false,  false,    busNm1N,    nullptr},
-    {"broadcast",      COLL_BCAST, false,  true,  false,      false,      true,   true,     busOne,     "ncclBcast"},
+    //  name            id           reduces rooted sendPerRank recvPerRank inPlace identical rootOut bus        inPlaceApi
+    {"all_reduce",     COLL_AR,     true,   false, false,      false,      true,   true,     false,  busTwoNm1N, nullptr},
+    {"all_gather",     COLL_AG,     false,  false, false,      true,       true,   false,    false,  busNm1N,    nullptr},
+    {"reduce_scatter", COLL_RS,     true,   false, true,       false,      true,   false,    false,  busNm1N,    nullptr},
+    {"alltoall",       COLL_A2A,    false,  false, true,       true,       false,  false,    false,  busNm1N,    nullptr},
+    {"broadcast",      COLL_BCAST,  false,  true,  false,      false,      true,   true,     false,  busOne,     "ncclBcast"},
+    {"reduce",         COLL_REDUCE, true,   true,  false,      false,      true,   false,    true,   busOne,     nullptr},
 };
 const int kNumColls = sizeof(kColls) / sizeof(kColls[0]);
 
@@ -307,6 +309,10 @@ void runColl(const Lib& L, CollId c, const void* s, void* r, size_t count, ncclD
         CHECK(L.broadcast, "library %s does not export ncclBroadcast", L.name.c_str());
         NCCLCHECK(L, L.broadcast(s, r, count, t, root, comm, st));
       }
+      break;
+    case COLL_REDUCE:
+      CHECK(L.reduce, "library %s does not export ncclReduce", L.name.c_str());
+      NCCLCHECK(L, L.reduce(s, r, count, t, op, root, comm, st));
       break;
   }
 }

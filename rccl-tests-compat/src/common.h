@@ -78,6 +78,8 @@ struct Lib {
   ncclResult_t (*broadcast)(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t,
                             cudaStream_t) = nullptr;
   ncclResult_t (*bcast)(void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) = nullptr;
+  ncclResult_t (*reduce)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, int, ncclComm_t,
+                         cudaStream_t) = nullptr;
   ncclResult_t (*redOpCreatePreMulSum)(ncclRedOp_t*, void*, ncclDataType_t, ncclScalarResidence_t,
                                        ncclComm_t) = nullptr;
   ncclResult_t (*redOpDestroy)(ncclRedOp_t, ncclComm_t) = nullptr;
@@ -116,7 +118,7 @@ extern const OpDesc kOpNone;
 // One collective. kColls is indexed by CollId. The fields drive sizes, layouts, bandwidths,
 // the root and op loops and the checks; only the calls themselves (runColl) and the meaning of
 // an output element (sourceOf) are written per collective.
-enum CollId { COLL_AR, COLL_AG, COLL_RS, COLL_A2A, COLL_BCAST };
+enum CollId { COLL_AR, COLL_AG, COLL_RS, COLL_A2A, COLL_BCAST, COLL_REDUCE };
 struct CollDesc {
   const char* name;
   CollId id;
@@ -128,6 +130,7 @@ struct CollDesc {
   bool sendPerRank, recvPerRank;
   bool inPlaceDefined;     // NCCL defines the in-place call (not alltoall): checked
   bool identicalOutputs;   // every rank's output is the same (rcclx_check's xrank check)
+  bool rootOutput;         // only the root has an output (reduce): the others' are not checked
   double (*busFactor)(int nranks);  // nccl-tests: busbw = algbw * factor
   const char* inPlaceApi;  // a second, in-place-only entry point (ncclBcast), or nullptr
 };
@@ -309,6 +312,7 @@ HD void sourceOf(CollId c, size_t count, int rank, int root, size_t i, int* src,
     case COLL_AG: *src = (int)(i / count); *j = i % count; return;       // chunk r from rank r
     case COLL_A2A: *src = (int)(i / count); *j = (size_t)rank * count + i % count; return;
     case COLL_BCAST: *src = root; *j = i; return;                          // the root's input
+    case COLL_REDUCE: *src = -1; *j = i; return;                           // on the root only
   }
   *src = -1; *j = i;
 }

@@ -1,4 +1,5 @@
-// all_reduce_perf / all_gather_perf / reduce_scatter_perf / alltoall_perf / broadcast_perf:
+// all_reduce_perf / all_gather_perf / reduce_scatter_perf / alltoall_perf / broadcast_perf /
+// reduce_perf:
 // nccl-tests 2.19.6 compatible benchmark (the collective comes from the program name or --coll)
 // that measures several NCCL-API libraries side by side in one process, size by size.
 #include "common.h"
@@ -143,6 +144,7 @@ static long long checkData(Thr& t, const Cur& c, bool inPlace, uint64_t seed) {
   for (int i = 0; i < t.p->topo.ngpus; i++) {
     CUDACHECK(cudaSetDevice(t.gpu[i]));
     const int rank = t.rank[i];
+    if (O.coll->rootOutput && rank != c.root) continue;  // no output off the root
     const char* out = B.recv[i] + (inPlace ? c.lay.recvInplace * rank * c.type->size : 0);
     CUDACHECK(cudaMemsetAsync(B.bad[i], 0, sizeof(unsigned long long), t.stream[i]));
     launchVerify(c.type->type, out, O.coll->id, c.lay, rank, c.root, genParams(c, seed), tol, B.bad[i], t.stream[i]);
@@ -1054,7 +1056,7 @@ static void usage(const char* prog) {
          "  -o,--op OP             sum|prod|max|min|avg|mulsum|all, or a comma list (sum)\n"
          "  -d,--datatype T        int8|uint8|int32|uint32|int64|uint64|half|float|double|bfloat16|\n"
          "                         f8e4m3|f8e5m2|all, or a comma list (float)\n"
-         "  -r,--root N            root rank of rooted collectives (broadcast); -1: every rank in turn (0)\n"
+         "  -r,--root N            root rank of rooted collectives (broadcast, reduce); -1: every rank in turn (0)\n"
          "  -z,--blocking 0..3     0 async; 1 sync+barrier per op; 2 sync per op; 3 sync per iteration (0)\n"
          "  -y,--stream_null 0/1   use the NULL stream (0)\n"
          "  -G,--cudagraph N       capture the -n iterations in a CUDA graph, launch it N times (0)\n"

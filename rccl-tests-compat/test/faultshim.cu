@@ -94,6 +94,11 @@ extern "C" ncclResult_t ncclBroadcast(const void* s, void* r, size_t n, ncclData
   static auto f = REAL(ncclBroadcast);
   return fault(f(s, r, n, t, root, c, st), r, n, false, t, c, st);
 }
+extern "C" ncclResult_t ncclReduce(const void* s, void* r, size_t n, ncclDataType_t t, ncclRedOp_t op, int root,
+                                   ncclComm_t c, cudaStream_t st) {
+  static auto f = REAL(ncclReduce);
+  return fault(f(s, r, n, t, op, root, c, st), r, n, false, t, c, st);
+}
 extern "C" ncclResult_t ncclBcast(void* b, size_t n, ncclDataType_t t, int root, ncclComm_t c, cudaStream_t st) {
   static auto f = REAL(ncclBcast);
   return fault(f(b, n, t, root, c, st), b, n, false, t, c, st);

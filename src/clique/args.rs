@@ -29,7 +29,7 @@ pub struct KernelArgs {
     pub seq_slots: u64,
     pub rank: i32,
     pub nranks: i32,
-    /// Broadcast: the rank whose `send` every rank receives (0 for the other collectives).
+    /// The root of a rooted collective (`CallDesc::root`; 0 for the others).
     pub root: i32,
     pub pad: i32,
 }

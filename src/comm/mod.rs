@@ -344,11 +344,8 @@ pub fn collective(
         tracing::trace!(target: crate::log::CALL_TARGET, "{line}");
     }
     // The stock library's NVTX range of this call, which it never sees (until the launch is in).
-    let payload = crate::nvtx::Payload {
-        comm: 0,
-        bytes: call.count.saturating_mul(call.dtype.size().unwrap_or(0)),
-        op_or_root: if call.coll.spec().rooted() { call.root } else { call.op.0 },
-    };
+    let part_bytes = call.count.saturating_mul(call.dtype.size().unwrap_or(0));
+    let payload = crate::nvtx::Payload::new(call.coll, part_bytes, call.op.0, call.root);
     let _range = crate::nvtx::range(call.coll, payload);
     let planned = match algo {
         Algo::Fp8 | Algo::Int8 => crate::lowp::plan(&clique, &call, algo, &bufs),

@@ -16,10 +16,11 @@ pub mod alltoallv;
 mod reducescatter;
 
 /// The grid function of each collective's DDA kernels. Broadcast moves one block of the
-/// whole message through the root's staging buffer, as AllGather moves each rank's.
+/// whole message through the root's staging buffer, as AllGather moves each rank's; Reduce
+/// is AllReduce's one-shot with the reduction on the root only.
 fn grid_fn(coll: Coll) -> fn(Algo, &Work) -> Grid {
     match coll {
-        Coll::AllReduce => allreduce::grid,
+        Coll::AllReduce | Coll::Reduce => allreduce::grid,
         Coll::ReduceScatter => reducescatter::grid,
         Coll::AllGather | Coll::Broadcast => allgather::grid,
         Coll::AllToAll => alltoall::grid,

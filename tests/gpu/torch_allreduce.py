@@ -1,7 +1,7 @@
 """PyTorch job through rcclx: run with torchrun (2 processes) and LD_PRELOAD=librcclx.so.
 
 Checks that dist.all_reduce results are correct (eager and captured in a CUDA graph), that
-all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single and broadcast give exact results, and that
+all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single, broadcast and reduce give exact results, and that
 rcclx's own kernels ran for each (rcclxGetProcessRouteStats, exported by the preloaded library).
 Prints PASS/FAIL lines and exits non-zero on any failure.
 """
@@ -122,12 +122,20 @@ def main():
                 dist.broadcast(b, src=root)
                 want = torch.arange(n, device=dev).remainder(59).add(10 * root).to(dtype)
                 check(f"broadcast {dtype} n={n} root={root}", bool((b == want).all()))
+            # Reduce to every root (a sum of small integers: exact in bf16 too); off the root the
+            # tensor is the rank's input, unchanged.
+            for root in range(world):
+                r_in = torch.arange(n, dtype=torch.float32, device=dev).remainder(43).add(rank).to(dtype)
+                keep = r_in.clone()
+                dist.reduce(r_in, dst=root)
+                want = (torch.arange(n, device=dev).remainder(43) * world + sum(range(world))).to(dtype)
+                check(f"reduce {dtype} n={n} root={root}", bool((r_in == (want if rank == root else keep)).all()))
 
     torch.cuda.synchronize()
     routes = route_stats()
     if routes is not None:
         taken = {k: v for k, v in routes.items() if v}
-        for coll in ("allgather", "reducescatter", "alltoall", "broadcast"):
+        for coll in ("allgather", "reducescatter", "alltoall", "broadcast", "reduce"):
             check(f"rcclx DDA {coll} taken", routes.get(f"{coll}.ll", 0) + routes.get(f"{coll}.flat", 0) > 0, str(taken))
     st = stats()
     if st is None:

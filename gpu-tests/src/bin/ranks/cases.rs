@@ -1,14 +1,16 @@
 //! The `dda` suite: every intercepted collective (AllReduce, ReduceScatter, AllGather, AllToAll,
-//! Broadcast from every root) on rcclx's DDA kernels at this rank count, every type and op, around the crossovers the clique agreed, in and out of
-//! place, element-aligned but not 16-byte-aligned buffers too; each rank's output checked
-//! bit for bit against the CPU model (`rcclx_gpu_tests::reduce`), and ranks that must agree
-//! compared with each other (the parent does that, from the hashes).
+//! Broadcast and Reduce from every root) on rcclx's DDA kernels at this rank count, every type
+//! and op, around the crossovers the clique agreed, in and out of place, element-aligned but not
+//! 16-byte-aligned buffers too, NULL root-only buffers off the root; each rank's output checked
+//! bit for bit against the CPU model (`rcclx_gpu_tests::reduce`; off a Reduce's root: nothing
+//! written), and ranks that must agree compared with each other (the parent does that, from the
+//! hashes).
 //!
 //! Also the buffer images every suite of collectives shares ([`Image`]).
 
 use std::ops::Range;
 
-use rcclx::collective::Shape;
+use rcclx::collective::{RootOnly, Shape};
 use rcclx::intercept::{CallDesc, Coll, Policies};
 use rcclx::types::{ncclDataType_t, ncclRedOp_t};
 use rcclx_gpu_tests::fnv::fnv1a;
@@ -34,11 +36,11 @@ pub struct Case {
     /// Bytes added to both buffers' offsets: a multiple of the element size below 16, so that
     /// the kernels' element-wise paths for buffers that are not 16-byte aligned run too.
     pub shift: usize,
-    /// Broadcast: the root (0 for the others).
+    /// Rooted collectives (Broadcast, Reduce): the root (0 for the others).
     pub root: usize,
-    /// Broadcast out of place: the other ranks pass a NULL send buffer (NCCL reads it on the
-    /// root only).
-    pub null_send: bool,
+    /// Rooted collectives out of place: the other ranks pass NULL for the buffer NCCL uses on
+    /// the root only (`Spec::root_only`: Broadcast's send, Reduce's receive buffer).
+    pub null_off_root: bool,
 }
 
 impl Case {
@@ -52,7 +54,12 @@ impl Case {
             if self.inplace { "in-place" } else { "out-of-place" },
             if self.shift > 0 { format!(" +{}B", self.shift) } else { String::new() },
             if self.coll.spec().rooted() {
-                format!(" root {}{}", self.root, if self.null_send { " null-send" } else { "" })
+                let null = match self.coll.spec().root_only {
+                    Some(RootOnly::Send) if self.null_off_root => " null-send",
+                    Some(RootOnly::Recv) if self.null_off_root => " null-recv",
+                    _ => "",
+                };
+                format!(" root {}{null}", self.root)
             } else {
                 String::new()
             }
@@ -69,17 +76,30 @@ impl Case {
         }
     }
 
-    /// Elements of one rank's input and output.
+    /// Elements of one rank's input, and of rank `r`'s output: a Reduce writes nothing off the
+    /// root, so there its output out of place is empty (the guards around it catch a write) and
+    /// in place is its input, which must come back unchanged.
     pub fn in_len(&self, n: usize) -> usize {
         match self.coll {
-            Coll::AllReduce | Coll::AllGather | Coll::Broadcast => self.count,
+            Coll::AllReduce | Coll::AllGather | Coll::Broadcast | Coll::Reduce => self.count,
             Coll::ReduceScatter | Coll::AllToAll => self.count * n,
         }
     }
-    pub fn out_len(&self, n: usize) -> usize {
+    pub fn out_len(&self, n: usize, r: usize) -> usize {
         match self.coll {
-            Coll::AllReduce | Coll::ReduceScatter | Coll::Broadcast => self.count,
+            Coll::Reduce if r != self.root && !self.inplace => 0,
+            Coll::AllReduce | Coll::ReduceScatter | Coll::Broadcast | Coll::Reduce => self.count,
             Coll::AllGather | Coll::AllToAll => self.count * n,
+        }
+    }
+
+    /// Whether rank `r` passes NULL for the root-only buffer.
+    pub fn null_at(&self, r: usize) -> (bool, bool) {
+        let off = self.null_off_root && r != self.root;
+        match self.coll.spec().root_only {
+            Some(RootOnly::Send) => (off, false),
+            Some(RootOnly::Recv) => (false, off),
+            None => (false, false),
         }
     }
 
@@ -88,7 +108,8 @@ impl Case {
         fnv1a(self.name().as_bytes()) ^ base.wrapping_mul(0x9e37_79b9) ^ (r as u64).wrapping_mul(0x1000_0000_01b3)
     }
 
-    /// Whether every rank's output is the same (AllReduce, AllGather, Broadcast).
+    /// Whether every rank's output is the same (AllReduce, AllGather, Broadcast; not Reduce,
+    /// whose output is the root's only).
     pub fn shared_output(&self) -> bool {
         matches!(self.coll, Coll::AllReduce | Coll::AllGather | Coll::Broadcast)
     }
@@ -187,7 +208,9 @@ pub fn expected(case: &Case, n: usize, r: usize, inputs: &[Vec<u8>]) -> Vec<u8> 
     let s = case.ty.size();
     let cb = case.count * s;
     match case.coll {
-        Coll::AllReduce => {
+        // Off a Reduce's root: nothing (out of place) or its own input, unchanged (in place).
+        Coll::Reduce if r != case.root => inputs[r][..case.out_len(n, r) * s].to_vec(),
+        Coll::AllReduce | Coll::Reduce => {
             let ins: Vec<&[u8]> = inputs.iter().map(|v| v.as_slice()).collect();
             let mut out = vec![0u8; cb];
             reduce::reduce(case.ty, case.op, &ins, &mut out);
@@ -280,10 +303,12 @@ pub fn dda_cases(n: usize, p: &Policies, quick: bool, _seed: u64) -> Vec<Case> {
                     }
                     for inplace in [false, true] {
                         let shift = if i % 2 == 1 && ty.size() < 16 && !quick { ty.size() * (1 + i % 3) } else { 0 };
-                        // Broadcast: a root other than 0 too, and NULL send buffers off the root.
+                        // Rooted: roots other than 0 too (each rank at some size), and NULL
+                        // root-only buffers off the root (every out-of-place call with --quick,
+                        // whose sizes may leave one count in range).
                         let rooted = coll.spec().rooted();
-                        let root = if rooted { (i + inplace as usize) % n } else { 0 };
-                        let null_send = rooted && !inplace && i % 2 == 1;
+                        let root = if rooted { (i + inplace as usize + ty as usize + op as usize) % n } else { 0 };
+                        let null_off_root = rooted && !inplace && (i % 2 == 1 || quick);
                         out.push(Case {
                             coll,
                             ty,
@@ -292,7 +317,7 @@ pub fn dda_cases(n: usize, p: &Policies, quick: bool, _seed: u64) -> Vec<Case> {
                             inplace,
                             shift: shift % 16,
                             root,
-                            null_send,
+                            null_off_root,
                         });
                     }
                 }
@@ -312,12 +337,12 @@ pub fn run_case(dev: &mut Ranks, index: usize, case: &Case, base_seed: u64) -> R
     watchdog::progress(&format!("case {index} {name} (inputs)"));
     let ins = inputs(case, n, base_seed);
     let s = case.ty.size();
-    let (in_b, out_b) = (case.in_len(n) * s, case.out_len(n) * s);
+    let in_b = case.in_len(n) * s;
     let poison = (case.seed(base_seed, 99) >> 8) as u8;
     let mut images = Vec::new();
     for k in 0..dev.local() {
         let r = dev.world.ranks[k];
-        let img = Image::new(case.coll, case.inplace, r, in_b, out_b, case.shift);
+        let img = Image::new(case.coll, case.inplace, r, in_b, case.out_len(n, r) * s, case.shift);
         let base = dev.arena(k, img.total)?;
         dev.upload(k, 0, &img.build(&ins[r], poison))?;
         images.push((img, base));
@@ -329,9 +354,9 @@ pub fn run_case(dev: &mut Ranks, index: usize, case: &Case, base_seed: u64) -> R
         .iter()
         .enumerate()
         .map(|(k, (img, base))| {
-            let null = case.null_send && dev.world.ranks[k] != case.root;
-            let send = if null { rcclx::gpu::DevicePtr(0) } else { base.offset(img.send) };
-            dev.collective(k, call, send, base.offset(img.recv))
+            let (null_send, null_recv) = case.null_at(dev.world.ranks[k]);
+            let ptr = |null: bool, at: usize| if null { rcclx::gpu::DevicePtr(0) } else { base.offset(at) };
+            dev.collective(k, call, ptr(null_send, img.send), ptr(null_recv, img.recv))
         })
         .collect();
     let kernel = kernel_for(&dev.world.cliques[0], &call).1;
@@ -348,7 +373,7 @@ pub fn run_case(dev: &mut Ranks, index: usize, case: &Case, base_seed: u64) -> R
                 let ty = case.compare_as();
                 let (bad, first) = reduce::mismatches(ty, out, &want);
                 let detail = match first {
-                    None => format!("{} elements exact", case.out_len(n)),
+                    None => format!("{} elements exact", case.out_len(n, r)),
                     Some(i) => format!(
                         "{bad} of {} {} differ from the model; first at {i}: got {} want {}",
                         out.len() / ty.size(),
@@ -417,12 +442,18 @@ mod tests {
                         assert!(seen.contains(&(coll, Algo::TwoShot)), "n={n}: no two-shot case");
                     }
                 }
-                let roots: std::collections::HashSet<usize> =
-                    cases.iter().filter(|c| c.coll == Coll::Broadcast).map(|c| c.root).collect();
-                assert!(roots.len() >= 2 || quick, "n={n}: Broadcast roots {roots:?}");
+                for coll in Coll::ALL.into_iter().filter(|c| c.spec().rooted()) {
+                    let of = |f: &dyn Fn(&Case) -> bool| cases.iter().any(|c| c.coll == coll && f(c));
+                    // Every root at full size; a NULL root-only buffer off the root, and in place.
+                    for root in 0..n {
+                        assert!(quick || of(&|c| c.root == root), "n={n} {coll:?}: no case with root {root}");
+                    }
+                    assert!(of(&|c| c.null_off_root), "n={n} {coll:?}: no NULL off the root");
+                    assert!(of(&|c| c.inplace) && of(&|c| c.count % 2 == 1), "n={n} {coll:?}");
+                }
                 if !quick {
                     // Every type and op of the reductions.
-                    for coll in [Coll::AllReduce, Coll::ReduceScatter] {
+                    for coll in [Coll::AllReduce, Coll::ReduceScatter, Coll::Reduce] {
                         for ty in Ty::ALL {
                             for op in Op::ALL {
                                 assert!(
@@ -472,7 +503,7 @@ mod tests {
             inplace: false,
             shift: 0,
             root: 0,
-            null_send: false,
+            null_off_root: false,
         };
         let ins: Vec<Vec<u8>> = (0..n).map(|r| (0..6).map(|i| (10 * r + i) as u8).collect()).collect();
         // Rank 1 gets block 1 of every rank.
@@ -481,5 +512,16 @@ mod tests {
         assert_eq!(expected(&c, n, 2, &ins), [4 + 14 + 24, 5 + 15 + 25]);
         let c = Case { coll: Coll::AllGather, count: 6, ..c };
         assert_eq!(expected(&c, n, 0, &ins).len(), 18);
+        // Reduce: the sum on the root; off it nothing written, or (in place) the input kept.
+        let c = Case { coll: Coll::Reduce, count: 6, root: 1, ..c };
+        assert_eq!(expected(&c, n, 1, &ins), [30, 33, 36, 39, 42, 45]);
+        assert_eq!((c.out_len(n, 1), c.out_len(n, 0)), (6, 0));
+        assert!(expected(&c, n, 0, &ins).is_empty());
+        let c = Case { inplace: true, ..c };
+        assert_eq!(expected(&c, n, 2, &ins), ins[2]);
+        let c = Case { inplace: false, null_off_root: true, ..c };
+        assert_eq!((c.null_at(0), c.null_at(1)), ((false, true), (false, false)));
+        let c = Case { coll: Coll::Broadcast, ..c };
+        assert_eq!((c.null_at(0), c.null_at(1)), ((true, false), (false, false)));
     }
 }

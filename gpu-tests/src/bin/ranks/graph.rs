@@ -72,7 +72,7 @@ fn calls(dev: &Ranks, seed: u64) -> Result<Vec<(String, Call)>, Fail> {
                         inplace: false,
                         shift: 0,
                         root,
-                        null_send: false,
+                        null_off_root: false,
                     })
                     .find(|case| kernel_for(c, &case.call()).0 == want)
             });
@@ -133,7 +133,7 @@ pub fn run(dev: &mut Ranks, opts: &Opts) -> Result<(), Fail> {
             match c {
                 Call::Coll(case) => {
                     let s = case.ty.size();
-                    let img = Image::new(case.coll, false, r, case.in_len(n) * s, case.out_len(n) * s, 0);
+                    let img = Image::new(case.coll, false, r, case.in_len(n) * s, case.out_len(n, r) * s, 0);
                     bytes.extend(img.build(&ins[r], 0xEE));
                     per.push((at, Some(img)));
                 }
@@ -164,7 +164,7 @@ pub fn run(dev: &mut Ranks, opts: &Opts) -> Result<(), Fail> {
             let ret = match c {
                 Call::Coll(case) => {
                     let img = layouts[k].0[i].1.as_ref().expect("a collective has an image");
-                    if reset {
+                    if reset && !img.out.is_empty() {
                         dev.memset(k, p.offset(img.out.start), 0xEE, img.out.len())?;
                     }
                     dev.collective(k, case.call(), p.offset(img.send), p.offset(img.recv))

@@ -12,7 +12,8 @@
 //!                procs: one process per rank (the IPC path; processes on one GPU are
 //!                time-sliced, so every barrier costs milliseconds: use --quick)
 //!   --suite      dda:    AllReduce (LL, flat, two-shot), ReduceScatter, AllGather, AllToAll,
-//!                        Broadcast from several roots (LL, flat): every type and op, odd counts, in and out of place, around the
+//!                        Broadcast and Reduce from every root (LL, flat; NULL root-only buffers
+//!                        off the root): every type and op, odd counts, in and out of place, around the
 //!                        crossovers of this rank count; bit-exact against the CPU model of
 //!                        rcclx's reduction order (rcclx_gpu_tests::reduce), ranks identical
 //!                stress: 10,000 calls of random collective, type, op, size and placement, in

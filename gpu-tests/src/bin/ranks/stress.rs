@@ -44,7 +44,9 @@ fn random_case(rng: &mut Rng, n: usize, facts: &CommFacts) -> Case {
         let inplace = rng.below(2) == 0;
         let shift = if rng.below(4) == 0 && ty.size() < 16 { ty.size() } else { 0 };
         let root = if coll.spec().rooted() { rng.below(n as u64) as usize } else { 0 };
-        let c = Case { coll, ty, op, count, inplace, shift, root, null_send: false };
+        // A rooted call's root-only buffer is NULL off the root in one call in four.
+        let null_off_root = coll.spec().rooted() && !inplace && rng.below(4) == 0;
+        let c = Case { coll, ty, op, count, inplace, shift, root, null_off_root };
         if matches!(decide(&c.call(), facts), Route::Own(_)) {
             return c;
         }
@@ -86,7 +88,7 @@ pub fn run(dev: &mut Ranks, opts: &Opts) -> Result<(), Fail> {
             let (mut at, mut per_call, mut bytes) = (0usize, Vec::new(), Vec::new());
             for (c, ins) in calls.iter().zip(&inputs) {
                 let s = c.ty.size();
-                let img = Image::new(c.coll, c.inplace, r, c.in_len(n) * s, c.out_len(n) * s, c.shift);
+                let img = Image::new(c.coll, c.inplace, r, c.in_len(n) * s, c.out_len(n, r) * s, c.shift);
                 bytes.resize(at, 0xFF);
                 bytes.extend(img.build(&ins[r], 0xEE));
                 per_call.push((at, img));
@@ -103,7 +105,9 @@ pub fn run(dev: &mut Ranks, opts: &Opts) -> Result<(), Fail> {
             for k in 0..dev.local() {
                 let (at, img) = &layouts[k].0[i];
                 let base = dev.arena_ptr(k)?.offset(*at);
-                rets[k].push(dev.collective(k, c.call(), base.offset(img.send), base.offset(img.recv)));
+                let (null_send, null_recv) = c.null_at(dev.world.ranks[k]);
+                let ptr = |null: bool, at: usize| if null { rcclx::gpu::DevicePtr(0) } else { base.offset(at) };
+                rets[k].push(dev.collective(k, c.call(), ptr(null_send, img.send), ptr(null_recv, img.recv)));
                 dev.rt.record_event(events[k][i], dev.stream(k))?;
             }
         }
@@ -122,7 +126,7 @@ pub fn run(dev: &mut Ranks, opts: &Opts) -> Result<(), Fail> {
         for k in 0..dev.local() {
             let r = dev.world.ranks[k];
             let got = dev.download(k, 0, layouts[k].1)?;
-            let mut same = Vec::new(); // AllReduce and AllGather outputs: identical on every rank
+            let mut same = Vec::new(); // outputs identical on every rank (Case::shared_output)
             let mut fails = Vec::new();
             for (i, (c, ins)) in calls.iter().zip(&inputs).enumerate() {
                 let (at, img) = &layouts[k].0[i];

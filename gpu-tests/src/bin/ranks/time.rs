@@ -47,8 +47,16 @@ pub fn cases(lowp: bool, n: usize, p: &Policies, quick: bool) -> Vec<Case> {
     for (coll, ty, op, bytes) in want {
         let bytes = if lowp { bytes } else { bytes.min(p.of(coll).max) };
         let per = ty.size() as u64 * if coll.spec().shape == Shape::Whole { 1 } else { n as u64 };
-        let case =
-            Case { coll, ty, op, count: (bytes / per) as usize, inplace: false, shift: 0, root: 0, null_send: false };
+        let case = Case {
+            coll,
+            ty,
+            op,
+            count: (bytes / per) as usize,
+            inplace: false,
+            shift: 0,
+            root: 0,
+            null_off_root: false,
+        };
         if !out.contains(&case) {
             out.push(case);
         }
@@ -111,7 +119,7 @@ pub fn run(dev: &mut Ranks, opts: &Opts) -> Result<(), Fail> {
         let mut images = Vec::new();
         for k in 0..dev.local() {
             let r = dev.world.ranks[k];
-            let img = Image::new(case.coll, false, r, case.in_len(n) * s, case.out_len(n) * s, 0);
+            let img = Image::new(case.coll, false, r, case.in_len(n) * s, case.out_len(n, r) * s, 0);
             let base = dev.arena(k, img.total)?;
             dev.upload(k, 0, &img.build(&ins[r], 0xEE))?;
             images.push((img, base));
@@ -156,7 +164,7 @@ pub fn run(dev: &mut Ranks, opts: &Opts) -> Result<(), Fail> {
                     (e <= LOWP_BOUND, device::hash(out), format!("relative error {e:.4} (bound {LOWP_BOUND})"))
                 }
                 Ok(out) => match reduce::mismatches(case.compare_as(), out, &want) {
-                    (0, _) => (true, device::hash(out), format!("{} elements exact", case.out_len(n))),
+                    (0, _) => (true, device::hash(out), format!("{} elements exact", case.out_len(n, r))),
                     (bad, _) => (false, device::hash(out), format!("{bad} elements differ from the model")),
                 },
             };
