@@ -10,7 +10,7 @@
 #![forbid(unsafe_code)]
 
 pub use crate::collective::Coll;
-use crate::collective::{COLLS, COUNT, LL_MAX, RootOnly, Shape, rank_row};
+use crate::collective::{COLLS, COUNT, Fabric, LL_MAX, RootOnly, Shape, rank_row};
 use crate::config::{Config, LowpCodec};
 use crate::types::{ncclDataType_t, ncclRedOp_t};
 use std::ffi::CStr;
@@ -130,11 +130,12 @@ impl Default for Policies {
 }
 
 impl Policies {
-    /// A communicator of `nranks` ranks: set variables win, else the collectives' defaults
-    /// for the first [`crate::collective::RANK_ROWS`] entry with at least `nranks`.
+    /// A communicator of `nranks` ranks on `fabric`: set variables win, else the collectives'
+    /// defaults for the first [`crate::collective::RANK_ROWS`] entry with at least `nranks`
+    /// (AllReduce's one-shot limit: by rank count and fabric, `Spec::one_shot_default`).
     /// `lowp`/`codec`: the low-precision switches, read per communicator
     /// (`config::lowp_switches_now`).
-    pub fn for_comm(c: &Config, nranks: usize, lowp: [bool; COUNT], codec: LowpCodec) -> Policies {
+    pub fn for_comm(c: &Config, nranks: usize, lowp: [bool; COUNT], codec: LowpCodec, fabric: Fabric) -> Policies {
         let row = rank_row(nranks);
         let p = &c.per_coll;
         Policies {
@@ -144,7 +145,11 @@ impl Policies {
                 Policy {
                     dda: p.dda[i] as u64,
                     lowp: (lowp[i] && s.lowp_var.is_some()) as u64,
-                    one_shot_max: if s.two_shot { p.one_shot_max_bytes[i].unwrap_or(s.one_shot_max[row]) } else { max },
+                    one_shot_max: if s.two_shot {
+                        p.one_shot_max_bytes[i].unwrap_or(s.one_shot_default(nranks, fabric))
+                    } else {
+                        max
+                    },
                     max,
                     lowp_min: c.lowp_min_bytes.unwrap_or(s.lowp_min[row]),
                 }
@@ -154,9 +159,11 @@ impl Policies {
         }
     }
 
-    /// The policies with every setting from `c` (low-precision switches included).
+    /// The policies with every setting from `c` (low-precision switches included), on NVSwitch
+    /// (a communicator's own come from `for_comm` with its GPUs' fabric; they differ only in
+    /// AllReduce's one-shot limit at 3-8 ranks).
     pub fn from_config(c: &Config, nranks: usize) -> Policies {
-        Policies::for_comm(c, nranks, std::array::from_fn(|i| c.lowp_on(COLLS[i].coll)), c.lowp_codec)
+        Policies::for_comm(c, nranks, std::array::from_fn(|i| c.lowp_on(COLLS[i].coll)), c.lowp_codec, Fabric::Switch)
     }
 
     pub fn of(&self, coll: Coll) -> &Policy {
@@ -303,7 +310,7 @@ mod tests {
     use super::*;
 
     fn policies(nranks: usize, lowp: bool) -> Policies {
-        Policies::for_comm(&Config::default(), nranks, [lowp; COUNT], LowpCodec::Fp8)
+        Policies::for_comm(&Config::default(), nranks, [lowp; COUNT], LowpCodec::Fp8, Fabric::Switch)
     }
 
     fn facts(nranks: usize, lowp: bool) -> CommFacts {
@@ -330,6 +337,39 @@ mod tests {
         // Collectives without low-precision kernels never switch it on.
         assert_eq!(policies(2, true).of(Coll::Broadcast).lowp, 0);
         assert_eq!(policies(2, true).of(Coll::AllToAll).lowp, 1);
+    }
+
+    /// The route of an AllReduce by rank count and fabric: one-shot up to the model's crossover
+    /// (docs/RESULTS.md), two-shot above; 2 ranks one-shot to 64 MiB on both; the variable wins.
+    #[test]
+    fn allreduce_one_shot_limit_by_rank_count_and_fabric() {
+        let route = |n: usize, fabric: Fabric, bytes: u64, c: &Config| {
+            let policies = Policies::for_comm(c, n, [false; COUNT], LowpCodec::Fp8, fabric);
+            decide(
+                &CallDesc::new(Coll::AllReduce, (bytes / 4) as usize, ncclDataType_t::Float32),
+                &CommFacts { nranks: n, dda: true, policies },
+            )
+        };
+        let c = Config::default();
+        let (flat, two) = (Route::Own(Algo::Flat), Route::Own(Algo::TwoShot));
+        const KIB: u64 = 1 << 10;
+        // (ranks, NVSwitch limit, xGMI limit) in KiB.
+        for (n, sw, mesh) in [(3, 568, 280), (4, 256, 184), (5, 160, 160), (6, 112, 144), (7, 88, 128), (8, 72, 128)] {
+            for (fabric, lim) in [(Fabric::Switch, sw * KIB), (Fabric::Mesh, mesh * KIB)] {
+                assert_eq!(route(n, fabric, lim, &c), flat, "{n} ranks {fabric:?}");
+                assert_eq!(route(n, fabric, lim + 4, &c), two, "{n} ranks {fabric:?}");
+            }
+        }
+        // Today's 1 MiB at 3-4 ranks and 256 KiB at 5-8 now run two-shot.
+        assert_eq!(route(4, Fabric::Mesh, 1 << 20, &c), two);
+        assert_eq!(route(8, Fabric::Switch, 256 * KIB, &c), two);
+        for fabric in [Fabric::Switch, Fabric::Mesh] {
+            assert_eq!(route(2, fabric, 64 << 20, &c), flat);
+        }
+        let mut set = c.clone();
+        set.per_coll.one_shot_max_bytes[Coll::AllReduce as usize] = Some(1 << 20);
+        assert_eq!(route(8, Fabric::Switch, 1 << 20, &set), flat);
+        assert_eq!(route(8, Fabric::Mesh, (1 << 20) + 4, &set), two);
     }
 
     /// Sizes around every threshold, primes and extremes.

@@ -54,6 +54,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use crate::collective::Fabric;
 use crate::error::Error;
 use crate::gpu::{self, Function, IpcMapping, MemKind};
 use crate::intercept::{CommFacts, Policies};
@@ -632,7 +633,11 @@ fn describe(l: &mut Local, sharing: Sharing) {
     rec.shared_gpus = sharing.shared_gpus as u32;
     rec.grid_cap = sharing.grid_cap;
     let (lowp, codec) = crate::config::lowp_switches_now();
-    let policies = Policies::for_comm(cfg, m.nranks, lowp, codec);
+    let fabric = match gpu::runtime().map(|rt| rt.vendor()) {
+        Ok(gpu::Vendor::Hip) => Fabric::Mesh,
+        _ => Fabric::Switch,
+    };
+    let policies = Policies::for_comm(cfg, m.nranks, lowp, codec, fabric);
     rec.policies = policies;
     rec.timeout_ms = cfg.timeout_ms;
     let staging =
