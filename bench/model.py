@@ -261,6 +261,35 @@ def check_table():
     return out + [""]
 
 
+def ratios(platform, coll, n, sizes):
+    """(today, proposed) ratio ranges stock / rcclx over `sizes`, as text."""
+    today, new = [], []
+    for S in sizes:
+        st = stock(platform, coll, n, S)
+        today.append(st / rcclx_today(platform, coll, n, S)[0])
+        new.append(st / min(st, rcclx_proposed(platform, coll, n, S)[0]))
+    span = lambda v: f"{min(v):.2f}x" if f"{min(v):.2f}" == f"{max(v):.2f}" else f"{min(v):.2f}-{max(v):.2f}x"
+    return span(today), span(new)
+
+
+def summary():
+    bands = [("up to 1 MiB", [S for S in SIZES if S <= MiB]), ("4 MiB", [4 * MiB]), ("16 MiB", [16 * MiB]),
+             ("64 MiB", [64 * MiB])]
+    out = ["**What 8-GPU users can expect** (model; stock / rcclx, today -> with issue 39's kernels; 1.00x: "
+           "rcclx forwards there):", ""]
+    for platform, name in [("h200", "8x H200 (NVSwitch, stock without NVLS)"), ("mi300x", "8x MI300X (xGMI)")]:
+        for coll in ["ar", "ag", "rs"]:
+            parts = []
+            for label, sizes in bands:
+                today, new = ratios(platform, coll, 8, sizes)
+                parts.append(f"{label} {today} -> {new}")
+            out.append(f"- {name}, {TITLES[coll]}: " + "; ".join(parts) + ".")
+    out += ["", "With NVLS (NVSwitch multicast) on, stock NCCL's AllReduce moves S(1 + 1/n) per GPU instead of "
+            "2S(n-1)/n and is expected to win above ~8 MiB at 8 ranks; rcclx forwards above 8 MiB at 5-8 ranks "
+            "(its DDA limit), so it stays out of NVLS's way.", ""]
+    return out
+
+
 def section():
     lines = [BEGIN, "",
              "A **model**, not a measurement: `python3 bench/model.py` (its docstring has the formulas' "
@@ -269,7 +298,7 @@ def section():
              "figure is assumed (no rcclx kernel has run on AMD). \"Today\": this repository's kernels with its "
              "defaults (forwarding where they forward); \"proposed\": issue 39's stream rings and LL128 (LL64 on "
              "AMD), which do not exist yet. Ratios are stock / rcclx.", ""]
-    lines += constants_table() + check_table() + crossover_table() + tables()
+    lines += summary() + constants_table() + check_table() + crossover_table() + tables()
     lines.append(END)
     return "\n".join(lines) + "\n"
 
