@@ -72,23 +72,26 @@ enum : uint32_t { RCCLX_BENCH_NONE = 0, RCCLX_BENCH_STORE = 1, RCCLX_BENCH_LOAD 
 enum : uint32_t { RCCLX_BENCH_FENCE_OFF = 0, RCCLX_BENCH_FENCE_SAME = 1, RCCLX_BENCH_FENCE_APART = 2 };
 
 // Fence under load. Blocks [0, stream_blocks) stream: their warps 1.. store (or load) 16-byte
-// vectors over the block's `vecs` vectors of `data`, `reps` times. The fencer is lane 0 of warp
-// 0: in every streaming block (`where` SAME) or only in the blocks past stream_blocks (APART);
-// it repeats a system-scope release store into its own line of `flags` until the streamers are
-// done (at least `min_fences` times). Per block, out[3b..3b+3): the fencer's nanoseconds, its
-// release count, the streamers' nanoseconds. `done` (one zeroed word) counts finished streaming
-// blocks; `timeout_ns` bounds the fencer's wait for them.
+// vectors over the block's `vecs` vectors of `data`, `reps` times. Thread 0 of every block
+// coordinates: in a streaming block it waits for its warps (each announces its time in shared
+// memory) and then counts the block in `done` (one zeroed word); it is also the fencer, in every
+// streaming block (`where` SAME) or only in the blocks past stream_blocks (APART), repeating a
+// system-scope release store into its block's line of `flags` until the streamers are done, at
+// least `min_fences` times. Per block, out[3b..3b+3): the fencer's nanoseconds, its release
+// count, the streamers' nanoseconds. `timeout_ns` bounds every wait.
 extern "C" __global__ void __launch_bounds__(RCCLX_THREADS, 1)
     rcclx_bench_fence(rcclx_u32x4* data, uint64_t vecs, uint32_t reps, uint32_t op, uint32_t where,
                       uint32_t stream_blocks, uint32_t min_fences, uint64_t timeout_ns, uint32_t* flags,
                       uint32_t* done, uint64_t* out) {
-  __shared__ uint32_t s_streamers_left;
+  // Per streaming warp: its nanoseconds + 1 once it is done (0 before).
+  __shared__ uint64_t s_ns[RCCLX_THREADS / 32];
   const uint32_t warp = threadIdx.x / RCCLX_WARP_SIZE;
   const uint32_t warps = blockDim.x / RCCLX_WARP_SIZE;
   const bool streaming = blockIdx.x < stream_blocks && op != RCCLX_BENCH_NONE;
-  if (threadIdx.x == 0) s_streamers_left = warps - 1;
+  if (threadIdx.x < warps) s_ns[threadIdx.x] = 0;
   __syncthreads();
-  if (warp > 0 && streaming) {
+  if (warp > 0) {
+    if (!streaming) return;
     const uint64_t t0 = rcclx_now_ns();
     rcclx_u32x4* mine = data + (uint64_t)blockIdx.x * vecs;
     const uint32_t lane = threadIdx.x - RCCLX_WARP_SIZE, lanes = blockDim.x - RCCLX_WARP_SIZE;
@@ -105,33 +108,49 @@ extern "C" __global__ void __launch_bounds__(RCCLX_THREADS, 1)
     }
     // Keeps the loads: no input makes acc this value by chance often enough to matter.
     if (acc == 0x9E3779B9u) out[3 * blockIdx.x + 2] = 1;
-    if (threadIdx.x % RCCLX_WARP_SIZE == 0) {
-      if (atomicSub(&s_streamers_left, 1u) == 1u) {
-        out[3 * blockIdx.x + 2] = rcclx_now_ns() - t0;  // the block's last streaming warp
-        rcclx_atomic_add_sys_u32(done, 1u);
-      }
-    }
+    if (threadIdx.x % RCCLX_WARP_SIZE == 0) *(volatile uint64_t*)&s_ns[warp] = rcclx_now_ns() - t0 + 1;
     return;
   }
-  const bool fencer = threadIdx.x == 0 && ((where == RCCLX_BENCH_FENCE_SAME && blockIdx.x < stream_blocks) ||
-                                           (where == RCCLX_BENCH_FENCE_APART && blockIdx.x >= stream_blocks));
-  if (!fencer) return;
+  if (threadIdx.x != 0) return;
+  const bool fencer = (where == RCCLX_BENCH_FENCE_SAME && blockIdx.x < stream_blocks) ||
+                      (where == RCCLX_BENCH_FENCE_APART && blockIdx.x >= stream_blocks);
+  if (!streaming && !fencer) return;
   const uint32_t streamers = op == RCCLX_BENCH_NONE ? 0 : stream_blocks;
   uint32_t* line = flags + blockIdx.x * RCCLX_FLAG_STRIDE;
   const uint64_t deadline = rcclx_deadline_after(timeout_ns);
   const uint64_t t0 = rcclx_now_ns();
+  uint64_t stream_ns = 0;
   uint32_t n = 0;
-  for (;; ++n) {
-    // Looks at the streamers every 16 releases (a poll of `done` is a load that would count as
-    // part of each release's time).
-    if (n >= min_fences && (n & 15) == 0) {
-      // SAME: this block's streamers; APART: every streaming block.
-      const bool over = where == RCCLX_BENCH_FENCE_SAME ? *(volatile uint32_t*)&s_streamers_left == 0 || streamers == 0
-                                                         : rcclx_ld_relaxed_sys(done) >= streamers;
+  for (uint32_t round = 0;; ++round) {
+    // Looks at the streamers every 16 rounds (a poll of `done` is a load that would count as part
+    // of each release's time).
+    if ((round & 15) == 0 && (!fencer || n >= min_fences)) {
+      bool over;
+      if (streaming) {
+        over = true;
+        for (uint32_t w = 1; w < warps; ++w) {
+          const uint64_t v = *(volatile uint64_t*)&s_ns[w];
+          over = over && v != 0;
+          stream_ns = v > stream_ns ? v : stream_ns;
+        }
+      } else {
+        over = rcclx_ld_relaxed_sys(done) >= streamers;
+      }
       if (over || rcclx_now_ns() >= deadline) break;
     }
-    rcclx_st_release_sys(line, n);
+    if (fencer) {
+      rcclx_st_release_sys(line, n);
+      ++n;
+    } else {
+      rcclx_backoff(round);
+    }
   }
-  out[3 * blockIdx.x] = rcclx_now_ns() - t0;
-  out[3 * blockIdx.x + 1] = n;
+  if (streaming) {
+    out[3 * blockIdx.x + 2] = stream_ns > 0 ? stream_ns - 1 : 0;  // 0: timed out
+    rcclx_atomic_add_sys_u32(done, 1u);
+  }
+  if (fencer) {
+    out[3 * blockIdx.x] = rcclx_now_ns() - t0;
+    out[3 * blockIdx.x + 1] = n;
+  }
 }
