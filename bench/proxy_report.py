@@ -99,7 +99,7 @@ def main(path):
              "All ranks are streams of one process on one GPU: link bandwidth and latency do not transfer to "
              "NVLink; instruction counts, HBM passes, serialized phases and synchronization against the same "
              "traffic do.", ""]
-    failed = [r for r in rows if r.get("check") in ("FAILED", "TIMEOUT")]
+    failed = [r for r in rows if r.get("check") in ("FAILED", "TIMEOUT", "NO-PLAN")]
     if failed:
         lines += [f"**{len(failed)} row(s) failed their check** (see the log).", ""]
     if parts["families"]:

@@ -446,13 +446,38 @@ fn time_family(
             recv: base.offset(img.recv).as_raw(),
             stream: dev.stream(k),
         };
-        launches.push(rcclx::dda::plan(&dev.world.cliques[k], algo, &call, &bufs).map_err(lib)?);
+        match rcclx::dda::plan(&dev.world.cliques[k], algo, &call, &bufs) {
+            Ok(l) => launches.push(l),
+            Err(e) => {
+                // A family that cannot plan this call: a failed case, the other families still run.
+                let r = dev.world.ranks[k];
+                emit(
+                    n,
+                    &Row {
+                        part,
+                        family: family.clone(),
+                        bytes,
+                        check: "NO-PLAN",
+                        extra: e.to_string(),
+                        ..Row::default()
+                    },
+                );
+                for (kk, &rr) in dev.world.ranks.iter().enumerate() {
+                    let why =
+                        if kk == k { format!("planning failed: {e}") } else { format!("rank {r} could not plan") };
+                    report(index, rr, false, case.group(rr), "-", &family, &why);
+                }
+                return Ok(());
+            }
+        }
     }
-    let LaunchArgs::Collective(args) = launches[0].args else {
-        return Err(Fail(format!("{family}: not a collective launch")));
+    // Window bookkeeping of the windowed kernels' argument struct (none for other kinds).
+    let (half, window_elems, count) = match launches[0].args {
+        LaunchArgs::Collective(a) => (a.half_bytes, a.window_elems, a.count),
+        LaunchArgs::AllToAllv(_) => (0, 0, 0),
     };
     let elem = if coll.spec().reduces { call.dtype.size().unwrap_or(1) as u64 } else { 1 };
-    let windows = if algo == Algo::Ll { 1 } else { args.count.div_ceil(args.window_elems.max(1)) };
+    let windows = if algo == Algo::Ll || window_elems == 0 { 1 } else { count.div_ceil(window_elems) };
     let twin_fns = twins.iter().find(|(f, _)| *f == (coll, algo)).map(|(_, fns)| fns.as_slice());
     let counts = calls_for(bytes, quick);
     let mut verdicts: Vec<Verdict> = vec![(true, String::new(), String::new()); dev.local()];
@@ -485,8 +510,8 @@ fn time_family(
                 coll: coll.name().into(),
                 algo: algo.name().into(),
                 bytes,
-                staging_half: args.half_bytes,
-                window: args.window_elems * elem,
+                staging_half: half,
+                window: window_elems * elem,
                 windows,
                 blocks: launches[0].grid.0,
                 threads: launches[0].grid.1,
