@@ -12,6 +12,8 @@
 #                     ranks: 3-8 ranks on the GPUs present, several per GPU (needs 1 GPU; see below)
 #                     lifecycle: teardown of 2, 4 and 8 ranks on one GPU (needs 1 GPU; see below)
 #                     time: per-call GPU time of N ranks on one GPU, A/B against $ART/ranks-base (see below)
+#                     bench1: the one-GPU proxy (every DDA family vs its traffic twin, window sweep,
+#                     flag round trip, fence under load; needs 1 GPU; see below)
 #                     benchsym: AllGather/ReduceScatter/AllToAll up to 1 MiB against stock NCCL's
 #                     symmetric kernels (-R 2)
 #                     a2av: GPU-resident all-to-all-v (rcclx.all_to_all_v_dynamic and the C forms) against
@@ -375,6 +377,30 @@ if step time; then
     } >"$OUT/time-ab.txt"
     cat "$OUT/time-ab.txt" | tee -a "$SUMMARY"
   fi
+fi
+
+# One-GPU proxy of issue 39 (gpu-tests/src/bin/ranks/bench.rs; runs on 1 GPU): every DDA family
+# forced at 1 KiB-64 MiB, back to back and in CUDA graph replays, against its traffic twin (the
+# same kernel without barriers or flag waits); the window-cost sweep, once per staging size; the
+# flag round trip and the fence under load. OUT/bench1-n<N>.csv is the table, bench1-n<N>.md its
+# summary (bench/proxy_report.py). Ranks share one GPU: link bandwidth and latency do not
+# transfer to NVLink; instruction counts, HBM passes, serialized phases and synchronization
+# against the same traffic do. BENCH1_N="2" rank counts, BENCH1_STAGING="1M 2M 4M 8M 16M 32M"
+# (RCCL_DDA_SENDBUF_BYTES of the sweep), BENCH1_ARGS="..." more `ranks` arguments (--quick).
+if step bench1; then
+  for n in ${BENCH1_N:-2}; do
+    run bench1-n$n 240 "$ART/ranks" --nranks $n --suite bench ${BENCH1_ARGS:-}
+    for s in ${BENCH1_STAGING:-1M 2M 4M 8M 16M 32M}; do
+      run bench1-sweep-n$n-$s 120 env RCCL_DDA_SENDBUF_BYTES=$s RCCLX_BENCH_TAG=staging=$s \
+        "$ART/ranks" --nranks $n --suite bench --parts sweep ${BENCH1_ARGS:-}
+    done
+    grep -h '^BENCH ' "$OUT/bench1-n$n.log" "$OUT"/bench1-sweep-n$n-*.log 2>/dev/null | sed 's/^BENCH //' |
+      awk 'NR == 1 || !/^part,/' >"$OUT/bench1-n$n.csv"
+    python3 bench/proxy_report.py "$OUT/bench1-n$n.csv" >"$OUT/bench1-n$n.md" 2>&1
+    rc=$?
+    rows=$(($(wc -l <"$OUT/bench1-n$n.csv") - 1))
+    echo "bench1-n$n: $rows rows in bench1-n$n.csv, summary bench1-n$n.md (report rc=$rc)" | tee -a "$SUMMARY"
+  done
 fi
 
 # The communicator life cycle with N ranks as streams of one process on GPU 0 (rcclx's setup,

@@ -85,11 +85,32 @@ pub struct Spec {
     pub one_shot_var: Option<&'static str>,
     /// Collectives with low-precision kernels: their switch (RCCLX's name).
     pub lowp_var: Option<&'static str>,
-    /// Defaults per [`RANK_ROWS`] entry: DDA up to `max` bytes, one-shot up to
-    /// `one_shot_max`, low precision (when switched on) from `lowp_min`.
+    /// Defaults per [`RANK_ROWS`] entry: DDA up to `max` bytes, low precision (when switched
+    /// on) from `lowp_min`.
     pub max: [u64; 3],
-    pub one_shot_max: [u64; 3],
     pub lowp_min: [u64; 3],
+    /// Two-shot collectives: one-shot up to this many bytes by rank count and fabric
+    /// ([`Spec::one_shot_default`]); the others run one-shot up to `max`.
+    pub one_shot_max: Option<OneShotByRanks>,
+}
+
+/// What connects a clique's GPUs, for the defaults that depend on it: NVIDIA's NVSwitch gives
+/// each GPU one bandwidth that all its peers share (one-shot's (n-1) reads per byte all go through
+/// it); AMD's xGMI mesh gives every pair a link of its own (one-shot's reads run in parallel).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fabric {
+    /// NVIDIA (NVLink through NVSwitch).
+    Switch,
+    /// AMD (xGMI, one link per pair).
+    Mesh,
+}
+
+/// A two-shot collective's default one-shot limit in bytes for 2..=8 ranks (index n - 2), per
+/// [`Fabric`].
+#[derive(Debug)]
+pub struct OneShotByRanks {
+    pub switch: [u64; 7],
+    pub mesh: [u64; 7],
 }
 
 /// The rank counts the default crossovers are given for: a communicator takes the first row
@@ -115,7 +136,16 @@ const MIB: u64 = 1 << 20;
 /// AllToAll from 4 MiB; more ranks keep RCCLX's 16 MiB. Broadcast: not measured yet; it stays
 /// at 256 KiB, the sizes per-step metadata and small parameter broadcasts use. Reduce: not
 /// measured yet; its root reads what one rank of a one-shot AllReduce reads (every peer's
-/// staging) and the other ranks only copy in, so it takes AllReduce's one-shot limits.
+/// staging) and the other ranks only copy in, so it keeps the one-shot limits AllReduce had
+/// before the model below (64 MiB; 1 MiB at 3-4 ranks, 256 KiB at 5-8).
+///
+/// AllReduce one-shot -> two-shot at 3-8 ranks: a model, not a measurement (no machine with more
+/// than 2 GPUs was lent; `bench/model.py`, docs/RESULTS.md). Two-shot moves 2(n-1)/n of the
+/// message per GPU instead of one-shot's n-1 (NVSwitch: all through one GPU's bandwidth B =
+/// 325 GB/s) or 1 (xGMI: per link, B_l = 48 GB/s) and pays one more flag hop h (1.2 us H200,
+/// 2.0 us MI300X, assumed), so it wins above h B / ((n-1)(1 - 2/n)) on NVSwitch and
+/// h B_l / (1 - 2/n) on xGMI: [`AR_ONE_SHOT_MAX`], rounded to 8 KiB (`bench/model.py --check`
+/// keeps them equal). 2 ranks: one-shot moves no more bytes than two-shot, so 64 MiB stays.
 pub const COLLS: [Spec; COUNT] = [
     Spec {
         coll: Coll::AllReduce,
@@ -131,8 +161,8 @@ pub const COLLS: [Spec; COUNT] = [
         one_shot_var: Some("RCCL_DDA_ALL_REDUCE_FLAT_MAX_BYTES"),
         lowp_var: Some("RCCL_LOW_PRECISION_ENABLE_ALLREDUCE"),
         max: [64 * MIB, 16 * MIB, 8 * MIB],
-        one_shot_max: [64 * MIB, MIB, 256 * KIB],
         lowp_min: [MIB, 16 * MIB, 16 * MIB],
+        one_shot_max: Some(AR_ONE_SHOT_MAX),
     },
     Spec {
         coll: Coll::AllGather,
@@ -148,8 +178,8 @@ pub const COLLS: [Spec; COUNT] = [
         one_shot_var: None,
         lowp_var: Some("RCCL_LOW_PRECISION_ENABLE_ALLGATHER"),
         max: [64 * MIB, 16 * MIB, 16 * MIB],
-        one_shot_max: [64 * MIB, 16 * MIB, 16 * MIB],
         lowp_min: [4 * MIB, 16 * MIB, 16 * MIB],
+        one_shot_max: None,
     },
     Spec {
         coll: Coll::ReduceScatter,
@@ -165,8 +195,8 @@ pub const COLLS: [Spec; COUNT] = [
         one_shot_var: None,
         lowp_var: Some("RCCL_LOW_PRECISION_ENABLE_REDUCESCATTER"),
         max: [64 * MIB, 8 * MIB, 8 * MIB],
-        one_shot_max: [64 * MIB, 8 * MIB, 8 * MIB],
         lowp_min: [2 * MIB, 16 * MIB, 16 * MIB],
+        one_shot_max: None,
     },
     Spec {
         coll: Coll::AllToAll,
@@ -182,8 +212,8 @@ pub const COLLS: [Spec; COUNT] = [
         one_shot_var: None,
         lowp_var: Some("RCCL_LOW_PRECISION_ENABLE_ALLTOALL"),
         max: [16 * MIB, 2 * MIB, 2 * MIB],
-        one_shot_max: [16 * MIB, 2 * MIB, 2 * MIB],
         lowp_min: [4 * MIB, 16 * MIB, 16 * MIB],
+        one_shot_max: None,
     },
     Spec {
         coll: Coll::Broadcast,
@@ -199,8 +229,8 @@ pub const COLLS: [Spec; COUNT] = [
         one_shot_var: None,
         lowp_var: None,
         max: [256 * KIB; 3],
-        one_shot_max: [256 * KIB; 3],
         lowp_min: [u64::MAX; 3],
+        one_shot_max: None,
     },
     Spec {
         coll: Coll::Reduce,
@@ -216,15 +246,41 @@ pub const COLLS: [Spec; COUNT] = [
         one_shot_var: None,
         lowp_var: None,
         max: [64 * MIB, MIB, 256 * KIB],
-        one_shot_max: [64 * MIB, MIB, 256 * KIB],
         lowp_min: [u64::MAX; 3],
+        one_shot_max: None,
     },
 ];
+
+/// AllReduce's one-shot limit (see [`COLLS`]): the model's crossovers, in bytes.
+pub const AR_ONE_SHOT_MAX: OneShotByRanks = OneShotByRanks {
+    // 2 ranks, then 571, 254, 159, 114, 89, 73 KiB (H200).
+    switch: [64 * MIB, 568 * KIB, 256 * KIB, 160 * KIB, 112 * KIB, 88 * KIB, 72 * KIB],
+    // 2 ranks, then 281, 188, 156, 141, 131, 125 KiB (MI300X).
+    mesh: [64 * MIB, 280 * KIB, 184 * KIB, 160 * KIB, 144 * KIB, 128 * KIB, 128 * KIB],
+};
 
 impl Spec {
     /// Has a rooted argument (`CallDesc::root`).
     pub fn rooted(&self) -> bool {
         self.root_only.is_some()
+    }
+
+    /// The default one-shot limit of a clique of `nranks` ranks on `fabric`: two-shot collectives
+    /// by rank count ([`OneShotByRanks`]; below 2 ranks as 2, above 8 as 8), never above `max`; the
+    /// others one-shot up to `max`.
+    pub fn one_shot_default(&self, nranks: usize, fabric: Fabric) -> u64 {
+        let max = self.max[rank_row(nranks)];
+        match &self.one_shot_max {
+            None => max,
+            Some(t) => {
+                let i = nranks.clamp(2, 8) - 2;
+                let v = match fabric {
+                    Fabric::Switch => t.switch[i],
+                    Fabric::Mesh => t.mesh[i],
+                };
+                v.min(max)
+            }
+        }
     }
 }
 
@@ -242,9 +298,15 @@ mod tests {
         for (i, s) in COLLS.iter().enumerate() {
             assert_eq!(s.coll as usize, i, "{}", s.name);
             assert_eq!(s.two_shot, s.one_shot_var.is_some(), "{}", s.name);
-            for r in 0..RANK_ROWS.len() {
-                assert!(s.one_shot_max[r] <= s.max[r], "{}", s.name);
-                assert!(s.two_shot || s.one_shot_max[r] == s.max[r], "{}", s.name);
+            assert_eq!(s.two_shot, s.one_shot_max.is_some(), "{}", s.name);
+            for n in 2..=8 {
+                for fabric in [Fabric::Switch, Fabric::Mesh] {
+                    let v = s.one_shot_default(n, fabric);
+                    assert!(v <= s.max[rank_row(n)], "{} at {n}", s.name);
+                    // LL stays below one-shot: the routes go LL, one-shot, two-shot.
+                    assert!(v >= LL_MAX[rank_row(n)], "{} at {n}", s.name);
+                    assert!(s.two_shot || v == s.max[rank_row(n)], "{}", s.name);
+                }
             }
         }
         let mut vars: Vec<&str> = COLLS
@@ -260,5 +322,30 @@ mod tests {
         assert_eq!(rank_row(3), 1);
         assert_eq!(rank_row(8), 2);
         assert_eq!(rank_row(64), 2);
+    }
+
+    /// AllReduce's one-shot limit: unchanged at 2 ranks (64 MiB), the model's crossovers from 3,
+    /// falling with the rank count on NVSwitch, never rising on xGMI, where one-shot keeps more
+    /// (each pair has its own link): at 8 ranks 72 KiB against 128 KiB.
+    #[test]
+    fn allreduce_one_shot_by_ranks_and_fabric() {
+        let ar = Coll::AllReduce.spec();
+        for fabric in [Fabric::Switch, Fabric::Mesh] {
+            assert_eq!(ar.one_shot_default(2, fabric), 64 * MIB);
+            assert_eq!(ar.one_shot_default(1, fabric), 64 * MIB);
+            for n in 3..=8 {
+                assert!(ar.one_shot_default(n, fabric) <= ar.one_shot_default(n - 1, fabric), "{fabric:?} {n}");
+            }
+            assert_eq!(ar.one_shot_default(64, fabric), ar.one_shot_default(8, fabric));
+        }
+        assert_eq!(ar.one_shot_default(3, Fabric::Switch), 568 * KIB);
+        assert_eq!(ar.one_shot_default(4, Fabric::Switch), 256 * KIB);
+        assert_eq!(ar.one_shot_default(8, Fabric::Switch), 72 * KIB);
+        assert_eq!(ar.one_shot_default(4, Fabric::Mesh), 184 * KIB);
+        assert_eq!(ar.one_shot_default(8, Fabric::Mesh), 128 * KIB);
+        for n in 3..=7 {
+            assert!(ar.one_shot_default(n, Fabric::Switch) > ar.one_shot_default(n + 1, Fabric::Switch));
+        }
+        assert!(ar.one_shot_default(8, Fabric::Mesh) > ar.one_shot_default(8, Fabric::Switch));
     }
 }

@@ -6,7 +6,7 @@
 
 use std::sync::OnceLock;
 
-use crate::collective::{COLLS, COUNT, Coll, LL_MAX, RANK_ROWS, Shape, Spec};
+use crate::collective::{COLLS, COUNT, Coll, Fabric, LL_MAX, RANK_ROWS, Shape, Spec};
 use crate::env::env_only;
 pub use crate::env::{conf_files, env, parse_conf, secure_env};
 
@@ -207,7 +207,13 @@ impl Setting {
         match self {
             Setting::Dda => "1".into(),
             Setting::Max => by_ranks(&s.max),
-            Setting::OneShotMax => by_ranks(&s.one_shot_max),
+            Setting::OneShotMax => match &s.one_shot_max {
+                None => by_ranks(&s.max),
+                Some(_) => {
+                    let each = |fabric| grouped((2..=8).map(|n| (n, s.one_shot_default(n, fabric))));
+                    format!("by ranks, NVLink: {}; xGMI: {}", each(Fabric::Switch), each(Fabric::Mesh))
+                }
+            },
             Setting::Lowp => "0".into(),
         }
     }
@@ -253,17 +259,26 @@ impl PerColl {
 /// A byte count per [`RANK_ROWS`] entry in words, equal neighbours merged:
 /// `by ranks: 64 MiB (2), 1 MiB (3-4), 256 KiB (5-8)`, or one value when all are equal.
 fn by_ranks(values: &[u64; RANK_ROWS.len()]) -> String {
+    let text = grouped(values.iter().enumerate().flat_map(|(i, &v)| {
+        let lo = if i == 0 { RANK_ROWS[0] } else { RANK_ROWS[i - 1] + 1 };
+        (lo..=RANK_ROWS[i]).map(move |n| (n, v))
+    }));
+    if text.contains('(') { format!("by ranks: {text}") } else { text }
+}
+
+/// `(rank count, bytes)` pairs in rank order as `64 MiB (2), 1 MiB (3-4)`; one value alone
+/// without its ranks.
+fn grouped(values: impl Iterator<Item = (usize, u64)>) -> String {
     let bytes = |b: u64| match b {
         b if b >= MIB && b % MIB == 0 => format!("{} MiB", b / MIB),
         b if b >= KIB && b % KIB == 0 => format!("{} KiB", b / KIB),
         b => format!("{b} B"),
     };
     let mut groups: Vec<(usize, usize, u64)> = Vec::new(); // (first rank count, last, value)
-    for (i, &v) in values.iter().enumerate() {
-        let lo = if i == 0 { RANK_ROWS[0] } else { RANK_ROWS[i - 1] + 1 };
+    for (n, v) in values {
         match groups.last_mut() {
-            Some(g) if g.2 == v => g.1 = RANK_ROWS[i],
-            _ => groups.push((lo, RANK_ROWS[i], v)),
+            Some(g) if g.2 == v => g.1 = n,
+            _ => groups.push((n, n, v)),
         }
     }
     if groups.len() == 1 {
@@ -273,7 +288,7 @@ fn by_ranks(values: &[u64; RANK_ROWS.len()]) -> String {
         .iter()
         .map(|&(lo, hi, v)| if lo == hi { format!("{} ({lo})", bytes(v)) } else { format!("{} ({lo}-{hi})", bytes(v)) })
         .collect();
-    format!("by ranks: {}", parts.join(", "))
+    parts.join(", ")
 }
 
 /// One variable rcclx reads: name, default as text, meaning (the README's table).

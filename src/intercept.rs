@@ -10,7 +10,7 @@
 #![forbid(unsafe_code)]
 
 pub use crate::collective::Coll;
-use crate::collective::{COLLS, COUNT, LL_MAX, RootOnly, Shape, rank_row};
+use crate::collective::{COLLS, COUNT, Fabric, LL_MAX, RootOnly, Shape, rank_row};
 use crate::config::{Config, LowpCodec};
 use crate::types::{ncclDataType_t, ncclRedOp_t};
 use std::ffi::CStr;
@@ -171,11 +171,13 @@ impl Default for Policies {
 }
 
 impl Policies {
-    /// A communicator of `nranks` ranks under configuration `c`: set variables win, else the
-    /// collectives' defaults for the first [`crate::collective::RANK_ROWS`] entry with at least
-    /// `nranks`. The library passes the configuration with the low-precision switches as they
-    /// are at the communicator's setup (`Config::with_lowp_now`); tests pass theirs.
-    pub fn for_comm(c: &Config, nranks: usize) -> Policies {
+    /// A communicator of `nranks` ranks on `fabric` under configuration `c`: set variables win,
+    /// else the collectives' defaults for the first [`crate::collective::RANK_ROWS`] entry with
+    /// at least `nranks` (AllReduce's one-shot limit: by rank count and fabric,
+    /// `Spec::one_shot_default`). The library passes the configuration with the low-precision
+    /// switches as they are at the communicator's setup (`Config::with_lowp_now`) and its
+    /// GPUs' fabric (`clique::local_fabric`); tests pass theirs.
+    pub fn for_comm(c: &Config, nranks: usize, fabric: Fabric) -> Policies {
         let row = rank_row(nranks);
         let p = &c.per_coll;
         Policies {
@@ -185,7 +187,11 @@ impl Policies {
                 Policy {
                     dda: p.dda[i] as u64,
                     lowp: c.lowp_on(s.coll) as u64,
-                    one_shot_max: if s.two_shot { p.one_shot_max_bytes[i].unwrap_or(s.one_shot_max[row]) } else { max },
+                    one_shot_max: if s.two_shot {
+                        p.one_shot_max_bytes[i].unwrap_or(s.one_shot_default(nranks, fabric))
+                    } else {
+                        max
+                    },
                     max,
                     lowp_min: c.lowp_min_bytes.unwrap_or(s.lowp_min[row]),
                 }
@@ -352,7 +358,7 @@ mod tests {
     use super::*;
 
     fn policies(nranks: usize, lowp: bool) -> Policies {
-        Policies::for_comm(&Config { lowp_enable: lowp, ..Config::default() }, nranks)
+        Policies::for_comm(&Config { lowp_enable: lowp, ..Config::default() }, nranks, Fabric::Switch)
     }
 
     fn facts(nranks: usize, lowp: bool) -> CommFacts {
@@ -366,7 +372,7 @@ mod tests {
         tuned[AllReduce as usize] = Some(8 << 20);
         tuned[AllGather as usize] = Some(128 << 20);
         let c = Config::default();
-        let base = Policies::for_comm(&c, 2);
+        let base = Policies::for_comm(&c, 2, Fabric::Switch);
         let t = base.tuned(&c, &tuned);
         assert_eq!((t.of(AllReduce).max, t.of(AllReduce).one_shot_max), (8 << 20, 8 << 20));
         assert_eq!((t.of(AllGather).max, t.of(AllGather).one_shot_max), (128 << 20, 64 << 20));
@@ -374,17 +380,17 @@ mod tests {
         // Set variables win over the file.
         let mut set = Config::default();
         set.per_coll.max_bytes[AllReduce as usize] = Some(32 << 20);
-        let t = Policies::for_comm(&set, 2).tuned(&set, &tuned);
+        let t = Policies::for_comm(&set, 2, Fabric::Switch).tuned(&set, &tuned);
         assert_eq!((t.of(AllReduce).max, t.of(AllReduce).one_shot_max), (32 << 20, 64 << 20));
         set.per_coll.max_bytes[AllReduce as usize] = None;
         set.per_coll.one_shot_max_bytes[AllReduce as usize] = Some(16 << 20);
-        let t = Policies::for_comm(&set, 2).tuned(&set, &tuned);
+        let t = Policies::for_comm(&set, 2, Fabric::Switch).tuned(&set, &tuned);
         assert_eq!((t.of(AllReduce).max, t.of(AllReduce).one_shot_max), (8 << 20, 16 << 20));
         // A tuned limit routes exactly like the variable with the same value.
         let mut var = Config::default();
         var.per_coll.max_bytes[AllGather as usize] = Some(128 << 20);
-        let by_var = Policies::for_comm(&var, 2);
-        let by_file = Policies::for_comm(&c, 2).tuned(&c, &tuned);
+        let by_var = Policies::for_comm(&var, 2, Fabric::Switch);
+        let by_file = Policies::for_comm(&c, 2, Fabric::Switch).tuned(&c, &tuned);
         assert_eq!(by_var.of(AllGather).max, by_file.of(AllGather).max);
         let facts = |p| CommFacts { nranks: 2, policies: p };
         for count in [1usize << 24, 1 << 25, (1 << 25) + 1] {
@@ -396,15 +402,15 @@ mod tests {
     #[test]
     fn crossovers_by_rank_count() {
         let c = Config::default();
-        let ar = |c: &Config, n| *Policies::for_comm(c, n).of(Coll::AllReduce);
+        let ar = |c: &Config, n| *Policies::for_comm(c, n, Fabric::Switch).of(Coll::AllReduce);
         assert_eq!(ar(&c, 2).one_shot_max, 64 << 20);
-        assert_eq!(Policies::for_comm(&c, 3).ll_max, 64 << 10);
+        assert_eq!(Policies::for_comm(&c, 3, Fabric::Switch).ll_max, 64 << 10);
         assert_eq!(ar(&c, 8).max, 8 << 20);
         let mut set = c.clone();
         set.per_coll.one_shot_max_bytes[Coll::AllReduce as usize] = Some(5);
         assert_eq!(ar(&set, 2).one_shot_max, 5);
         for n in 1..=8 {
-            let p = Policies::for_comm(&c, n);
+            let p = Policies::for_comm(&c, n, Fabric::Switch);
             for coll in Coll::ALL {
                 let q = p.of(coll);
                 assert!(p.ll_max <= q.one_shot_max && q.one_shot_max <= q.max, "{coll:?} at {n}");

@@ -323,6 +323,8 @@ mod tests {
         (22, "broadcast.flat"),
         (23, "alltoallv.lowp"),
         (24, "alltoallv.int8"),
+        (25, "reduce.ll"),
+        (26, "reduce.flat"),
     ];
 
     #[test]

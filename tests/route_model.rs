@@ -12,8 +12,8 @@ use rcclx::config::Config;
 use rcclx::intercept::{Algo, CallDesc, Coll, CommFacts, Policies, Route, decide};
 use rcclx::types::{ncclDataType_t, ncclRedOp_t};
 
-const COUNTS: [usize; 8] = [1, 7, 255, 1023, 4099, 65541, 1048581, 12582913];
-const NRANKS: [usize; 5] = [1, 2, 3, 4, 8];
+const COUNTS: [usize; 10] = [1, 7, 255, 1023, 4099, 23000, 40000, 65541, 1048581, 12582913];
+const NRANKS: [usize; 8] = [1, 2, 3, 4, 5, 6, 7, 8];
 /// NCCL's types 0..=11 (int8 .. fp8e5m2) and ops: sum, prod, max, min, avg, a PreMulSum (5).
 const TYPES: i32 = 12;
 const OPS: i32 = 6;
@@ -24,7 +24,7 @@ fn rcclx_route(coll: Coll, t: i32, op: i32, count: usize, n: usize, lowp: bool) 
         cfg.lowp_enable = true;
         cfg.lowp_min_bytes = Some(0);
     }
-    let facts = CommFacts { nranks: n, policies: Policies::for_comm(&cfg, n) };
+    let facts = CommFacts { nranks: n, policies: Policies::for_comm(&cfg, n, rcclx::collective::Fabric::Switch) };
     let mut call = CallDesc::new(coll, count, ncclDataType_t(t));
     call.op = ncclRedOp_t(op);
     match decide(&call, &facts) {
@@ -57,7 +57,7 @@ enum ncclDataType_t {{ ncclInt8, ncclUint8, ncclInt32, ncclUint32, ncclInt64, nc
                        ncclFloat32, ncclFloat64, ncclBfloat16, ncclFloat8e4m3, ncclFloat8e5m2 }};
 struct TypeDesc {{ const char* name; ncclDataType_t type; int size; bool isFloat; int minVersion; }};
 enum OpId {{ OP_SUM, OP_PROD, OP_MAX, OP_MIN, OP_AVG, OP_MULSUM, OP_NONE }};
-enum CollId {{ COLL_AR, COLL_AG, COLL_RS, COLL_A2A, COLL_BCAST }};
+enum CollId {{ COLL_AR, COLL_AG, COLL_RS, COLL_A2A, COLL_BCAST, COLL_REDUCE }};
 struct CollDesc {{ bool reduces, rooted; }};
 static const CollDesc kColls[] = {{ {colls} }};
 {model}

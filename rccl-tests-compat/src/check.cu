@@ -137,7 +137,10 @@ static const CollDefaults kCollDefaults[] = {  // by CollId
     {"reducescatter", false, false, true, {64 * MiB, 8 * MiB, 8 * MiB}, {64 * MiB, 8 * MiB, 8 * MiB}, {2 * MiB, 16 * MiB, 16 * MiB}},
     {"alltoall", false, false, true, {16 * MiB, 2 * MiB, 2 * MiB}, {16 * MiB, 2 * MiB, 2 * MiB}, {4 * MiB, 16 * MiB, 16 * MiB}},
     {"broadcast", true, false, false, {256 * KiB, 256 * KiB, 256 * KiB}, {256 * KiB, 256 * KiB, 256 * KiB}, {~0ull, ~0ull, ~0ull}},
+    {"reduce", true, false, false, {64 * MiB, MiB, 256 * KiB}, {64 * MiB, MiB, 256 * KiB}, {~0ull, ~0ull, ~0ull}},
 };
+// AllReduce's one-shot limit on NVLink by rank count 2..8 (a model's crossovers, not rank rows).
+static const uint64_t kAllReduceOneShotMax[7] = {64 * MiB, 568 * KiB, 256 * KiB, 160 * KiB, 112 * KiB, 88 * KiB, 72 * KiB};
 static const uint64_t kLlMax[3] = {256 * KiB, 64 * KiB, 32 * KiB};  // bytes per rank
 
 // The route a call of B is expected to take: `forwarded`, `<coll>.ll|flat|tree` or `<coll>.lowp`
@@ -158,7 +161,9 @@ static std::string expectedRoute(CollId coll, const TypeDesc* type, OpId op, siz
   if (kColls[coll].rooted && (root < 0 || root >= nranks)) return "forwarded";
   if ((uint64_t)count * type->size <= kLlMax[row]) return std::string(d.name) + ".ll";
   if (bytes > d.max[row]) return "forwarded";
-  if (!d.twoShot || bytes <= d.oneShotMax[row]) return std::string(d.name) + ".flat";
+  const int n = nranks > 8 ? 8 : nranks;
+  const uint64_t oneShotMax = coll == COLL_AR && kAllReduceOneShotMax[n - 2] < d.max[row] ? kAllReduceOneShotMax[n - 2] : d.oneShotMax[row];
+  if (!d.twoShot || bytes <= oneShotMax) return std::string(d.name) + ".flat";
   return std::string(d.name) + ".tree";
 }
 

@@ -29,6 +29,7 @@ pub use exchange::{Member, StockTransport, Transport};
 pub use live::{Clique, Kernel};
 pub use setup::{
     DEFAULT_STAGING, DEFAULT_STAGING_LOWP, Fault, Outcome, Setup, Sharing, TIMED_OUT, establish, lacks_stock_calls,
+    local_fabric,
 };
 pub use teardown::{
     Counts as TeardownCounts, Fence, counts as teardown_counts, pending as ended_not_pooled, wait_pooled,

@@ -36,6 +36,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use crate::collective::Fabric;
 use crate::error::Error;
 use crate::gpu::{self, IpcMapping, MemKind};
 use crate::intercept::{CommFacts, Policies};
@@ -473,6 +474,15 @@ fn query(comm: ncclComm_t) -> Result<Member, Error> {
     Ok(Member { comm, rank: r as usize, nranks: n as usize, device: d })
 }
 
+/// The fabric between this process's GPUs, as the default crossovers see it: NVLink through
+/// NVSwitch on NVIDIA, AMD's point-to-point xGMI mesh on HIP (`collective::Fabric`).
+pub fn local_fabric() -> Fabric {
+    match gpu::runtime().map(|rt| rt.vendor()) {
+        Ok(gpu::Vendor::Hip) => Fabric::Mesh,
+        _ => Fabric::Switch,
+    }
+}
+
 /// Fills this rank's record (step 1; capable = 0 when it cannot take part). Allocates nothing.
 fn describe(l: &mut Local, sharing: Sharing) {
     let cfg = crate::config::get();
@@ -487,7 +497,7 @@ fn describe(l: &mut Local, sharing: Sharing) {
     rec.max_blocks = cfg.dda_max_blocks;
     rec.shared_gpus = sharing.shared_gpus as u32;
     rec.grid_cap = sharing.grid_cap;
-    let policies = Policies::for_comm(&cfg.with_lowp_now(), m.nranks);
+    let policies = Policies::for_comm(&cfg.with_lowp_now(), m.nranks, local_fabric());
     rec.policies = policies;
     rec.timeout_ms = cfg.timeout_ms;
     let staging =

@@ -411,7 +411,7 @@ mod tests {
     use rcclx::intercept::{Algo, CommFacts, Route, decide};
 
     fn facts(n: usize) -> CommFacts {
-        CommFacts { nranks: n, policies: Policies::for_comm(&Config::default(), n) }
+        CommFacts { nranks: n, policies: Policies::for_comm(&Config::default(), n, rcclx::clique::local_fabric()) }
     }
 
     /// At every rank count the cases reach every DDA algorithm of every collective, and none is

@@ -3,7 +3,7 @@
 //! can give one GPU per rank (`rcclx_gpu_tests::world`).
 //!
 //! ```text
-//! ranks --nranks N [--gpus G] [--layout streams|procs] --suite dda|stress|graph|a2av|time|time-lowp
+//! ranks --nranks N [--gpus G] [--layout streams|procs] --suite dda|stress|graph|a2av|time|time-lowp|bench
 //!       [--quick] [--seed S] [--codec fp8|int8] [--list]
 //!   --nranks N   2..=8 ranks
 //!   --gpus G     GPUs to spread them over (default: 1); rank r on GPU r*G/N
@@ -33,9 +33,15 @@
 //!                time-lowp: the same with low precision on (as graph; codec of --codec):
 //!                        AllReduce bf16 16 and 64 MiB, AllGather and ReduceScatter bf16 16 MiB;
 //!                        outputs checked against the model within a relative error
+//!                bench:  the one-GPU proxy of issue 39 (streams layout only; bench.rs): every
+//!                        DDA family forced at 1 KiB-64 MiB, back to back and in graph replays,
+//!                        against its traffic twin; --parts sweep: a window-cost sweep (run
+//!                        once per RCCL_DDA_SENDBUF_BYTES); micro: flag round trip and fence
+//!                        under load; one `BENCH <csv>` line per measurement
+//!   --parts      bench: families,sweep,micro (default families,micro)
 //!   --quick      fewer types, ops and counts (for --layout procs); time suites: fewer sizes
 //!   --codec      RCCLX_LOW_PRECISION_CODEC for the graph and time-lowp suites (default fp8)
-//!   --list       print the cases of rank count N and exit (no GPU; dda, or time and time-lowp)
+//!   --list       print the cases of rank count N and exit (no GPU; dda, time and time-lowp, bench)
 //!   (internal) --child P --dir DIR: process P of the layout, exchanging through DIR
 //! ```
 //!
@@ -51,6 +57,7 @@
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 mod a2av;
+mod bench;
 mod cases;
 mod device;
 mod graph;
@@ -80,6 +87,11 @@ fn main() -> ExitCode {
         Ok(o) => o,
         Err(code) => return code,
     };
+    if opts.list && opts.suite == Suite::Bench {
+        set_env(&opts);
+        bench::list(&opts);
+        return ExitCode::SUCCESS;
+    }
     if opts.list && matches!(opts.suite, Suite::Time | Suite::TimeLowp) {
         set_env(&opts);
         time::list(&opts);
@@ -87,7 +99,7 @@ fn main() -> ExitCode {
     }
     if opts.list {
         let n = opts.placement.nranks;
-        let p = rcclx::intercept::Policies::for_comm(&rcclx::config::Config::default(), n);
+        let p = rcclx::intercept::Policies::for_comm(&rcclx::config::Config::default(), n, rcclx::clique::local_fabric());
         for (i, c) in cases::dda_cases(n, &p, opts.quick, opts.seed).iter().enumerate() {
             println!("{i} {}", c.name());
         }
@@ -336,6 +348,7 @@ fn run_child(opts: &Opts, process: usize, rt: &'static Runtime) -> ExitCode {
         Suite::Graph => graph::run(&mut dev, opts),
         Suite::A2av => a2av::run(&mut dev, opts),
         Suite::Time | Suite::TimeLowp => time::run(&mut dev, opts),
+        Suite::Bench => bench::run(&mut dev, opts),
     };
     if let Err(e) = result {
         say(&format!("FATAL {}", e.0));

@@ -15,6 +15,8 @@ pub enum Suite {
     Time,
     /// Timings of low-precision kernels: low precision switched on as in `graph`.
     TimeLowp,
+    /// The one-GPU proxy of issue 39 (`bench.rs`): every DDA family forced, twins, microbenchmarks.
+    Bench,
 }
 
 impl Suite {
@@ -26,6 +28,7 @@ impl Suite {
             "a2av" => Some(Suite::A2av),
             "time" => Some(Suite::Time),
             "time-lowp" => Some(Suite::TimeLowp),
+            "bench" => Some(Suite::Bench),
             _ => None,
         }
     }
@@ -38,6 +41,7 @@ impl Suite {
             Suite::A2av => "a2av",
             Suite::Time => "time",
             Suite::TimeLowp => "time-lowp",
+            Suite::Bench => "bench",
         }
     }
 
@@ -48,7 +52,7 @@ impl Suite {
     pub fn routes(self, codec: &str, nranks: usize, quick: bool) -> Vec<String> {
         use rcclx::collective::Shape;
         use rcclx::intercept::{Coll, Policies};
-        let p = Policies::for_comm(rcclx::config::get(), nranks);
+        let p = Policies::for_comm(rcclx::config::get(), nranks, rcclx::clique::local_fabric());
         let mut dda = Vec::new();
         for coll in Coll::ALL {
             let q = p.of(coll);
@@ -76,6 +80,8 @@ impl Suite {
                 dda.into_iter().chain(lowp).chain(["alltoallv.dynamic".to_string()]).collect()
             }
             Suite::A2av => vec!["alltoallv.dynamic".into()],
+            // Launched past the statistics (forced families): nothing to count.
+            Suite::Bench => Vec::new(),
             Suite::Time | Suite::TimeLowp => {
                 let facts = rcclx::intercept::CommFacts { nranks, policies: p };
                 let mut v: Vec<String> = crate::time::cases(self == Suite::TimeLowp, nranks, &p, quick)
@@ -98,12 +104,14 @@ pub struct Opts {
     pub seed: u64,
     pub codec: String,
     pub list: bool,
+    /// `--parts`: the bench suite's parts (empty: its default).
+    pub parts: Vec<String>,
     pub child: Option<usize>,
     pub dir: Option<PathBuf>,
     pub raw: Vec<String>,
 }
 
-pub const USAGE: &str = "usage: ranks --nranks N [--gpus G] [--layout streams|procs] --suite dda|stress|graph|a2av|time|time-lowp [--quick] [--seed S] [--codec fp8|int8] [--list]";
+pub const USAGE: &str = "usage: ranks --nranks N [--gpus G] [--layout streams|procs] --suite dda|stress|graph|a2av|time|time-lowp|bench [--quick] [--seed S] [--codec fp8|int8] [--parts families,sweep,micro] [--list]";
 
 pub fn parse_args(args: Vec<String>) -> Result<Opts, String> {
     let (mut nranks, mut gpus, mut layout, mut suite) = (0usize, 1usize, Layout::Streams, None);
@@ -114,6 +122,7 @@ pub fn parse_args(args: Vec<String>) -> Result<Opts, String> {
         seed: 1,
         codec: "fp8".into(),
         list: false,
+        parts: Vec::new(),
         child: None,
         dir: None,
         raw: args.clone(),
@@ -133,11 +142,19 @@ pub fn parse_args(args: Vec<String>) -> Result<Opts, String> {
             "--suite" => {
                 let v = it.next().unwrap_or_default();
                 suite = Some(
-                    Suite::parse(&v).ok_or(format!("--suite {v:?}: dda, stress, graph, a2av, time or time-lowp"))?,
+                    Suite::parse(&v)
+                        .ok_or(format!("--suite {v:?}: dda, stress, graph, a2av, time, time-lowp or bench"))?,
                 );
             }
             "--quick" => o.quick = true,
             "--list" => o.list = true,
+            "--parts" => {
+                let v = it.next().unwrap_or_default();
+                o.parts = v.split(',').filter(|p| !p.is_empty()).map(String::from).collect();
+                if let Some(bad) = o.parts.iter().find(|p| !crate::bench::PARTS.contains(&p.as_str())) {
+                    return Err(format!("--parts: unknown part {bad:?} (parts: {})", crate::bench::PARTS.join(",")));
+                }
+            }
             "--seed" => o.seed = num(it.next(), "--seed")?,
             "--codec" => {
                 o.codec = it.next().unwrap_or_default();
@@ -159,8 +176,8 @@ pub fn parse_args(args: Vec<String>) -> Result<Opts, String> {
     }
     o.suite = suite.ok_or("--suite is required")?;
     o.placement = Placement { nranks, gpus, layout };
-    if matches!(o.suite, Suite::Time | Suite::TimeLowp) && layout != Layout::Streams {
-        return Err("--suite time and time-lowp: --layout streams (one process times every rank)".into());
+    if matches!(o.suite, Suite::Time | Suite::TimeLowp | Suite::Bench) && layout != Layout::Streams {
+        return Err("--suite time, time-lowp and bench: --layout streams (one process times every rank)".into());
     }
     if o.child.is_some_and(|p| p >= o.placement.processes().len()) || o.child.is_some() != o.dir.is_some() {
         return Err("--child P needs --dir, and P < the number of processes".into());

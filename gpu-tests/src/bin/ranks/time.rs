@@ -67,7 +67,7 @@ pub fn cases(lowp: bool, n: usize, p: &Policies, quick: bool) -> Vec<Case> {
 /// `--list`: the cases and the route each takes with this run's settings (`set_env` first).
 pub fn list(opts: &Opts) {
     let n = opts.placement.nranks;
-    let policies = Policies::for_comm(rcclx::config::get(), n);
+    let policies = Policies::for_comm(rcclx::config::get(), n, rcclx::clique::local_fabric());
     let facts = CommFacts { nranks: n, policies };
     for (i, c) in cases(opts.suite == Suite::TimeLowp, n, &policies, opts.quick).iter().enumerate() {
         let (route, kernel) = route_for(&facts, &c.call());
