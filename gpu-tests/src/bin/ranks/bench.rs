@@ -89,7 +89,7 @@ pub fn families() -> Vec<(Coll, Algo)> {
     let mut v = Vec::new();
     for coll in Coll::ALL {
         for algo in Algo::ALL {
-            if !algo.is_low_precision() && rcclx::intercept::family(coll, algo).is_some() {
+            if !algo.is_low_precision() && rcclx::intercept::family(rcclx::intercept::FamilyKey::Coll(coll, algo)).is_some() {
                 v.push((coll, algo));
             }
         }
@@ -110,7 +110,7 @@ fn case_for(coll: Coll, bytes: u64, n: usize) -> Option<Case> {
         inplace: false,
         shift: 0,
         root: 0,
-        null_send: false,
+        null_off_root: false,
     })
 }
 
@@ -376,7 +376,7 @@ fn place(dev: &mut Ranks, case: &Case, seed: u64) -> Result<Placed, Fail> {
     let mut images = Vec::new();
     for k in 0..dev.local() {
         let r = dev.world.ranks[k];
-        let img = Image::new(case.coll, false, r, case.in_len(n) * s, case.out_len(n) * s, 0);
+        let img = Image::new(case.coll, false, r, case.in_len(n) * s, case.out_len(n, r) * s, 0);
         let base = dev.arena(k, img.total)?;
         dev.upload(k, 0, &img.build(&inputs[r], 0xEE))?;
         images.push((img, base));
@@ -399,7 +399,7 @@ fn check(dev: &Ranks, case: &Case, placed: &Placed) -> Result<(bool, Vec<Verdict
         let (ok, h, detail) = match img.check(&got, &placed.inputs[r]) {
             Err(e) => (false, "-".to_string(), e),
             Ok(out) => match reduce::mismatches(case.compare_as(), out, &placed.want[k]) {
-                (0, _) => (true, device::hash(out), format!("{} elements exact", case.out_len(n))),
+                (0, _) => (true, device::hash(out), format!("{} elements exact", case.out_len(n, r))),
                 (bad, _) => (false, device::hash(out), format!("{bad} elements differ from the model")),
             },
         };
