@@ -392,10 +392,6 @@ const KNOWN_UPWARD: &[&str] = &[
     "src/dda/allreduce.rs takes `blocks_for`",
     "src/dda/alltoall.rs takes `blocks_for`",
     "src/dda/reducescatter.rs takes `blocks_for`",
-    "src/gpu/cuda.rs takes `entry_points`",
-    "src/gpu/hip.rs takes `entry_points`",
-    "src/gpu/owners.rs takes `Runtime`",
-    "src/gpu/runtime.rs takes `*`",
 ];
 
 /// In every folder module of `src/` (a folder with a `mod.rs`, `abi/own` included), the rule of

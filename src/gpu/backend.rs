@@ -1,8 +1,48 @@
-//! The backend interface each runtime implements, and loading a runtime library.
+//! The backend interface each runtime implements, the `entry_points!` macro that declares a
+//! runtime's C entry points, and loading a runtime library.
 
 use std::ffi::{CStr, c_void};
 
 use super::{CaptureStatus, DeviceInfo, Error, IpcHandle, MemKind};
+
+/// Declares one runtime's table of C entry points and its loader, from one list.
+///
+/// Each line is `field = "symbol": fn(args) -> ret;`. The field is the C name without its
+/// version suffix, the string is the exact (versioned) symbol that is resolved. `required`
+/// entries must all resolve or the runtime is not used; `optional` ones become `Option`s.
+macro_rules! entry_points {
+    (
+        $(#[$meta:meta])*
+        struct $name:ident;
+        required { $( $field:ident = $sym:literal : fn($($arg:ty),* $(,)?) -> $ret:ty; )* }
+        optional { $( $ofield:ident = $osym:literal : fn($($oarg:ty),* $(,)?) -> $oret:ty; )* }
+    ) => {
+        $(#[$meta])*
+        #[allow(non_snake_case)]
+        pub(crate) struct $name {
+            $( pub(crate) $field: unsafe extern "C" fn($($arg),*) -> $ret, )*
+            $( pub(crate) $ofield: Option<unsafe extern "C" fn($($oarg),*) -> $oret>, )*
+        }
+
+        impl $name {
+            /// Resolves every entry point; the error names the first required one missing.
+            ///
+            /// # Safety
+            /// `lib` must be the library whose C declarations this list transcribes, and it
+            /// must stay loaded for as long as the table is used (libraries are opened with
+            /// `RTLD_NODELETE`, so they are never unmapped).
+            pub(crate) unsafe fn load(lib: &libloading::Library) -> Result<Self, String> {
+                Ok(Self {
+                    // SAFETY: each field's type is the C signature of the symbol named next to
+                    // it, transcribed from the runtime's header (see the list).
+                    $( $field: unsafe { $crate::gpu::symbol(lib, $sym)? }, )*
+                    // SAFETY: as above.
+                    $( $ofield: unsafe { $crate::gpu::symbol(lib, $osym).ok() }, )*
+                })
+            }
+        }
+    };
+}
 
 /// The raw operations each runtime provides. Handles are passed as raw pointers and come from
 /// the typed wrappers in this file; "current device" means the calling thread's current device

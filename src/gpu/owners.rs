@@ -4,7 +4,9 @@
 use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::{DevicePtr, Error, IpcHandle, MemKind, Pod, Runtime};
+use super::error::Error;
+use super::handles::{DevicePtr, IpcHandle, MemKind, Pod};
+use super::load::Runtime;
 
 /// Counts failed releases in `Drop` (each is also logged); see [`release_failures`].
 static RELEASE_FAILURES: AtomicU32 = AtomicU32::new(0);

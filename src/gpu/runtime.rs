@@ -4,7 +4,10 @@ use std::ffi::{CString, c_void};
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use super::*;
+use super::error::Error;
+use super::handles::*;
+use super::load::Runtime;
+use super::owners::{DeviceBuffer, DeviceGuard, HostMapped, IpcMapping};
 use crate::kernels;
 
 impl Runtime {
