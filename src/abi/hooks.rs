@@ -3,7 +3,7 @@
 //! intercepted collective (`comm::collective`). No logic beyond that.
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
-use super::table::forward;
+use super::forward::forward;
 use crate::clique::Buffers;
 use crate::comm::{self, lifecycle};
 use crate::intercept::{CallDesc, Coll};
