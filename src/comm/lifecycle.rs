@@ -38,15 +38,20 @@
 //! `ncclCommGetAsyncError` reports every communicator of the group ready (NCCL's rule: nothing
 //! else on those streams before), then run in the group's order, so every rank's streams hold
 //! the stock and the rcclx kernels of a group in the same order.
+//!
+//! A [`Job`] is one planned rcclx launch: it runs at once, or at the end of the caller's group.
 
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
+use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::{Job, State};
-use crate::clique::{self, Launch};
+use super::state::{State, insert, lookup, remove};
+use crate::clique::{self, Clique, Launch};
+use crate::error::Error;
+use crate::intercept::Reason;
 use crate::types::{ncclComm_t, ncclResult_t};
 use crate::upstream;
 
@@ -112,7 +117,7 @@ pub fn group_end(result: ncclResult_t, simulated: bool) -> ncclResult_t {
     let created = CREATED_IN_GROUP.with(|p| std::mem::take(&mut *p.borrow_mut()));
     let deferred = DEFERRED.with(|p| std::mem::take(&mut *p.borrow_mut()));
     let mut touched = TOUCHED.with(|p| std::mem::take(&mut *p.borrow_mut()));
-    let states: Vec<Arc<State>> = created.iter().filter_map(|&c| super::lookup(c)).collect();
+    let states: Vec<Arc<State>> = created.iter().filter_map(|&c| lookup(c)).collect();
     let mut first_failure = ncclResult_t::Success;
     match result {
         _ if simulated => states.iter().for_each(|s| s.finish_setup(None)),
@@ -128,10 +133,10 @@ pub fn group_end(result: ncclResult_t, simulated: bool) -> ncclResult_t {
     touched.dedup();
     // Only communicators rcclx knows (every live one the stock library made through rcclx):
     // `ended` removes them from waiting groups before their handles are freed.
-    touched.retain(|&c| super::lookup(c).is_some());
+    touched.retain(|&c| lookup(c).is_some());
     if result == ncclResult_t::InProgress {
         // The stock library enqueues the group in the background: rcclx's part waits for it.
-        let with_clique = touched.iter().any(|&c| super::lookup(c).is_some_and(|s| s.clique().is_some()));
+        let with_clique = touched.iter().any(|&c| lookup(c).is_some_and(|s| s.clique().is_some()));
         if !deferred.is_empty() || with_clique {
             WAITING.lock().push(Waiting { comms: touched, launches: deferred });
         }
@@ -147,7 +152,7 @@ pub fn group_end(result: ncclResult_t, simulated: bool) -> ncclResult_t {
 /// The stock part of a group is on its streams: each communicator's forwarded operations get
 /// their order event, then rcclx's launches run in the group's order. The first failure.
 fn run_group(touched: &[ncclComm_t], launches: Vec<(Job, Launch)>) -> ncclResult_t {
-    for s in touched.iter().filter_map(|&c| super::lookup(c)) {
+    for s in touched.iter().filter_map(|&c| lookup(c)) {
         if let Some(c) = s.clique()
             && let Err(e) = s.order.after(c.device, true)
         {
@@ -219,7 +224,7 @@ pub fn created(comms: &[ncclComm_t], result: ncclResult_t) -> ncclResult_t {
         return result;
     }
     let comms: Vec<ncclComm_t> = comms.iter().copied().filter(|c| !c.is_null()).collect();
-    let states: Vec<Arc<State>> = comms.iter().map(|&c| super::insert(c)).collect();
+    let states: Vec<Arc<State>> = comms.iter().map(|&c| insert(c)).collect();
     if in_group() {
         CREATED_IN_GROUP.with(|p| p.borrow_mut().extend(comms));
     } else if result == ncclResult_t::InProgress {
@@ -235,7 +240,7 @@ pub fn created(comms: &[ncclComm_t], result: ncclResult_t) -> ncclResult_t {
 /// stock library refuses, through rcclx's own path (`super::collective`, statistics, `ended`
 /// with a `forward` of its own). Nothing the stock library does is involved.
 pub fn adopt(comm: ncclComm_t, clique: Option<clique::Clique>) {
-    super::insert(comm).finish_setup(clique);
+    insert(comm).finish_setup(clique);
 }
 
 /// Registers `comm` with a setup its caller started (`clique::Setup::with`) as a pending
@@ -243,7 +248,7 @@ pub fn adopt(comm: ncclComm_t, clique: Option<clique::Clique>) {
 /// a setup pending past its first exchange without the stock library (as [`adopt`] does for a
 /// finished one).
 pub fn pend(comm: ncclComm_t, setup: clique::Setup) {
-    let state = super::insert(comm);
+    let state = insert(comm);
     PENDING.lock().push(Batch { states: vec![state], setup: Some(setup) });
 }
 
@@ -432,7 +437,7 @@ pub fn async_state(comm: ncclComm_t) -> ncclResult_t {
             return ncclResult_t::InProgress;
         }
     }
-    let Some(state) = super::lookup(comm) else { return ncclResult_t::Success };
+    let Some(state) = lookup(comm) else { return ncclResult_t::Success };
     if !state.set_up() {
         progress();
         if !state.set_up() {
@@ -445,7 +450,7 @@ pub fn async_state(comm: ncclComm_t) -> ncclResult_t {
 /// `ncclCommFinalize` (before forwarding): rcclx launches nothing more on `comm`, and
 /// operations on it are invalid usage (`State::finalize`).
 pub fn finalized(comm: ncclComm_t) {
-    if let Some(s) = super::lookup(comm) {
+    if let Some(s) = lookup(comm) {
         s.finalize();
     }
 }
@@ -453,7 +458,7 @@ pub fn finalized(comm: ncclComm_t) {
 /// `ncclCommRevoke`, or `ncclCommShrink` with the abort flag, on `comm` (before forwarding):
 /// rcclx's kernels stop waiting and nothing more is launched.
 pub fn revoked(comm: ncclComm_t) {
-    if let Some(s) = super::lookup(comm) {
+    if let Some(s) = lookup(comm) {
         s.close(true);
     }
 }
@@ -468,7 +473,7 @@ pub fn ended(comm: ncclComm_t, abort: bool, forward: impl FnOnce() -> ncclResult
         g.launches.retain(|(job, _)| job.state.comm() != comm);
         g.comms.retain(|&c| c != comm);
     });
-    let Some(state) = super::remove(comm) else { return forward() };
+    let Some(state) = remove(comm) else { return forward() };
     state.close(abort);
     state.quiesce();
     // A pending setup of `comm` loses it before the stock call frees the handle (another
@@ -502,6 +507,74 @@ pub fn ended(comm: ncclComm_t, abort: bool, forward: impl FnOnce() -> ncclResult
         c.release(state.order.take_fence(c.device));
     }
     r
+}
+
+/// A planned rcclx launch with what it needs to run and be counted.
+pub struct Job {
+    pub(super) state: Arc<State>,
+    pub(super) clique: Arc<Clique>,
+    /// The collective, for log lines.
+    pub(super) what: &'static str,
+    pub(super) bytes: u64,
+    pub(super) stream: crate::gpu::Stream,
+}
+
+impl Job {
+    /// Launches now, or at the end of the caller's group.
+    pub(super) fn start(self, planned: Result<Launch, Error>) -> ncclResult_t {
+        match planned {
+            Ok(launch) if in_group() => {
+                defer(self, launch);
+                ncclResult_t::Success
+            }
+            Ok(launch) => self.run(launch),
+            Err(e) => self.failed(e),
+        }
+    }
+
+    /// Orders and launches.
+    fn run(self, launch: Launch) -> ncclResult_t {
+        // Announced before the check (both SeqCst): `ended` either sees this launch under way
+        // and waits for it, or this launch sees the communicator closed.
+        struct Underway(Arc<State>);
+        impl Drop for Underway {
+            fn drop(&mut self) {
+                self.0.launching.fetch_sub(1, SeqCst); // also when the launch panicked
+            }
+        }
+        self.state.launching.fetch_add(1, SeqCst);
+        let _underway = Underway(self.state.clone());
+        self.run_open(launch)
+    }
+
+    fn run_open(self, launch: Launch) -> ncclResult_t {
+        if self.state.is_closed() {
+            return ncclResult_t::Success; // aborted meanwhile (a deferred launch): nothing runs
+        }
+        let captured = match self.state.order.before(self.clique.device, self.stream) {
+            Ok(c) => c,
+            Err(e) => return self.failed(e),
+        };
+        let family = launch.family;
+        match self.clique.launch(launch, self.stream, captured) {
+            Ok(()) => {
+                let _ = self.state.order.after(self.clique.device, true);
+                self.state.stats.count_family(family, self.bytes);
+                ncclResult_t::Success
+            }
+            Err(e) => self.failed(e),
+        }
+    }
+
+    /// A call that failed before anything was enqueued (its plan, the stream order, the launch
+    /// itself: say, a stream of another device) returns the error, and the communicator stays
+    /// usable, as the stock library's does. Nothing ran on this rank, and a peer that did run
+    /// its part times out and reports `ncclRemoteError` (`State::own_error`).
+    fn failed(self, e: Error) -> ncclResult_t {
+        crate::upstream::report_error(&format!("rcclx: {} on comm {:p}: {e}", self.what, self.state.comm()));
+        self.state.stats.count_forwarded(Reason::Failed, self.bytes);
+        e.code
+    }
 }
 
 #[cfg(test)]
@@ -538,7 +611,7 @@ mod tests {
     fn setup_is_not_polled_inside_an_open_group() {
         let _turn = WAITING_TURN.lock();
         let polls = Arc::new(AtomicUsize::new(0));
-        let s = super::super::insert(fake(1));
+        let s = insert(fake(1));
         let member = Member { comm: fake(1), rank: 0, nranks: 2, device: 0 };
         let setup = Setup::with(vec![member], Box::new(Counting(polls.clone())), Sharing::default()).unwrap();
         PENDING.lock().push(Batch { states: vec![s.clone()], setup: Some(setup) });
@@ -585,7 +658,7 @@ mod tests {
         assert!(!waiting_for(fake(6)));
         // A group without rcclx launches or communicators with kernels leaves nothing waiting,
         // blocking or not.
-        let s = super::super::insert(fake(8));
+        let s = insert(fake(8));
         s.finish_setup(None);
         for stock in [ncclResult_t::InProgress, ncclResult_t::Success] {
             group_start();

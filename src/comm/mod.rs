@@ -9,14 +9,10 @@
 //! Layer: the top of the algorithm layers (`dda`, `lowp`, `clique`, `intercept`, `upstream`);
 //! only `abi` calls it.
 
-use std::collections::HashMap;
-use std::sync::atomic::AtomicBool;
-use std::sync::atomic::Ordering::{Relaxed, SeqCst};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 
-use parking_lot::RwLock;
-
-use crate::clique::{Buffers, Clique, Launch};
+use crate::clique::{Buffers, Clique};
 use crate::dda::alltoallv::AllToAllvCall;
 use crate::error::Error;
 use crate::intercept::{Algo, CallDesc, Reason, Route};
@@ -24,175 +20,12 @@ use crate::types::{ncclComm_t, ncclResult_t};
 
 pub mod lifecycle;
 mod order;
+mod state;
 pub mod stats;
 
+pub use lifecycle::Job;
+pub use state::{State, lookup, process_stats};
 pub use stats::{Snapshot, Stats};
-
-/// rcclx's state for one communicator.
-pub struct State {
-    comm: usize,
-    pub stats: Stats,
-    /// Set once, when setup finished: the clique, or `None` (every call forwards).
-    clique: OnceLock<Option<Arc<Clique>>>,
-    /// Finalized, revoked or aborted: rcclx launches nothing more on it, calls forward.
-    closed: AtomicBool,
-    /// rcclx launches of this communicator under way ([`Job::run`]): `lifecycle::ended` waits
-    /// for them (microseconds) before it hands the clique's fence over, so no launch slips in
-    /// after the fence (a deferred group's launches may run in another thread).
-    launching: std::sync::atomic::AtomicUsize,
-    /// Finalized: operations get `ncclInvalidUsage` (see [`State::finalize`]).
-    finalized: AtomicBool,
-    /// Setup never heard from a peer (`RCCLX_SETUP_TIMEOUT_MS`): every call is `ncclRemoteError`.
-    setup_failed: AtomicBool,
-    /// Its asynchronous error was logged (once; `ncclGetLastError` has it at every call).
-    error_reported: AtomicBool,
-    pub(crate) order: order::Order,
-}
-
-impl State {
-    fn new(comm: ncclComm_t) -> Self {
-        Self {
-            comm: comm as usize,
-            stats: Stats::default(),
-            clique: OnceLock::new(),
-            closed: AtomicBool::new(false),
-            launching: std::sync::atomic::AtomicUsize::new(0),
-            finalized: AtomicBool::new(false),
-            setup_failed: AtomicBool::new(false),
-            error_reported: AtomicBool::new(false),
-            order: order::Order::default(),
-        }
-    }
-
-    pub fn comm(&self) -> ncclComm_t {
-        self.comm as ncclComm_t
-    }
-
-    /// Whether setup has finished (with or without a clique).
-    pub fn set_up(&self) -> bool {
-        self.clique.get().is_some()
-    }
-
-    /// The clique, when setup agreed on one.
-    pub fn clique(&self) -> Option<&Arc<Clique>> {
-        self.clique.get().and_then(|c| c.as_ref())
-    }
-
-    fn finish_setup(&self, clique: Option<Clique>) {
-        if self.clique.set(clique.map(Arc::new)).is_err() {
-            tracing::warn!("comm {:p}: set up twice", self.comm());
-        }
-    }
-
-    /// rcclx's own asynchronous error: a kernel that timed out waiting for a peer, or a setup
-    /// that did not hear from one (`RCCLX_SETUP_TIMEOUT_MS`). Later calls
-    /// on the communicator return it, as the stock library returns its asynchronous error.
-    /// (A call that fails before anything was enqueued returns its error and leaves the
-    /// communicator usable, as the stock library's does: [`Job::failed`].)
-    pub fn own_error(&self) -> ncclResult_t {
-        if self.setup_failed.load(Relaxed) {
-            return ncclResult_t::RemoteError;
-        }
-        self.clique().map_or(ncclResult_t::Success, |c| c.kernel_error())
-    }
-
-    /// Setup gave up on a silent peer: no clique, and the communicator is in error.
-    fn fail_setup(&self) {
-        self.setup_failed.store(true, Relaxed);
-        self.finish_setup(None);
-    }
-
-    pub fn is_closed(&self) -> bool {
-        self.closed.load(SeqCst)
-    }
-
-    /// Waits until no rcclx launch of this communicator is under way; after [`State::close`],
-    /// none starts any more.
-    pub(crate) fn quiesce(&self) {
-        while self.launching.load(SeqCst) > 0 {
-            std::thread::yield_now();
-        }
-    }
-
-    /// `ncclCommFinalize`: from now on an operation on this communicator is invalid usage, which
-    /// rcclx reports as such. why: the stock library (2.28) has stopped the communicator's proxy
-    /// and launches the operation anyway; one whose connections were never set up (rcclx took
-    /// the earlier calls) then faults on the device (seen on 2x H200: an illegal address that
-    /// ends the process). Its documentation allows only destroy after finalize.
-    pub fn finalize(&self) {
-        self.finalized.store(true, Relaxed);
-        self.close(false);
-    }
-
-    /// rcclx launches nothing more on this communicator; its kernels stop waiting.
-    pub fn close(&self, stop_kernels: bool) {
-        self.closed.store(true, SeqCst);
-        if stop_kernels && let Some(c) = self.clique() {
-            c.request_abort();
-        }
-    }
-}
-
-type Table = HashMap<usize, Arc<State>>;
-
-fn table() -> &'static RwLock<Table> {
-    static TABLE: OnceLock<RwLock<Table>> = OnceLock::new();
-    TABLE.get_or_init(|| RwLock::new(HashMap::new()))
-}
-
-/// The state of `comm`, if rcclx knows it.
-pub fn lookup(comm: ncclComm_t) -> Option<Arc<State>> {
-    table().read().get(&(comm as usize)).cloned()
-}
-
-fn insert(comm: ncclComm_t) -> Arc<State> {
-    static AT_EXIT: std::sync::Once = std::sync::Once::new();
-    // SAFETY: registers a plain `extern "C" fn` that catches every panic.
-    AT_EXIT.call_once(|| unsafe {
-        libc::atexit(log_at_exit);
-    });
-    let s = Arc::new(State::new(comm));
-    table().write().insert(comm as usize, s.clone());
-    s
-}
-
-/// Removes `comm`'s state; its counters are added to the process totals.
-fn remove(comm: ncclComm_t) -> Option<Arc<State>> {
-    let s = table().write().remove(&(comm as usize));
-    if let Some(s) = &s {
-        let snap = s.stats.snapshot();
-        tracing::info!(target: "rcclx::summary", "comm {comm:p}: {}", snap.summary());
-        RETIRED.write().add(&snap);
-    }
-    s
-}
-
-/// At process exit (jobs often end without destroying their communicators), one INFO line per
-/// live communicator with the routes its calls took.
-extern "C" fn log_at_exit() {
-    let _ = std::panic::catch_unwind(|| {
-        if let Some(t) = table().try_read() {
-            for s in t.values() {
-                tracing::info!(target: "rcclx::summary", "comm {:p} at exit: {}", s.comm(), s.stats.snapshot().summary());
-            }
-        }
-    });
-}
-
-/// Counters of destroyed communicators.
-static RETIRED: RwLock<Snapshot> = RwLock::new(Snapshot {
-    routes: [stats::Counter { calls: 0, bytes: 0 }; stats::ROUTES],
-    reasons: [0; Reason::ALL.len()],
-});
-
-/// Statistics summed over every communicator of the process, live and destroyed.
-pub fn process_stats() -> Snapshot {
-    let mut t = *RETIRED.read();
-    for s in table().read().values() {
-        t.add(&s.stats.snapshot());
-    }
-    t
-}
 
 /// The state of `comm` ready for an operation: set up, not closed. `Err` carries the error an
 /// operation must return: rcclx's own late error, or `ncclInvalidUsage` for a non-blocking
@@ -392,76 +225,9 @@ pub fn alltoallv_dynamic(
     job.start(planned)
 }
 
-/// A planned rcclx launch with what it needs to run and be counted.
-pub struct Job {
-    state: Arc<State>,
-    clique: Arc<Clique>,
-    /// The collective, for log lines.
-    what: &'static str,
-    bytes: u64,
-    stream: crate::gpu::Stream,
-}
-
-impl Job {
-    /// Launches now, or at the end of the caller's group.
-    fn start(self, planned: Result<Launch, Error>) -> ncclResult_t {
-        match planned {
-            Ok(launch) if lifecycle::in_group() => {
-                lifecycle::defer(self, launch);
-                ncclResult_t::Success
-            }
-            Ok(launch) => self.run(launch),
-            Err(e) => self.failed(e),
-        }
-    }
-
-    /// Orders and launches.
-    fn run(self, launch: Launch) -> ncclResult_t {
-        // Announced before the check (both SeqCst): `ended` either sees this launch under way
-        // and waits for it, or this launch sees the communicator closed.
-        struct Underway(Arc<State>);
-        impl Drop for Underway {
-            fn drop(&mut self) {
-                self.0.launching.fetch_sub(1, SeqCst); // also when the launch panicked
-            }
-        }
-        self.state.launching.fetch_add(1, SeqCst);
-        let _underway = Underway(self.state.clone());
-        self.run_open(launch)
-    }
-
-    fn run_open(self, launch: Launch) -> ncclResult_t {
-        if self.state.is_closed() {
-            return ncclResult_t::Success; // aborted meanwhile (a deferred launch): nothing runs
-        }
-        let captured = match self.state.order.before(self.clique.device, self.stream) {
-            Ok(c) => c,
-            Err(e) => return self.failed(e),
-        };
-        let family = launch.family;
-        match self.clique.launch(launch, self.stream, captured) {
-            Ok(()) => {
-                let _ = self.state.order.after(self.clique.device, true);
-                self.state.stats.count_family(family, self.bytes);
-                ncclResult_t::Success
-            }
-            Err(e) => self.failed(e),
-        }
-    }
-
-    /// A call that failed before anything was enqueued (its plan, the stream order, the launch
-    /// itself: say, a stream of another device) returns the error, and the communicator stays
-    /// usable, as the stock library's does. Nothing ran on this rank, and a peer that did run
-    /// its part times out and reports `ncclRemoteError` (`State::own_error`).
-    fn failed(self, e: Error) -> ncclResult_t {
-        crate::upstream::report_error(&format!("rcclx: {} on comm {:p}: {e}", self.what, self.state.comm()));
-        self.state.stats.count_forwarded(Reason::Failed, self.bytes);
-        e.code
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::state::{insert, remove};
     use super::*;
     use crate::intercept::Coll;
     use crate::types::ncclDataType_t;
