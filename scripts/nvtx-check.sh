@@ -37,7 +37,7 @@ echo "nvtx-check: command exit status $rc"
 python3 - "$OUT" "$rc" "${NVTX_CHECK_FROM:-rcclx|^ranks\$}" <<'PY'
 import collections, glob, os, re, sys
 out, rc, mine = sys.argv[1], int(sys.argv[2]), re.compile(sys.argv[3])
-names = {"ncclAllReduce", "ncclAllGather", "ncclReduceScatter", "ncclAlltoAll", "ncclBroadcast"}
+names = {"ncclAllReduce", "ncclAllGather", "ncclReduceScatter", "ncclAlltoAll", "ncclBroadcast", "ncclReduce"}
 bad, rcclx_ranges = [], 0
 for path in sorted(glob.glob(os.path.join(out, "nvtx.*.log"))):
     pushes, pops = collections.Counter(), collections.Counter()
