@@ -36,10 +36,11 @@
 #define RCCLX_MAX_RANKS 8
 
 // Traffic twin: a test program (gpu-tests' bench suite, hip_kernels/bench.cu) defines this to 1
-// before including the kernels; their barriers then announce and wait for nothing and an LL pull
-// loads its unit once without looking at its flag, so a kernel makes the same loads and stores
-// without its synchronization (the proxy's T_kernel / T_twin). The library never sets it: the
-// branches below fold away and its machine code is unchanged.
+// before including the kernels; their barriers then announce and wait for nothing, a flag wait
+// (rcclx_wait_flag) returns at once and an LL pull loads its unit once without looking at its
+// flag, so a kernel makes the same loads and stores without its synchronization (the proxy's
+// T_kernel / T_twin). The library never sets it: the branches below fold away and its machine
+// code is unchanged.
 #ifndef RCCLX_TRAFFIC_TWIN
 #define RCCLX_TRAFFIC_TWIN 0
 #endif
@@ -220,6 +221,10 @@ RCCLX_DEV bool rcclx_should_stop(const RcclxArgs& a, uint64_t deadline) {
 // `value`; false on abort or timeout. Tight spin first (paused on AMD): the barrier is the
 // latency floor.
 RCCLX_DEV bool rcclx_wait_flag(const RcclxArgs& a, const uint32_t* flag, uint32_t value, uint64_t deadline) {
+#if RCCLX_TRAFFIC_TWIN
+  // A twin waits for nothing (an `if` would leave the loop below unreachable: a compiler warning).
+  return true;
+#else
   for (uint32_t round = 0;; ++round) {
     if (rcclx_epoch_geq(rcclx_poll_sys(flag), value)) {
       rcclx_acquire_sys();
@@ -231,6 +236,7 @@ RCCLX_DEV bool rcclx_wait_flag(const RcclxArgs& a, const uint32_t* flag, uint32_
       if (round > 65536) rcclx_backoff(round);
     }
   }
+#endif
 }
 
 // Contract: every write this block made before the call (to its own staging or a peer's) is
