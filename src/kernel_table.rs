@@ -76,7 +76,7 @@ pub struct Family {
     /// `allreduce`, `allgather`, `reducescatter`, `alltoall`, `alltoallv`, `broadcast`.
     pub coll: &'static str,
     /// `ll`, `flat`, `tree`, `lowp` (FP8), `int8`, `lowp_pair` / `int8_pair` (2-rank
-    /// low-precision AllReduce), `dynamic`.
+    /// low-precision AllReduce), `dynamic`, `stream`.
     pub algo: &'static str,
     /// The device function template in `hip_kernels/` (`template <typename T[, int OP]>`).
     pub device_fn: &'static str,
@@ -150,6 +150,11 @@ pub const FAMILIES: &[Family] = &[
     // The GPU-resident AllToAllv with FP8 / INT8 on the wire (`rcclxAllToAllvOptions::wire`).
     Family::new("alltoallv", "lowp", "rcclx_alltoallv_lowp", LOWP_TYPES, NO_OP, ALLTOALLV_ARGS),
     Family::new("alltoallv", "int8", "rcclx_alltoallv_int8", LOWP_TYPES, NO_OP, ALLTOALLV_ARGS),
+    // The stream protocol (`hip_kernels/stream.cuh`, `RCCLX_PROTO=stream`): pipelined rings.
+    Family::new("allreduce", "stream", "rcclx_allreduce_stream", REDUCE_TYPES, REDUCE_OPS, COLL_ARGS),
+    Family::new("allgather", "stream", "rcclx_allgather_stream", BYTES, NO_OP, COLL_ARGS),
+    Family::new("reducescatter", "stream", "rcclx_reducescatter_stream", REDUCE_TYPES, REDUCE_OPS, COLL_ARGS),
+    Family::new("alltoall", "stream", "rcclx_alltoall_stream", BYTES, NO_OP, COLL_ARGS),
 ];
 
 /// The algorithms of the low-precision families (both codecs, both AllReduce forms).

@@ -45,8 +45,8 @@ pub struct Record {
     pub policies: Policies,
 }
 
-/// "rcclx_v9": bumped whenever the layout or meaning of a field, or the exchanges, change.
-pub const MAGIC: u64 = 0x7263_636c_785f_7639;
+/// "rcclxv10": bumped whenever the layout or meaning of a field, or the exchanges, change.
+pub const MAGIC: u64 = 0x7263_636c_7876_3130;
 pub const BYTES: usize = std::mem::size_of::<Record>();
 const _: () = assert!(BYTES.is_multiple_of(8));
 

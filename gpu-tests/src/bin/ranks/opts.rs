@@ -54,6 +54,12 @@ impl Suite {
             let q = p.of(coll);
             let per_rank = if coll.spec().shape == Shape::Whole { 1 } else { nranks as u64 };
             dda.push(format!("{}.ll", coll.name()));
+            // The stream protocol (`--proto stream`, from 0 bytes) takes every call the windowed
+            // kernels would.
+            if q.stream != 0 && q.max > p.ll_max * per_rank {
+                dda.push(format!("{}.stream", coll.name()));
+                continue;
+            }
             if q.max > p.ll_max * per_rank {
                 dda.push(format!("{}.flat", coll.name()));
             }
@@ -97,13 +103,15 @@ pub struct Opts {
     pub quick: bool,
     pub seed: u64,
     pub codec: String,
+    /// `RCCLX_PROTO` of the run (`window` or `stream`).
+    pub proto: String,
     pub list: bool,
     pub child: Option<usize>,
     pub dir: Option<PathBuf>,
     pub raw: Vec<String>,
 }
 
-pub const USAGE: &str = "usage: ranks --nranks N [--gpus G] [--layout streams|procs] --suite dda|stress|graph|a2av|time|time-lowp [--quick] [--seed S] [--codec fp8|int8] [--list]";
+pub const USAGE: &str = "usage: ranks --nranks N [--gpus G] [--layout streams|procs] --suite dda|stress|graph|a2av|time|time-lowp [--quick] [--seed S] [--codec fp8|int8] [--proto window|stream] [--list]";
 
 pub fn parse_args(args: Vec<String>) -> Result<Opts, String> {
     let (mut nranks, mut gpus, mut layout, mut suite) = (0usize, 1usize, Layout::Streams, None);
@@ -113,6 +121,7 @@ pub fn parse_args(args: Vec<String>) -> Result<Opts, String> {
         quick: false,
         seed: 1,
         codec: "fp8".into(),
+        proto: "window".into(),
         list: false,
         child: None,
         dir: None,
@@ -145,6 +154,12 @@ pub fn parse_args(args: Vec<String>) -> Result<Opts, String> {
                     return Err(format!("--codec {:?}: fp8 or int8", o.codec));
                 }
             }
+            "--proto" => {
+                o.proto = it.next().unwrap_or_default();
+                if o.proto != "window" && o.proto != "stream" {
+                    return Err(format!("--proto {:?}: window or stream", o.proto));
+                }
+            }
             "--child" => o.child = Some(num(it.next(), "--child")? as usize),
             "--dir" => o.dir = Some(PathBuf::from(it.next().ok_or("--dir needs a value")?)),
             "-h" | "--help" => return Err(String::new()),
@@ -174,6 +189,8 @@ pub fn set_env(o: &Opts) {
         ("NCCL_DEBUG", "WARN".into()),
         ("NCCL_NVLS_ENABLE", "0".into()),
         ("RCCLX_LOW_PRECISION_CODEC", o.codec.clone()),
+        ("RCCLX_PROTO", o.proto.clone()),
+        ("RCCLX_STREAM_MIN_BYTES", "0".into()),
     ];
     if matches!(o.suite, Suite::Graph | Suite::TimeLowp) {
         // Low precision on, from 1 MiB: every family, DDA and low precision, has sizes left.
@@ -181,7 +198,9 @@ pub fn set_env(o: &Opts) {
         vars.push(("RCCLX_LP_MIN_BYTES", "1M".into()));
     }
     for (k, v) in vars {
-        if k == "RCCLX_LOW_PRECISION_CODEC" || std::env::var_os(k).is_none() {
+        // The run's protocol wins over the environment: the routes checked at the end assume it.
+        let forced = ["RCCLX_LOW_PRECISION_CODEC", "RCCLX_PROTO", "RCCLX_STREAM_MIN_BYTES"];
+        if forced.contains(&k) || std::env::var_os(k).is_none() {
             // SAFETY: called at the start of main, before any other thread exists.
             unsafe { std::env::set_var(k, v) };
         }
