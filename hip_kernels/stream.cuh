@@ -1,30 +1,35 @@
 // stream.cuh - the "stream" protocol: pipelined per-block rings through the staging buffers,
-// no barrier per window and none at the end of a call (host side: src/dda/allreduce.rs `grid`,
+// no barrier per window and none at the end of a call (host side: src/dda/mod.rs `stream_grid`,
 // selected by RCCLX_PROTO=stream; design: docs/ARCHITECTURE.md "The stream protocol").
 //
 // Grid: 2G blocks. Blocks [0, G) produce, blocks [G, 2G) consume; producer b and consumer G+b
 // form pair b (producers first: the GPU starts low block indices first, and a call of at most
-// SLOTS steps then completes even if a rank's consumers start only as its producers end), and pair b of every rank handles the same slice of every step (the geometry
-// depends only on count, type, G and the slot size, identical on every rank).
+// SLOTS steps then completes even if a rank's consumers start only as its producers end). Pair
+// b of every rank handles the same slice of every step: the geometry depends only on the count,
+// the type, G and the slot size, identical on every rank.
 //
 // Ring: the call uses one parity half of every rank's staging buffer (seq & 1, like one window
 // of rcclx_windows: the call advances the window counter by one, so calls of every protocol
-// interleave under common.cuh's reuse rule). Pair b owns RCCLX_STREAM_SLOTS slots of `C` bytes
-// (C = window_elems elements) at byte b * SLOTS * C of that half. Step i of a call uses slot
-// i % SLOTS; step 0 carries C/8 per pair, so the first copy a consumer waits for is short.
+// interleave under common.cuh's reuse rule). Pair b owns RCCLX_STREAM_SLOTS slots; a slot has
+// `parts` parts of C elements (C = window_elems): one part (AllReduce, AllGather: a step of the
+// input) or one per rank (ReduceScatter, AllToAll, two-shot AllReduce: the same step of each of
+// the input's chunks). Step i of a call uses slot i % SLOTS; step 0 carries C/8 per part, so
+// the first copy a consumer waits for is short.
 //
 // Step i: producer b copies its slice of the own input into the own slot and releases `ready`
 // into flag line b of every rank (itself included); consumer b of every rank waits for `ready`
-// of every rank, reads the slot of every rank (the own one locally), folds them in rank order
-// 0..n-1 exactly as rcclx_reduce (RcclxRed), stores `recv`, and releases `freed` into flag line
-// b of every rank. A producer refills slot i % SLOTS (step i >= SLOTS) only after `freed` of step
-// i - SLOTS from every rank. So a producer's release follows only local stores, a consumer's only
-// loads that have returned (docs/memory-model.md "Counters of the stream protocol").
+// of every rank, reads the slots it needs (its own locally; a reduction folds in rank order
+// 0..n-1 exactly as rcclx_reduce), stores `recv`, and releases `freed` into flag line b of every
+// rank. A producer refills slot i % SLOTS (step i >= SLOTS) only after `freed` of step i - SLOTS
+// from every rank. So a producer's release follows only local stores, a consumer's only loads
+// that have returned (docs/memory-model.md "Counters of the stream protocol").
 //
 // Counters: flag line b of rank r holds, besides the barrier words [0, 8):
 //   [8 + p]   ready: steps of pair b that rank p's producer published (written by rank p);
 //   [16 + p]  freed: steps of pair b of rank r that rank p's consumer finished (written by p);
 //   [24], [25] this rank's producer's / consumer's step count of pair b (own, plain).
+// Flag line G + b (the consumer's own line) word [8 + p]: steps of pair b whose reduced chunk
+// rank p's consumer published (the two-shot AllReduce only).
 // All only increase and are never reset (flags are zeroed once, at setup). Every call of every
 // rank runs the same number of steps on every pair (the grid G is fixed per clique), so a
 // producer's count of pair b and every consumer's count of pair b are equal when calls start:
@@ -62,19 +67,30 @@ struct RcclxStreamGeom {
   uint64_t first;
   uint64_t steps;
   uint64_t parts;
+  uint64_t chunk;  // elements of a chunk (the steps cut a chunk); chunk c at c * chunk
+  uint64_t total;  // elements of the input: the last chunk may be shorter (two-shot AllReduce)
 };
 
+// `parts` chunks of `chunk` elements of an input of `total` elements.
 template <typename T>
-RCCLX_DEV RcclxStreamGeom rcclx_stream_geom(const RcclxArgs& a, int parts) {
+RCCLX_DEV RcclxStreamGeom rcclx_stream_geom(const RcclxArgs& a, int parts, uint64_t chunk, uint64_t total) {
   constexpr uint64_t N = RcclxVec<T>::N;
   RcclxStreamGeom g;
   g.pairs = gridDim.x / 2;
   g.slot = a.window_elems;
   g.first = (g.slot / 8 + N - 1) / N * N;
   const uint64_t head = g.pairs * g.first;
-  g.steps = a.count <= head ? 1 : 1 + (a.count - head + g.pairs * g.slot - 1) / (g.pairs * g.slot);
+  g.steps = chunk <= head ? 1 : 1 + (chunk - head + g.pairs * g.slot - 1) / (g.pairs * g.slot);
   g.parts = (uint64_t)parts;
+  g.chunk = chunk;
+  g.total = total;
   return g;
+}
+
+// Elements of step st (at most st.n) that chunk c has.
+RCCLX_DEV uint64_t rcclx_stream_chunk_len(const RcclxStreamGeom& g, const RcclxStreamStep& st, uint64_t c) {
+  const uint64_t at = c * g.chunk + st.begin;
+  return at < g.total ? (g.total - at < st.n ? g.total - at : st.n) : 0;
 }
 
 template <typename T>
@@ -85,7 +101,7 @@ RCCLX_DEV RcclxStreamStep rcclx_stream_step(const RcclxArgs& a, const RcclxStrea
   const uint64_t len = i == 0 ? g.first : g.slot;
   RcclxStreamStep s;
   s.begin = begin;
-  s.n = begin < a.count ? (a.count - begin < len ? a.count - begin : len) : 0;
+  s.n = begin < g.chunk ? (g.chunk - begin < len ? g.chunk - begin : len) : 0;
   s.part = g.slot * sizeof(T);
   s.slot_off = half + (pair * RCCLX_STREAM_SLOTS + i % RCCLX_STREAM_SLOTS) * g.parts * s.part;
   return s;
@@ -138,7 +154,7 @@ RCCLX_DEV void rcclx_stream_copy(T* dst, const T* src, uint64_t n) {
   if (threadIdx.x < n % N) dst[nvec * N + threadIdx.x] = src[nvec * N + threadIdx.x];
 }
 
-// Folds n elements at byte offset `off` of every rank's staging half, in rank order 0..n-1 as
+// Folds n elements at byte offset `off` of every rank's staging, in rank order 0..n-1 as
 // rcclx_reduce does (RcclxRed: pre, fold, post), into out[0, n), with the threads of one block.
 template <typename T, int OP>
 RCCLX_DEV void rcclx_stream_reduce(const RcclxArgs& a, uint64_t off, uint64_t n, T* out) {
@@ -189,15 +205,17 @@ RCCLX_DEV void rcclx_stream_reduce(const RcclxArgs& a, uint64_t off, uint64_t n,
 // input (chunk c at send + c * count; parts = 1: the input itself) into the parts of the own
 // slot; `consume(a, st)` is a consumer block's work on step i once every rank published
 // it (RCCLX_STREAM_CONSUME: a lambda inlined like RCCLX_PHASE).
-#define RCCLX_STREAM_CONSUME [&](const RcclxArgs& a, const RcclxStreamStep& st) RCCLX_INLINE
+#define RCCLX_STREAM_CONSUME                                                                   \
+  [&](const RcclxArgs& a, const RcclxStreamGeom& g, const RcclxStreamStep& st, uint64_t pair, uint32_t done, \
+      uint64_t deadline, int* s_fail) RCCLX_INLINE -> bool
 
 template <typename T, typename Consume>
-RCCLX_DEV void rcclx_stream(const RcclxArgs& a, int parts, Consume&& consume) {
+RCCLX_DEV void rcclx_stream(const RcclxArgs& a, int parts, uint64_t chunk, uint64_t total, Consume&& consume) {
   RCCLX_SESSION
   // The geometry in shared memory, read again after every barrier: registers live across a
   // consumer's reduction spilled the 16-bit float averages on sm_90.
   __shared__ RcclxStreamGeom s_g;
-  if (threadIdx.x == 0) s_g = rcclx_stream_geom<T>(a, parts);
+  if (threadIdx.x == 0) s_g = rcclx_stream_geom<T>(a, parts, chunk, total);
   __syncthreads();
   const RcclxStreamGeom& g = s_g;
   const bool producer = blockIdx.x < g.pairs;
@@ -220,7 +238,8 @@ RCCLX_DEV void rcclx_stream(const RcclxArgs& a, int parts, Consume&& consume) {
         break;
       char* slot = a.staging[a.rank] + st.slot_off;
       for (int c = 0; c < parts; ++c)
-        rcclx_stream_copy<T>((T*)(slot + c * st.part), (const T*)a.send + c * a.count + st.begin, st.n);
+        rcclx_stream_copy<T>((T*)(slot + c * st.part), (const T*)a.send + c * g.chunk + st.begin,
+                             rcclx_stream_chunk_len(g, st, c));
       rcclx_stream_signal(a, pair, RCCLX_STREAM_READY, done);
     }
   } else {
@@ -228,7 +247,7 @@ RCCLX_DEV void rcclx_stream(const RcclxArgs& a, int parts, Consume&& consume) {
       const RcclxStreamStep st = rcclx_stream_step<T>(a, g, half, pair, i);
       const uint32_t done = base + (uint32_t)i + 1;
       if (!rcclx_stream_wait(a, pair, RCCLX_STREAM_READY, done, deadline, &s_fail)) break;
-      consume(a, st);
+      if (!consume(a, g, st, pair, done, deadline, &s_fail)) break;
       // The last SLOTS steps' slots are refilled only in the next call's other half.
       if (i + RCCLX_STREAM_SLOTS < g.steps) rcclx_stream_signal(a, pair, RCCLX_STREAM_FREED, done);
     }
@@ -240,8 +259,9 @@ RCCLX_DEV void rcclx_stream(const RcclxArgs& a, int parts, Consume&& consume) {
 // AllReduce, one-shot at every rank count: every rank's slot, folded in rank order.
 template <typename T, int OP>
 RCCLX_DEV void rcclx_allreduce_stream(const RcclxArgs& a) {
-  rcclx_stream<T>(a, 1, RCCLX_STREAM_CONSUME {
+  rcclx_stream<T>(a, 1, a.count, a.count, RCCLX_STREAM_CONSUME {
     rcclx_stream_reduce<T, OP>(a, st.slot_off, st.n, (T*)a.recv + st.begin);
+    return true;
   });
 }
 
@@ -250,13 +270,14 @@ RCCLX_DEV void rcclx_allreduce_stream(const RcclxArgs& a) {
 // place (NCCL's in-place AllGather: send == recv + rank * count).
 template <typename T>
 RCCLX_DEV void rcclx_allgather_stream(const RcclxArgs& a) {
-  rcclx_stream<T>(a, 1, RCCLX_STREAM_CONSUME {
+  rcclx_stream<T>(a, 1, a.count, a.count, RCCLX_STREAM_CONSUME {
     for (int i = 0; i < a.nranks; ++i) {
       const int p = (a.rank + i) % a.nranks;
       T* out = (T*)a.recv + p * a.count;
       if (p != a.rank || out != (const T*)a.send)
         rcclx_stream_copy<T>(out + st.begin, (const T*)(a.staging[p] + st.slot_off), st.n);
     }
+    return true;
   });
 }
 
@@ -264,8 +285,9 @@ RCCLX_DEV void rcclx_allgather_stream(const RcclxArgs& a) {
 // chunk `rank` of each input), folded in rank order into the output.
 template <typename T, int OP>
 RCCLX_DEV void rcclx_reducescatter_stream(const RcclxArgs& a) {
-  rcclx_stream<T>(a, a.nranks, RCCLX_STREAM_CONSUME {
+  rcclx_stream<T>(a, a.nranks, a.count, a.nranks * a.count, RCCLX_STREAM_CONSUME {
     rcclx_stream_reduce<T, OP>(a, st.slot_off + a.rank * st.part, st.n, (T*)a.recv + st.begin);
+    return true;
   });
 }
 
@@ -273,11 +295,42 @@ RCCLX_DEV void rcclx_reducescatter_stream(const RcclxArgs& a) {
 // In place the own block is rewritten with its own bytes (through the own slot).
 template <typename T>
 RCCLX_DEV void rcclx_alltoall_stream(const RcclxArgs& a) {
-  rcclx_stream<T>(a, a.nranks, RCCLX_STREAM_CONSUME {
+  rcclx_stream<T>(a, a.nranks, a.count, a.nranks * a.count, RCCLX_STREAM_CONSUME {
     for (int i = 0; i < a.nranks; ++i) {
       const int p = (a.rank + i) % a.nranks;
       rcclx_stream_copy<T>((T*)a.recv + p * a.count + st.begin,
                            (const T*)(a.staging[p] + st.slot_off + a.rank * st.part), st.n);
     }
+    return true;
+  });
+}
+
+// AllReduce two-shot (3-8 ranks, above the one-shot limit): the input in n chunks of C elements
+// (C: a share rounded up to whole vectors; the last chunk shorter), a slot part per chunk. Step
+// i of consumer b: the reduce-scatter of chunk `rank` (part `rank` of every rank's slot, folded
+// in rank order) into part `rank` of the own slot, which nobody else reads until then, and from
+// there into `recv` (a second local pass: reducing into both at once spilled on sm_90); `ready`
+// of this all-gather half into flag line G + b of every rank (the consumer blocks' own lines:
+// words no other kernel uses); then every other chunk's reduced step from its owner's slot.
+// `freed` follows both halves, so a producer refills a slot only after every rank read its
+// reduced part too.
+template <typename T, int OP>
+RCCLX_DEV void rcclx_allreduce_stream_tree(const RcclxArgs& a) {
+  constexpr uint64_t N = RcclxVec<T>::N;
+  const uint64_t C = (a.count + a.nranks * N - 1) / (a.nranks * N) * N;
+  rcclx_stream<T>(a, a.nranks, C, a.count, RCCLX_STREAM_CONSUME {
+    T* own = (T*)(a.staging[a.rank] + st.slot_off + a.rank * st.part);
+    const uint64_t m = rcclx_stream_chunk_len(g, st, a.rank);
+    rcclx_stream_reduce<T, OP>(a, st.slot_off + a.rank * st.part, m, own);
+    __syncthreads();  // the copy reads what other threads reduced (element-wise when unaligned)
+    rcclx_stream_copy<T>((T*)a.recv + a.rank * g.chunk + st.begin, own, m);
+    rcclx_stream_signal(a, g.pairs + pair, RCCLX_STREAM_READY, done);
+    if (!rcclx_stream_wait(a, g.pairs + pair, RCCLX_STREAM_READY, done, deadline, s_fail)) return false;
+    for (int i = 1; i < a.nranks; ++i) {
+      const int c = (a.rank + i) % a.nranks;
+      rcclx_stream_copy<T>((T*)a.recv + c * g.chunk + st.begin,
+                           (const T*)(a.staging[c] + st.slot_off + c * st.part), rcclx_stream_chunk_len(g, st, c));
+    }
+    return true;
   });
 }

@@ -32,10 +32,14 @@ pub enum Algo {
     /// The stream protocol (`RCCLX_PROTO=stream`): pipelined per-block rings through the staging
     /// buffers, no barrier per window; where the windowed kernels (flat, two-shot) would run.
     Stream,
+    /// The stream protocol's two-shot (AllReduce above the one-shot limit): a reduce-scatter ring
+    /// whose owners' results every rank pulls.
+    StreamTree,
 }
 
 impl Algo {
-    pub const ALL: [Algo; 6] = [Algo::Ll, Algo::Flat, Algo::TwoShot, Algo::Fp8, Algo::Int8, Algo::Stream];
+    pub const ALL: [Algo; 7] =
+        [Algo::Ll, Algo::Flat, Algo::TwoShot, Algo::Fp8, Algo::Int8, Algo::Stream, Algo::StreamTree];
 
     /// The algorithm's name in the kernel table and statistics (`tree` is the two-shot, `lowp`
     /// the FP8 codec: RCCLX's names).
@@ -47,6 +51,7 @@ impl Algo {
             Algo::Fp8 => "lowp",
             Algo::Int8 => "int8",
             Algo::Stream => "stream",
+            Algo::StreamTree => "stream_tree",
         }
     }
 
@@ -289,7 +294,8 @@ pub fn decide(call: &CallDesc, comm: &CommFacts) -> Route {
     } else if bytes > policy.max {
         Up(Reason::Size)
     } else if policy.stream != 0 && bytes >= policy.stream_min {
-        Route::Own(Algo::Stream)
+        let two_shot = spec.two_shot && bytes > policy.one_shot_max && family(call.coll, Algo::StreamTree).is_some();
+        Route::Own(if two_shot { Algo::StreamTree } else { Algo::Stream })
     } else if !spec.two_shot || bytes <= policy.one_shot_max {
         Route::Own(Algo::Flat)
     } else {
@@ -398,7 +404,8 @@ mod tests {
                             if spec.rooted() {
                                 assert!((0..nranks as i32).contains(&call.root), "{call:?} -> {r:?}");
                             }
-                            assert!(algo != Algo::TwoShot || spec.two_shot, "{call:?} -> {r:?}");
+                            let two_shot = matches!(algo, Algo::TwoShot | Algo::StreamTree);
+                            assert!(!two_shot || spec.two_shot, "{call:?} -> {r:?}");
                         }
                         Route::Own(_) => {
                             assert!(lowp && lowp_dtype(call.dtype) && call.op == ncclRedOp_t::Sum, "{call:?}");
@@ -425,7 +432,7 @@ mod tests {
         let rank = |r: Route| match r {
             Route::Own(Algo::Ll) => -1,
             Route::Own(Algo::Flat) => 0,
-            Route::Own(Algo::TwoShot | Algo::Stream) => 1,
+            Route::Own(Algo::TwoShot | Algo::Stream | Algo::StreamTree) => 1,
             Route::Own(Algo::Fp8 | Algo::Int8) => 2,
             Route::Upstream(_) => 3,
         };
@@ -466,10 +473,11 @@ mod tests {
             for call in all_calls(&stream.policies) {
                 let (w, s) = (decide(&call, &window), decide(&call, &stream));
                 match w {
-                    Route::Own(Algo::Flat | Algo::TwoShot) if call.coll != Coll::Broadcast => {
+                    Route::Own(Algo::Flat) if call.coll != Coll::Broadcast => {
                         assert_eq!(s, Route::Own(Algo::Stream), "{call:?}");
                         streamed += 1;
                     }
+                    Route::Own(Algo::TwoShot) => assert_eq!(s, Route::Own(Algo::StreamTree), "{call:?}"),
                     _ => assert_eq!(s, w, "{call:?}"),
                 }
             }
@@ -482,9 +490,10 @@ mod tests {
                 let (w, s) = (decide(&call, &window), decide(&call, &above));
                 let big = call.bytes(nranks).is_some_and(|b| b >= min);
                 match w {
-                    Route::Own(Algo::Flat | Algo::TwoShot) if call.coll != Coll::Broadcast && big => {
+                    Route::Own(Algo::Flat) if call.coll != Coll::Broadcast && big => {
                         assert_eq!(s, Route::Own(Algo::Stream), "{call:?}")
                     }
+                    Route::Own(Algo::TwoShot) if big => assert_eq!(s, Route::Own(Algo::StreamTree), "{call:?}"),
                     _ => assert_eq!(s, w, "{call:?}"),
                 }
             }

@@ -76,7 +76,7 @@ pub struct Family {
     /// `allreduce`, `allgather`, `reducescatter`, `alltoall`, `alltoallv`, `broadcast`.
     pub coll: &'static str,
     /// `ll`, `flat`, `tree`, `lowp` (FP8), `int8`, `lowp_pair` / `int8_pair` (2-rank
-    /// low-precision AllReduce), `dynamic`, `stream`.
+    /// low-precision AllReduce), `dynamic`, `stream`, `stream_tree`.
     pub algo: &'static str,
     /// The device function template in `hip_kernels/` (`template <typename T[, int OP]>`).
     pub device_fn: &'static str,
@@ -155,6 +155,7 @@ pub const FAMILIES: &[Family] = &[
     Family::new("allgather", "stream", "rcclx_allgather_stream", BYTES, NO_OP, COLL_ARGS),
     Family::new("reducescatter", "stream", "rcclx_reducescatter_stream", REDUCE_TYPES, REDUCE_OPS, COLL_ARGS),
     Family::new("alltoall", "stream", "rcclx_alltoall_stream", BYTES, NO_OP, COLL_ARGS),
+    Family::new("allreduce", "stream_tree", "rcclx_allreduce_stream_tree", REDUCE_TYPES, REDUCE_OPS, COLL_ARGS),
 ];
 
 /// The algorithms of the low-precision families (both codecs, both AllReduce forms).

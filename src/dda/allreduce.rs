@@ -12,6 +12,10 @@ pub fn grid(algo: Algo, w: &Work) -> Grid {
     if algo == Algo::Stream {
         return super::stream_grid(w, 1);
     }
+    if algo == Algo::StreamTree {
+        // A slot part per chunk of the two-shot.
+        return super::stream_grid(w, w.nranks);
+    }
     if algo == Algo::Ll {
         // One pass of 8-byte units (the inbox holds the whole message).
         let (blocks, threads) = blocks_for((count * elem_bytes).div_ceil(8), max_blocks);

@@ -95,19 +95,28 @@ mod tests {
     /// parts of whole 16-byte vectors, a slot at most 64 KiB.
     #[test]
     fn stream_rings_fit_the_half() {
-        let colls = [(Coll::AllReduce, false), (Coll::AllGather, false), (Coll::ReduceScatter, true), (Coll::AllToAll, true)];
-        for (coll, chunked) in colls {
+        let colls = [
+            (Coll::AllReduce, Algo::Stream, false),
+            (Coll::AllReduce, Algo::StreamTree, true),
+            (Coll::AllGather, Algo::Stream, false),
+            (Coll::ReduceScatter, Algo::Stream, true),
+            (Coll::AllToAll, Algo::Stream, true),
+        ];
+        for (coll, algo, chunked) in colls {
             for nranks in 2..=8u64 {
                 for half_bytes in [32u64 << 10, 128 << 10, 512 << 10, 8 << 20, 16 << 20] {
                     for max_blocks in [1u32, 2, 3, 16, 33, 64, 128, 1024] {
                         for es in [1u64, 2, 4, 8] {
                             let w = Work { count: 1 << 30, unit_bytes: es, nranks, half_bytes, max_blocks };
-                            let Grid { window, blocks, threads } = grid_fn(coll)(Algo::Stream, &w);
+                            let Grid { window, blocks, threads } = grid_fn(coll)(algo, &w);
                             let (pairs, parts) = (u64::from(blocks / 2), if chunked { nranks } else { 1 });
                             assert!(blocks % 2 == 0 && (2..=64).contains(&blocks) && threads == THREADS);
                             assert!(blocks <= max_blocks.max(2));
                             assert!(window > 0 && (window * es) % 16 == 0 && parts * window * es <= 64 << 10);
-                            assert!(pairs * 4 * parts * window * es <= half_bytes, "{coll:?} {half_bytes} {max_blocks}");
+                            assert!(
+                                pairs * 4 * parts * window * es <= half_bytes,
+                                "{coll:?} {half_bytes} {max_blocks}"
+                            );
                         }
                     }
                 }

@@ -55,16 +55,13 @@ impl Suite {
             let per_rank = if coll.spec().shape == Shape::Whole { 1 } else { nranks as u64 };
             dda.push(format!("{}.ll", coll.name()));
             // The stream protocol (`--proto stream`, from 0 bytes) takes every call the windowed
-            // kernels would.
-            if q.stream != 0 && q.max > p.ll_max * per_rank {
-                dda.push(format!("{}.stream", coll.name()));
-                continue;
-            }
+            // kernels would: its one-shot the flat sizes, its two-shot the tree sizes.
+            let (flat, tree) = if q.stream != 0 { ("stream", "stream_tree") } else { ("flat", "tree") };
             if q.max > p.ll_max * per_rank {
-                dda.push(format!("{}.flat", coll.name()));
+                dda.push(format!("{}.{flat}", coll.name()));
             }
             if coll.spec().two_shot && q.one_shot_max < q.max {
-                dda.push(format!("{}.tree", coll.name()));
+                dda.push(format!("{}.{tree}", coll.name()));
             }
         }
         match self {
