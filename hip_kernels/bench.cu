@@ -17,6 +17,7 @@
 #include "alltoall.cuh"
 #include "reducescatter.cuh"
 #include "broadcast.cuh"
+#include "stream.cuh"
 
 // The twins of the DDA families the bench times: f32 sum for the reducing collectives, bytes
 // for data movement (the suite's calls use those). A new family adds its line here and its
@@ -32,6 +33,11 @@ RCCLX_KERNEL(rcclx_twin_alltoall_ll_bytes, RcclxArgs, 1, rcclx_alltoall_ll, uint
 RCCLX_KERNEL(rcclx_twin_alltoall_flat_bytes, RcclxArgs, 1, rcclx_alltoall_flat, uint8_t)
 RCCLX_KERNEL(rcclx_twin_broadcast_ll_bytes, RcclxArgs, 1, rcclx_broadcast_ll, uint8_t)
 RCCLX_KERNEL(rcclx_twin_broadcast_flat_bytes, RcclxArgs, 1, rcclx_broadcast_flat, uint8_t)
+RCCLX_KERNEL(rcclx_twin_allreduce_stream_f32_sum, RcclxArgs, 1, rcclx_allreduce_stream, float, RCCLX_SUM)
+RCCLX_KERNEL(rcclx_twin_allreduce_stream_tree_f32_sum, RcclxArgs, 1, rcclx_allreduce_stream_tree, float, RCCLX_SUM)
+RCCLX_KERNEL(rcclx_twin_reducescatter_stream_f32_sum, RcclxArgs, 1, rcclx_reducescatter_stream, float, RCCLX_SUM)
+RCCLX_KERNEL(rcclx_twin_allgather_stream_bytes, RcclxArgs, 1, rcclx_allgather_stream, uint8_t)
+RCCLX_KERNEL(rcclx_twin_alltoall_stream_bytes, RcclxArgs, 1, rcclx_alltoall_stream, uint8_t)
 
 // Spins (as the library's barrier: no pause on NVIDIA) until *flag reaches `value`; false once
 // `deadline` passed.

@@ -15,5 +15,6 @@
 #include "reduce.cuh"     // DDA Reduce: ll, flat
 #include "lowp.cuh"       // low-precision (FP8 or INT8 on the wire) collectives
 #include "alltoallv.cuh"  // GPU-resident AllToAllv (device-side counts; plain or low precision)
+#include "stream.cuh"     // the stream protocol: pipelined per-block rings (AllReduce, AllGather, ReduceScatter, AllToAll)
 
 #endif  // RCCLX_CUH

@@ -85,6 +85,27 @@ impl Parse for LowpCodec {
     }
 }
 
+/// The protocol of the DDA calls above the LL sizes (`RCCLX_PROTO`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Proto {
+    /// The windowed kernels (flat, two-shot): copy-in, a barrier per window.
+    #[default]
+    Window,
+    /// Pipelined per-block rings (`hip_kernels/stream.cuh`) for the collectives that have them;
+    /// the others keep the windowed kernels.
+    Stream,
+}
+
+impl Parse for Proto {
+    fn parse(s: &str) -> Option<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "window" => Some(Proto::Window),
+            "stream" => Some(Proto::Stream),
+            _ => None,
+        }
+    }
+}
+
 /// Text whose absence means "not set"; an empty value counts as unset too (no warning).
 impl Parse for Option<String> {
     fn parse(s: &str) -> Option<Self> {
@@ -151,6 +172,7 @@ fn in_words(default: &str) -> &str {
         "false" => "0",
         "true" => "1",
         "LowpCodec::Fp8" => "fp8",
+        "Proto::Window" => "window",
         d => d,
     }
 }
@@ -337,6 +359,8 @@ config_table! {
     setup_timeout_ms: u64 = 600000, "RCCLX_SETUP_TIMEOUT_MS", "bound on rcclx's setup of a communicator, in ms (`0`: none). Past it a blocking creation returns `ncclRemoteError`, a non-blocking one reports it from `ncclCommGetAsyncError`, and every call on the communicator returns it";
     dda_ll_max_bytes: Option<u64> = None, "RCCLX_DDA_LL_MAX_BYTES", "LL one-shot (no barrier) while count x element size is at most this many bytes (the whole message where the count counts it, one rank's block where it counts a block), at most 1M";
     dda_max_blocks: u64 = 128, "RCCL_DDA_MAX_BLOCKS", "grid cap of the DDA kernels (the low-precision ones fill the GPU); 1-1024";
+    proto: Proto = Proto::Window, "RCCLX_PROTO", "`window` or `stream`: the protocol of DDA calls above the LL sizes; `stream` (pipelined rings, no barrier per window) where a collective has it (AllReduce, AllGather, ReduceScatter, AllToAll), else the windowed kernels";
+    stream_min_bytes: u64 = 0, "RCCLX_STREAM_MIN_BYTES", "with `RCCLX_PROTO=stream`: the stream protocol only from this many bytes (as the size limits count them), the windowed kernels below";
     dda_sendbuf_bytes: Option<u64> = None, "RCCL_DDA_SENDBUF_BYTES", "per-rank staging buffer of DDA and low precision (unset: 16 MiB, 32 MiB when a low-precision switch is on); at least 64 KiB, whole 4 KiB pages";
     lowp_enable: bool = false, "RCCL_LOW_PRECISION_ENABLE", "`1`: low precision for every collective that has it (AllReduce, AllGather, ReduceScatter, AllToAll)";
     lowp_codec: LowpCodec = LowpCodec::Fp8, "RCCLX_LOW_PRECISION_CODEC", "`fp8` or `int8`: the wire format of the low-precision collectives (block-scaled, same bytes; int8 has about 4x less error)";

@@ -11,7 +11,7 @@
 
 pub use crate::collective::Coll;
 use crate::collective::{COLLS, COUNT, Fabric, LL_MAX, RootOnly, Shape, rank_row};
-use crate::config::{Config, LowpCodec};
+use crate::config::{Config, LowpCodec, Proto};
 use crate::types::{ncclDataType_t, ncclRedOp_t};
 use std::ffi::CStr;
 
@@ -29,10 +29,17 @@ pub enum Algo {
     Fp8,
     /// Low precision with the INT8 codec: the same kernels and bytes, block-scaled INT8.
     Int8,
+    /// The stream protocol (`RCCLX_PROTO=stream`): pipelined per-block rings through the staging
+    /// buffers, no barrier per window; where the windowed kernels (flat, two-shot) would run.
+    Stream,
+    /// The stream protocol's two-shot (AllReduce above the one-shot limit): a reduce-scatter ring
+    /// whose owners' results every rank pulls.
+    StreamTree,
 }
 
 impl Algo {
-    pub const ALL: [Algo; 5] = [Algo::Ll, Algo::Flat, Algo::TwoShot, Algo::Fp8, Algo::Int8];
+    pub const ALL: [Algo; 7] =
+        [Algo::Ll, Algo::Flat, Algo::TwoShot, Algo::Fp8, Algo::Int8, Algo::Stream, Algo::StreamTree];
 
     /// The algorithm's name in the kernel table and statistics (`tree` is the two-shot, `lowp`
     /// the FP8 codec: RCCLX's names).
@@ -43,6 +50,8 @@ impl Algo {
             Algo::TwoShot => "tree",
             Algo::Fp8 => "lowp",
             Algo::Int8 => "int8",
+            Algo::Stream => "stream",
+            Algo::StreamTree => "stream_tree",
         }
     }
 
@@ -151,6 +160,11 @@ pub struct Policy {
     pub max: u64,
     /// Low precision (when switched on) from this many bytes.
     pub lowp_min: u64,
+    /// 1: the stream protocol instead of the windowed kernels (`RCCLX_PROTO=stream`, where the
+    /// collective has stream kernels) ...
+    pub stream: u64,
+    /// ... from this many bytes (`RCCLX_STREAM_MIN_BYTES`), the windowed kernels below.
+    pub stream_min: u64,
 }
 
 /// Every collective's [`Policy`] on one communicator, and what they share.
@@ -194,6 +208,9 @@ impl Policies {
                     },
                     max,
                     lowp_min: c.lowp_min_bytes.unwrap_or(s.lowp_min[row]),
+                    stream: (c.proto == Proto::Stream && family(FamilyKey::Coll(s.coll, Algo::Stream)).is_some())
+                        as u64,
+                    stream_min: c.stream_min_bytes,
                 }
             }),
             ll_max: c.dda_ll_max_bytes.unwrap_or(LL_MAX[row]),
@@ -332,6 +349,11 @@ pub fn decide(call: &CallDesc, comm: &CommFacts) -> Route {
         Route::Own(Algo::Ll)
     } else if bytes > policy.max {
         Up(Reason::Size)
+    } else if policy.stream != 0 && bytes >= policy.stream_min {
+        let two_shot = spec.two_shot
+            && bytes > policy.one_shot_max
+            && family(FamilyKey::Coll(call.coll, Algo::StreamTree)).is_some();
+        Route::Own(if two_shot { Algo::StreamTree } else { Algo::Stream })
     } else if !spec.two_shot || bytes <= policy.one_shot_max {
         Route::Own(Algo::Flat)
     } else {
@@ -474,7 +496,8 @@ mod tests {
                             if spec.rooted() {
                                 assert!((0..nranks as i32).contains(&call.root), "{call:?} -> {r:?}");
                             }
-                            assert!(algo != Algo::TwoShot || spec.two_shot, "{call:?} -> {r:?}");
+                            let two_shot = matches!(algo, Algo::TwoShot | Algo::StreamTree);
+                            assert!(!two_shot || spec.two_shot, "{call:?} -> {r:?}");
                         }
                         Route::Own(_) => {
                             assert!(lowp && lowp_dtype(call.dtype) && call.op == ncclRedOp_t::Sum, "{call:?}");
@@ -501,7 +524,7 @@ mod tests {
         let rank = |r: Route| match r {
             Route::Own(Algo::Ll) => -1,
             Route::Own(Algo::Flat) => 0,
-            Route::Own(Algo::TwoShot) => 1,
+            Route::Own(Algo::TwoShot | Algo::Stream | Algo::StreamTree) => 1,
             Route::Own(Algo::Fp8 | Algo::Int8) => 2,
             Route::Upstream(_) => 3,
         };
@@ -523,6 +546,57 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// `RCCLX_PROTO=stream` takes every call the windowed kernels would take, of every
+    /// collective with stream kernels (all but Broadcast and Reduce), and nothing else: LL, the size limit
+    /// and low precision stay.
+    #[test]
+    fn stream_protocol_replaces_the_windowed_kernels() {
+        for nranks in 2..=8 {
+            let window = facts(nranks, false);
+            let c = Config { proto: Proto::Stream, ..Config::default() };
+            let stream = CommFacts { nranks, policies: Policies::for_comm(&c, nranks, Fabric::Switch) };
+            for coll in Coll::ALL {
+                let has_stream = !matches!(coll, Coll::Broadcast | Coll::Reduce);
+                assert_eq!(stream.policies.of(coll).stream != 0, has_stream, "{coll:?}");
+            }
+            assert!(Coll::ALL.iter().all(|&coll| window.policies.of(coll).stream == 0));
+            let mut streamed = 0;
+            for call in all_calls(&stream.policies) {
+                let (w, s) = (decide(&call, &window), decide(&call, &stream));
+                match w {
+                    Route::Own(Algo::Flat) if !matches!(call.coll, Coll::Broadcast | Coll::Reduce) => {
+                        assert_eq!(s, Route::Own(Algo::Stream), "{call:?}");
+                        streamed += 1;
+                    }
+                    Route::Own(Algo::TwoShot) => assert_eq!(s, Route::Own(Algo::StreamTree), "{call:?}"),
+                    _ => assert_eq!(s, w, "{call:?}"),
+                }
+            }
+            assert!(streamed > 0, "n={nranks}");
+            // With a lower bound: the windowed kernels below it, the stream protocol from it.
+            let min = 3 << 20;
+            let c = Config { proto: Proto::Stream, stream_min_bytes: min, ..Config::default() };
+            let above = CommFacts { nranks, policies: Policies::for_comm(&c, nranks, Fabric::Switch) };
+            for call in all_calls(&above.policies) {
+                let (w, s) = (decide(&call, &window), decide(&call, &above));
+                let big = call.bytes(nranks).is_some_and(|b| b >= min);
+                match w {
+                    Route::Own(Algo::Flat) if !matches!(call.coll, Coll::Broadcast | Coll::Reduce) && big => {
+                        assert_eq!(s, Route::Own(Algo::Stream), "{call:?}")
+                    }
+                    Route::Own(Algo::TwoShot) if big => assert_eq!(s, Route::Own(Algo::StreamTree), "{call:?}"),
+                    _ => assert_eq!(s, w, "{call:?}"),
+                }
+            }
+        }
+        let c = Config { proto: Proto::Stream, ..Config::default() };
+        let lowp = Policies::for_comm(&Config { lowp_enable: true, ..c }, 2, Fabric::Switch);
+        let f = CommFacts { nranks: 2, policies: lowp };
+        let big =
+            CallDesc::new(Coll::AllReduce, (lowp.of(Coll::AllReduce).lowp_min / 2) as usize, ncclDataType_t::Bfloat16);
+        assert_eq!(decide(&big, &f), Route::Own(Algo::Fp8));
     }
 
     #[test]

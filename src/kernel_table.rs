@@ -76,7 +76,7 @@ pub struct Family {
     /// `allreduce`, `allgather`, `reducescatter`, `alltoall`, `alltoallv`, `broadcast`, `reduce`.
     pub coll: &'static str,
     /// `ll`, `flat`, `tree`, `lowp` (FP8), `int8`, `lowp_pair` / `int8_pair` (2-rank
-    /// low-precision AllReduce), `dynamic`.
+    /// low-precision AllReduce), `dynamic`, `stream`, `stream_tree`.
     pub algo: &'static str,
     /// The device function template in `hip_kernels/` (`template <typename T[, int OP]>`).
     pub device_fn: &'static str,
@@ -189,6 +189,13 @@ pub const FAMILIES: &[Family] = &[
     // DDA Reduce (`hip_kernels/reduce.cuh`; the root is `KernelArgs::root`).
     Family::new("reduce", "ll", "rcclx_reduce_ll", REDUCE_TYPES, REDUCE_OPS, COLL_ARGS).route(25),
     Family::new("reduce", "flat", "rcclx_reduce_flat", REDUCE_TYPES, REDUCE_OPS, COLL_ARGS).route(26),
+    // The stream protocol (`hip_kernels/stream.cuh`, `RCCLX_PROTO=stream`): pipelined rings.
+    Family::new("allreduce", "stream", "rcclx_allreduce_stream", REDUCE_TYPES, REDUCE_OPS, COLL_ARGS).route(27),
+    Family::new("allgather", "stream", "rcclx_allgather_stream", BYTES, NO_OP, COLL_ARGS).route(28),
+    Family::new("reducescatter", "stream", "rcclx_reducescatter_stream", REDUCE_TYPES, REDUCE_OPS, COLL_ARGS).route(29),
+    Family::new("alltoall", "stream", "rcclx_alltoall_stream", BYTES, NO_OP, COLL_ARGS).route(30),
+    Family::new("allreduce", "stream_tree", "rcclx_allreduce_stream_tree", REDUCE_TYPES, REDUCE_OPS, COLL_ARGS)
+        .route(31),
 ];
 
 /// The algorithms of the low-precision families (both codecs, both AllReduce forms).
@@ -325,6 +332,11 @@ mod tests {
         (24, "alltoallv.int8"),
         (25, "reduce.ll"),
         (26, "reduce.flat"),
+        (27, "allreduce.stream"),
+        (28, "allgather.stream"),
+        (29, "reducescatter.stream"),
+        (30, "alltoall.stream"),
+        (31, "allreduce.stream_tree"),
     ];
 
     #[test]

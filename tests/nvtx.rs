@@ -128,7 +128,8 @@ fn ranges_reach_the_injected_tool() {
     let theirs = lines_from(&log, "libnccl.so.2");
     // rcclx's domain, extension, schemas and pushes of these calls, as the stock library's (which
     // also has ranges of its other functions, and registers the enum only once initialised).
-    let names = ["ncclAllReduce ", "ncclReduceScatter ", "ncclAllGather ", "ncclAlltoAll ", "ncclBroadcast ", "ncclReduce "];
+    let names =
+        ["ncclAllReduce ", "ncclReduceScatter ", "ncclAllGather ", "ncclAlltoAll ", "ncclBroadcast ", "ncclReduce "];
     let set = |v: &[String]| -> BTreeSet<String> {
         v.iter()
             .filter(|l| !l.contains("Message size [bytes]=8,") && !l.starts_with("pop ") && !l.starts_with("enum "))

@@ -35,6 +35,8 @@ fn rcclx_route(coll: Coll, t: i32, op: i32, count: usize, n: usize, lowp: bool) 
                 Algo::Flat => "flat",
                 Algo::TwoShot => "tree",
                 Algo::Fp8 | Algo::Int8 => "lowp",
+                // RCCLX_PROTO=stream, which the checker's model does not know (it runs off).
+                Algo::Stream | Algo::StreamTree => unreachable!("the default protocol is window"),
             };
             format!("{}.{algo}", coll.name())
         }

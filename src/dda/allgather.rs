@@ -8,6 +8,9 @@ use crate::intercept::Algo;
 /// Window in bytes of a rank's block (Broadcast: of the message), a staging half's worth.
 pub fn grid(algo: Algo, w: &Work) -> Grid {
     let bytes = w.count;
+    if algo == Algo::Stream {
+        return super::stream_grid(w, 1);
+    }
     if algo == Algo::Ll {
         let (blocks, threads) = blocks_for(bytes.div_ceil(8), w.max_blocks);
         return Grid { window: bytes, blocks, threads };

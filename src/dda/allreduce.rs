@@ -1,5 +1,5 @@
-//! DDA AllReduce (`hip_kernels/allreduce.cuh`): windows and grids of the LL, flat and two-shot
-//! kernels.
+//! DDA AllReduce (`hip_kernels/allreduce.cuh`, `stream.cuh`): windows and grids of the LL, flat,
+//! two-shot and stream kernels.
 
 use super::blocks_for;
 use crate::clique::{Grid, Work};
@@ -9,6 +9,13 @@ use crate::intercept::Algo;
 pub fn grid(algo: Algo, w: &Work) -> Grid {
     let Work { count, unit_bytes: elem_bytes, nranks, half_bytes, max_blocks } = *w;
     let vec = 16 / elem_bytes;
+    if algo == Algo::Stream {
+        return super::stream_grid(w, 1);
+    }
+    if algo == Algo::StreamTree {
+        // A slot part per chunk of the two-shot.
+        return super::stream_grid(w, w.nranks);
+    }
     if algo == Algo::Ll {
         // One pass of 8-byte units (the inbox holds the whole message).
         let (blocks, threads) = blocks_for((count * elem_bytes).div_ceil(8), max_blocks);

@@ -10,6 +10,9 @@ use crate::intercept::Algo;
 /// A staging half holds one window of every block.
 pub fn grid(algo: Algo, w: &Work) -> Grid {
     let bytes = w.count;
+    if algo == Algo::Stream {
+        return super::stream_grid(w, w.nranks);
+    }
     if algo == Algo::Ll {
         let (blocks, threads) = blocks_for(bytes.div_ceil(8), w.max_blocks);
         return Grid { window: bytes, blocks, threads };

@@ -9,6 +9,9 @@ use crate::intercept::Algo;
 /// number of 16-byte vectors.
 pub fn grid(algo: Algo, w: &Work) -> Grid {
     let Work { count, unit_bytes: elem_bytes, nranks, half_bytes, max_blocks } = *w;
+    if algo == Algo::Stream {
+        return super::stream_grid(w, w.nranks);
+    }
     if algo == Algo::Ll {
         let (blocks, threads) = blocks_for((count * elem_bytes).div_ceil(8), max_blocks);
         return Grid { window: count, blocks, threads };

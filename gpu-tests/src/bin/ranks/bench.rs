@@ -70,6 +70,11 @@ const TWINS: &[(&str, &str)] = &[
     ("alltoall.flat", "rcclx_twin_alltoall_flat_bytes"),
     ("broadcast.ll", "rcclx_twin_broadcast_ll_bytes"),
     ("broadcast.flat", "rcclx_twin_broadcast_flat_bytes"),
+    ("allreduce.stream", "rcclx_twin_allreduce_stream_f32_sum"),
+    ("allreduce.stream_tree", "rcclx_twin_allreduce_stream_tree_f32_sum"),
+    ("reducescatter.stream", "rcclx_twin_reducescatter_stream_f32_sum"),
+    ("allgather.stream", "rcclx_twin_allgather_stream_bytes"),
+    ("alltoall.stream", "rcclx_twin_alltoall_stream_bytes"),
 ];
 
 /// Parts run when `--parts` is not given.
@@ -89,7 +94,9 @@ pub fn families() -> Vec<(Coll, Algo)> {
     let mut v = Vec::new();
     for coll in Coll::ALL {
         for algo in Algo::ALL {
-            if !algo.is_low_precision() && rcclx::intercept::family(rcclx::intercept::FamilyKey::Coll(coll, algo)).is_some() {
+            if !algo.is_low_precision()
+                && rcclx::intercept::family(rcclx::intercept::FamilyKey::Coll(coll, algo)).is_some()
+            {
                 v.push((coll, algo));
             }
         }

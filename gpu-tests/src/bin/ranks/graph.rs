@@ -36,11 +36,13 @@ fn calls(dev: &Ranks, seed: u64) -> Result<Vec<(String, Call)>, Fail> {
         let q = *p.of(coll);
         let per_rank = if coll.spec().shape == Shape::Whole { 1 } else { n as u64 };
         let mut targets = vec!["ll"];
+        // The stream protocol takes the windowed kernels' sizes (`--proto stream`).
+        let (flat, tree) = if q.stream != 0 { ("stream", "stream_tree") } else { ("flat", "tree") };
         if q.max > p.ll_max * per_rank {
-            targets.push("flat");
+            targets.push(flat);
         }
         if coll.spec().two_shot && q.one_shot_max < q.max {
-            targets.push("tree");
+            targets.push(tree);
         }
         if q.lowp != 0 {
             targets.push(lp);
@@ -55,6 +57,8 @@ fn calls(dev: &Ranks, seed: u64) -> Result<Vec<(String, Call)>, Fail> {
                 let s = ty.size() as u64;
                 let per = s * per_rank;
                 let counts = [
+                    // Stream: the largest call (up to 8 MiB) first, many steps per replay.
+                    if algo.starts_with("stream") { (q.max.min(8 << 20) / per).saturating_sub(3) } else { 4099 / s },
                     4099 / s,
                     p.ll_max / s + 5,
                     q.one_shot_max / per + 7,

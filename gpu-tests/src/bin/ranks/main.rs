@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! ranks --nranks N [--gpus G] [--layout streams|procs] --suite dda|stress|graph|a2av|time|time-lowp|bench
-//!       [--quick] [--seed S] [--codec fp8|int8] [--list]
+//!       [--quick] [--seed S] [--codec fp8|int8] [--proto window|stream] [--list]
 //!   --nranks N   2..=8 ranks
 //!   --gpus G     GPUs to spread them over (default: 1); rank r on GPU r*G/N
 //!   --layout     streams (default): one process, every rank a stream of its own (the kernels
@@ -41,6 +41,9 @@
 //!   --parts      bench: families,sweep,micro (default families,micro)
 //!   --quick      fewer types, ops and counts (for --layout procs); time suites: fewer sizes
 //!   --codec      RCCLX_LOW_PRECISION_CODEC for the graph and time-lowp suites (default fp8)
+//!   --proto      RCCLX_PROTO of every suite (default window); `stream`: the collectives with
+//!                stream kernels run them wherever the windowed ones would, and the routes
+//!                checked at the end are `<coll>.stream` instead of flat/tree for them
 //!   --list       print the cases of rank count N and exit (no GPU; dda, time and time-lowp, bench)
 //!   (internal) --child P --dir DIR: process P of the layout, exchanging through DIR
 //! ```
@@ -99,7 +102,8 @@ fn main() -> ExitCode {
     }
     if opts.list {
         let n = opts.placement.nranks;
-        let p = rcclx::intercept::Policies::for_comm(&rcclx::config::Config::default(), n, rcclx::clique::local_fabric());
+        let p =
+            rcclx::intercept::Policies::for_comm(&rcclx::config::Config::default(), n, rcclx::clique::local_fabric());
         for (i, c) in cases::dda_cases(n, &p, opts.quick, opts.seed).iter().enumerate() {
             println!("{i} {}", c.name());
         }
@@ -175,7 +179,14 @@ fn judge(name: &str, lines: &[RankLine]) -> (bool, String) {
 
 fn run_parent(opts: &Opts, rt: &'static Runtime) -> ExitCode {
     let p = opts.placement;
-    println!("INFO ranks: suite {}, {}, seed {}, codec {}", opts.suite.name(), p.describe(), opts.seed, opts.codec);
+    println!(
+        "INFO ranks: suite {}, {}, seed {}, codec {}, proto {}",
+        opts.suite.name(),
+        p.describe(),
+        opts.seed,
+        opts.codec,
+        opts.proto
+    );
     for d in 0..p.gpus as i32 {
         if let Ok(i) = rt.device_info(d) {
             println!(

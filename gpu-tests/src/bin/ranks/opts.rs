@@ -58,11 +58,14 @@ impl Suite {
             let q = p.of(coll);
             let per_rank = if coll.spec().shape == Shape::Whole { 1 } else { nranks as u64 };
             dda.push(format!("{}.ll", coll.name()));
+            // The stream protocol (`--proto stream`, from 0 bytes) takes every call the windowed
+            // kernels would: its one-shot the flat sizes, its two-shot the tree sizes.
+            let (flat, tree) = if q.stream != 0 { ("stream", "stream_tree") } else { ("flat", "tree") };
             if q.max > p.ll_max * per_rank {
-                dda.push(format!("{}.flat", coll.name()));
+                dda.push(format!("{}.{flat}", coll.name()));
             }
             if coll.spec().two_shot && q.one_shot_max < q.max {
-                dda.push(format!("{}.tree", coll.name()));
+                dda.push(format!("{}.{tree}", coll.name()));
             }
         }
         match self {
@@ -103,6 +106,8 @@ pub struct Opts {
     pub quick: bool,
     pub seed: u64,
     pub codec: String,
+    /// `RCCLX_PROTO` of the run (`window` or `stream`).
+    pub proto: String,
     pub list: bool,
     /// `--parts`: the bench suite's parts (empty: its default).
     pub parts: Vec<String>,
@@ -111,7 +116,7 @@ pub struct Opts {
     pub raw: Vec<String>,
 }
 
-pub const USAGE: &str = "usage: ranks --nranks N [--gpus G] [--layout streams|procs] --suite dda|stress|graph|a2av|time|time-lowp|bench [--quick] [--seed S] [--codec fp8|int8] [--parts families,sweep,micro] [--list]";
+pub const USAGE: &str = "usage: ranks --nranks N [--gpus G] [--layout streams|procs] --suite dda|stress|graph|a2av|time|time-lowp|bench [--quick] [--seed S] [--codec fp8|int8] [--proto window|stream] [--parts families,sweep,micro] [--list]";
 
 pub fn parse_args(args: Vec<String>) -> Result<Opts, String> {
     let (mut nranks, mut gpus, mut layout, mut suite) = (0usize, 1usize, Layout::Streams, None);
@@ -121,6 +126,7 @@ pub fn parse_args(args: Vec<String>) -> Result<Opts, String> {
         quick: false,
         seed: 1,
         codec: "fp8".into(),
+        proto: "window".into(),
         list: false,
         parts: Vec::new(),
         child: None,
@@ -162,6 +168,12 @@ pub fn parse_args(args: Vec<String>) -> Result<Opts, String> {
                     return Err(format!("--codec {:?}: fp8 or int8", o.codec));
                 }
             }
+            "--proto" => {
+                o.proto = it.next().unwrap_or_default();
+                if o.proto != "window" && o.proto != "stream" {
+                    return Err(format!("--proto {:?}: window or stream", o.proto));
+                }
+            }
             "--child" => o.child = Some(num(it.next(), "--child")? as usize),
             "--dir" => o.dir = Some(PathBuf::from(it.next().ok_or("--dir needs a value")?)),
             "-h" | "--help" => return Err(String::new()),
@@ -191,6 +203,8 @@ pub fn set_env(o: &Opts) {
         ("NCCL_DEBUG", "WARN".into()),
         ("NCCL_NVLS_ENABLE", "0".into()),
         ("RCCLX_LOW_PRECISION_CODEC", o.codec.clone()),
+        ("RCCLX_PROTO", o.proto.clone()),
+        ("RCCLX_STREAM_MIN_BYTES", "0".into()),
     ];
     if matches!(o.suite, Suite::Graph | Suite::TimeLowp) {
         // Low precision on, from 1 MiB: every family, DDA and low precision, has sizes left.
@@ -198,7 +212,9 @@ pub fn set_env(o: &Opts) {
         vars.push(("RCCLX_LP_MIN_BYTES", "1M".into()));
     }
     for (k, v) in vars {
-        if k == "RCCLX_LOW_PRECISION_CODEC" || std::env::var_os(k).is_none() {
+        // The run's protocol wins over the environment: the routes checked at the end assume it.
+        let forced = ["RCCLX_LOW_PRECISION_CODEC", "RCCLX_PROTO", "RCCLX_STREAM_MIN_BYTES"];
+        if forced.contains(&k) || std::env::var_os(k).is_none() {
             // SAFETY: called at the start of main, before any other thread exists.
             unsafe { std::env::set_var(k, v) };
         }

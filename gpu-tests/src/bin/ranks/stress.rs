@@ -183,7 +183,10 @@ mod tests {
     #[test]
     fn random_calls_reach_every_algorithm() {
         for n in 2..=8 {
-            let facts = CommFacts { nranks: n, policies: Policies::for_comm(&Config::default(), n, rcclx::clique::local_fabric()) };
+            let facts = CommFacts {
+                nranks: n,
+                policies: Policies::for_comm(&Config::default(), n, rcclx::clique::local_fabric()),
+            };
             let mut rng = Rng::new(1 ^ 0x0571_2e55);
             let mut seen = std::collections::HashMap::new();
             for _ in 0..10_000 {
