@@ -3,6 +3,7 @@
 #   all_reduce_perf all_gather_perf reduce_scatter_perf alltoall_perf broadcast_perf reduce_perf
 #                 (one program, 6 names: the collective comes from the name)
 #   rcclx_check
+#   link_perf     (two GPUs' link: bandwidth, flag latency, release cost; src/link.cu)
 #   libfaultshim.so, report_test (test helpers for selftest.sh)
 # CUDA runtime linked statically, sm_90 code, NCCL loaded at run time with dlopen (not linked).
 #
@@ -67,8 +68,11 @@ for n in "${PERF_NAMES[@]:1}"; do
   cp -f "$BUILD/all_reduce_perf" "$BUILD/$n"
 done
 "$NVCC" $GENCODE "$OBJ/check.o" "$OBJ/common.o" -o "$BUILD/rcclx_check" "${LINK[@]}"
+# The link between two GPUs (bandwidth, flag latency, release cost; no NCCL): the x2 step of
+# scripts/gpu-tests.sh.
+"$NVCC" "${FLAGS[@]}" "$SRC/link.cu" -o "$BUILD/link_perf" "${LINK[@]}"
 # Test helpers only (for selftest.sh), not benchmarks: fault injection, and the benchmark's
 # option parsing and output on made-up results (runs without a GPU).
 "$NVCC" "${FLAGS[@]}" -shared -Xcompiler -fPIC "$HERE/test/faultshim.cu" -o "$BUILD/libfaultshim.so" "${LINK[@]}"
 "$NVCC" "${FLAGS[@]}" "$HERE/test/report_test.cu" "$OBJ/common.o" -o "$BUILD/report_test" "${LINK[@]}"
-echo "build.sh: built $(cd "$BUILD" && ls "${PERF_NAMES[@]}" rcclx_check libfaultshim.so report_test | tr '\n' ' ')in $BUILD"
+echo "build.sh: built $(cd "$BUILD" && ls "${PERF_NAMES[@]}" link_perf rcclx_check libfaultshim.so report_test | tr '\n' ' ')in $BUILD"
