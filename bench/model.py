@@ -179,6 +179,14 @@ def rcclx_today(platform, coll, n, S):
 
 def rcclx_proposed(platform, coll, n, S):
     """(us, algorithm): the fastest of LL, LL128 (LL64 on AMD), stream one- and two-shot."""
+    t = proposed_times(platform, coll, n, S)
+    best = min(t, key=t.get)
+    return t[best], best
+
+
+def proposed_times(platform, coll, n, S):
+    """{algorithm: us} of every proposed algorithm (bench/x2_summary.py compares "stream" with the
+    measured stream kernels)."""
     c = H200 if platform == "h200" else MI300X
     v = lambda k: c[k].value
     mesh = platform != "h200"
@@ -198,8 +206,7 @@ def rcclx_proposed(platform, coll, n, S):
         t = {"LL": a_ll + link(2 * (n - 1) * s, 2 * s),
              lname: a_ll + 0.2 + link(line * (n - 1) * s, line * s),
              "stream": a_st + link((n - 1) * s, s)}
-    best = min(t, key=t.get)
-    return t[best], best
+    return t
 
 
 # ---- tables -----------------------------------------------------------------------------------
