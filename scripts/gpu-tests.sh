@@ -7,8 +7,10 @@
 # Environment:
 #   NRANKS=2          ranks (GPUs) to use; 4 and 8 need that many GPUs
 #   STEPS="..."       subset of: info selftest check stress graph timeout fidelity lowp lpgraph bench benchsym
-#                     lpbench torch vllm a2av moebench e2e train plots ranks lifecycle time tune
-#                     (default: all but time and tune)
+#                     lpbench torch vllm a2av moebench e2e train plots ranks lifecycle time tune x2
+#                     (default: all but time, tune and x2)
+#                     x2: issue 41 on 2 GPUs in one 10-minute call (link, protocol sweeps, summary;
+#                     see the step and bench/README.md "2-GPU run")
 #                     ranks: 3-8 ranks on the GPUs present, several per GPU (needs 1 GPU; see below)
 #                     lifecycle: teardown of 2, 4 and 8 ranks on one GPU (needs 1 GPU; see below)
 #                     time: per-call GPU time of N ranks on one GPU, A/B against $ART/ranks-base (see below)
@@ -403,6 +405,50 @@ if step bench1; then
     rows=$(($(wc -l <"$OUT/bench1-n$n.csv") - 1))
     echo "bench1-n$n: $rows rows in bench1-n$n.csv, summary bench1-n$n.md (report rc=$rc)" | tee -a "$SUMMARY"
   done
+fi
+
+# Issue 41 on 2 GPUs in one call of the device tool (not in the default STEPS; run with
+# BUDGET_S=540): the link (link_perf: bidirectional bandwidth of SM pull, SM push and copy
+# engines, flag one-way latency, the release after a pull or push), then nccl-tests-style sweeps
+# 1 KiB-256 MiB, eager and in a CUDA graph, -c 1, of AllReduce, AllGather, ReduceScatter and
+# AllToAll with four libraries side by side in one process per rank: stock, rcclx with its
+# defaults (`default`), and rcclx with every DDA limit raised to 256 MiB (its kernels at every
+# size) and RCCLX_PROTO=window (`window`) or =stream (`stream`; copies of librcclx.so: one file
+# loads once). LL128 was not built: no protocol of it to force. Then FP8/INT8 AllReduce of bf16
+# (RCCL_LOW_PRECISION_ENABLE=1, from 1 MiB; -c 0: not bit-exact, the lowp steps check accuracy).
+# bench/x2_summary.py writes OUT/x2-summary.md (ratios, the issue's targets, proposed defaults,
+# the model against the measurement) and OUT/x2-summary.json. X2_TYPES="bfloat16 float" (the
+# second type runs last, the first one the budget cuts), X2_COLLS, X2_CYCLES=2 (-N).
+if step x2; then
+  X2TMP=$(mktemp -d)
+  run x2-link 60 "$B/link_perf"
+  RAISED="RCCL_DDA_ALL_REDUCE_TREE_MAX_BYTES=256M;RCCL_DDA_ALL_GATHER_MAX_BYTES=256M;RCCL_DDA_REDUCE_SCATTER_MAX_BYTES=256M;RCCL_DDA_ALL_TO_ALL_MAX_BYTES=256M"
+  cp "$LIB" "$X2TMP/librcclx-window.so"
+  cp "$LIB" "$X2TMP/librcclx-stream.so"
+  X2LIBS="stock=$STOCK,default=$LIB,window[$RAISED;RCCLX_PROTO=window]=$X2TMP/librcclx-window.so"
+  X2LIBS="$X2LIBS,stream[$RAISED;RCCLX_PROTO=stream;RCCLX_STREAM_MIN_BYTES=0]=$X2TMP/librcclx-stream.so"
+  X2ARGS=(-P "$N" -g 1 -b 1K -e 256M -f 2 -c 1 -N "${X2_CYCLES:-2}")
+  for dt in ${X2_TYPES:-bfloat16 float}; do
+    for c in ${X2_COLLS:-all_reduce all_gather reduce_scatter alltoall}; do
+      run x2-$c-eager-$dt 120 "$B/${c}_perf" --libs "$X2LIBS" "${X2ARGS[@]}" -n 20 -w 5 -d $dt -J "$OUT/x2-$c-eager-$dt.json"
+      run x2-$c-graph-$dt 120 "$B/${c}_perf" --libs "$X2LIBS" "${X2ARGS[@]}" -n 10 -w 3 -G 10 -d $dt -J "$OUT/x2-$c-graph-$dt.json"
+    done
+    if [ "$dt" = bfloat16 ]; then
+      cp "$LIB" "$X2TMP/librcclx-int8.so"
+      LP="RCCL_LOW_PRECISION_ENABLE=1;RCCLX_LP_MIN_BYTES=0;RCCLX_LOW_PRECISION_CODEC"
+      X2LP="stock=$STOCK,fp8[$LP=fp8]=$LIB,int8[$LP=int8]=$X2TMP/librcclx-int8.so"
+      for mode in eager graph; do
+        g=(); [ $mode = graph ] && g=(-G 10)
+        run x2-lowp-all_reduce-$mode-bfloat16 120 "$B/all_reduce_perf" --libs "$X2LP" -P "$N" -g 1 -b 1M -e 256M -f 2 \
+          -n 20 -w 5 -c 0 -N "${X2_CYCLES:-2}" "${g[@]}" -d bfloat16 -J "$OUT/x2-lowp-all_reduce-$mode-bfloat16.json"
+      done
+    fi
+  done
+  rm -rf "$X2TMP"
+  # Outside the budget: a few seconds of Python, so a cut run still leaves its summary.
+  timeout 120 python3 bench/x2_summary.py "$OUT" --out "$OUT/x2-summary.md" --json "$OUT/x2-summary.json" \
+    >"$OUT/x2-summary.log" 2>&1
+  echo "x2-summary                   rc=$?  $OUT/x2-summary.md ($(grep -c 'MISSED' "$OUT/x2-summary.md" 2>/dev/null) targets missed)" | tee -a "$SUMMARY"
 fi
 
 # The communicator life cycle with N ranks as streams of one process on GPU 0 (rcclx's setup,
