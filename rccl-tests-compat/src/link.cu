@@ -1,7 +1,7 @@
 // link_perf: the link between two GPUs of one host, as the performance model needs it
-// (bench/model.py; docs/perf-model notes in bench/README.md "2-GPU run"). One process, GPUs 0
-// and 1, peer access both ways; no NCCL. Every line of output that carries a number starts with
-// `LINK ` and is `key=value` pairs (bench/x2_summary.py reads them):
+// (bench/model.py; bench/README.md, "2-GPU run"). One process, GPUs 0 and 1, peer access both
+// ways; no NCCL. Every line of output that carries a number starts with `LINK ` and is
+// `key=value` pairs (bench/x2_summary.py reads them):
 //
 //   LINK test=bidir mode=pull|push|ce blocks=B bytes=S us=T gbps_per_gpu=G
 //       both GPUs copy S bytes at once, ITERS times back to back: pull = a kernel reads the
