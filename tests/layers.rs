@@ -416,12 +416,7 @@ fn folder_graph(folder: &str) -> (BTreeMap<String, BTreeSet<String>>, Vec<String
 /// Uses of a parent `mod.rs` still to be moved into a child, as `src/folder/file.rs takes `x``
 /// prefixes; each entry is a known debt, and the test fails once it is paid (remove it then).
 /// `dda::blocks_for` waits for the branch that is reworking `src/dda`.
-const KNOWN_UPWARD: &[&str] = &[
-    "src/dda/allgather.rs takes `blocks_for`",
-    "src/dda/allreduce.rs takes `blocks_for`",
-    "src/dda/alltoall.rs takes `blocks_for`",
-    "src/dda/reducescatter.rs takes `blocks_for`",
-];
+const KNOWN_UPWARD: &[&str] = &[];
 
 /// In every folder module of `src/` (a folder with a `mod.rs`, `abi/own` included), the rule of
 /// the top-level layers holds one level down:

@@ -1,7 +1,7 @@
 //! DDA AllGather (`hip_kernels/allgather.cuh`): the kernels move bytes, so the count is the
 //! bytes per rank.
 
-use super::blocks_for;
+use super::grid::blocks_for;
 use crate::clique::{Grid, Work};
 use crate::intercept::Algo;
 
@@ -9,7 +9,7 @@ use crate::intercept::Algo;
 pub fn grid(algo: Algo, w: &Work) -> Grid {
     let bytes = w.count;
     if algo == Algo::Stream {
-        return super::stream_grid(w, 1);
+        return super::grid::stream_grid(w, 1);
     }
     if algo == Algo::Ll {
         let (blocks, threads) = blocks_for(bytes.div_ceil(8), w.max_blocks);

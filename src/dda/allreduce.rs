@@ -1,7 +1,7 @@
 //! DDA AllReduce (`hip_kernels/allreduce.cuh`, `stream.cuh`): windows and grids of the LL, flat,
 //! two-shot and stream kernels.
 
-use super::blocks_for;
+use super::grid::blocks_for;
 use crate::clique::{Grid, Work};
 use crate::intercept::Algo;
 
@@ -10,11 +10,11 @@ pub fn grid(algo: Algo, w: &Work) -> Grid {
     let Work { count, unit_bytes: elem_bytes, nranks, half_bytes, max_blocks } = *w;
     let vec = 16 / elem_bytes;
     if algo == Algo::Stream {
-        return super::stream_grid(w, 1);
+        return super::grid::stream_grid(w, 1);
     }
     if algo == Algo::StreamTree {
         // A slot part per chunk of the two-shot.
-        return super::stream_grid(w, w.nranks);
+        return super::grid::stream_grid(w, w.nranks);
     }
     if algo == Algo::Ll {
         // One pass of 8-byte units (the inbox holds the whole message).

@@ -1,7 +1,7 @@
 //! DDA AllToAll (`hip_kernels/alltoall.cuh`): the kernels move bytes, so the count is the bytes
 //! per (rank, peer) block.
 
-use super::blocks_for;
+use super::grid::blocks_for;
 use crate::clique::{Grid, Work};
 use crate::intercept::Algo;
 
@@ -11,7 +11,7 @@ use crate::intercept::Algo;
 pub fn grid(algo: Algo, w: &Work) -> Grid {
     let bytes = w.count;
     if algo == Algo::Stream {
-        return super::stream_grid(w, w.nranks);
+        return super::grid::stream_grid(w, w.nranks);
     }
     if algo == Algo::Ll {
         let (blocks, threads) = blocks_for(bytes.div_ceil(8), w.max_blocks);

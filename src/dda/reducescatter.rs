@@ -1,7 +1,7 @@
 //! DDA ReduceScatter (`hip_kernels/reducescatter.cuh`): count is the elements of each rank's
 //! output block.
 
-use super::blocks_for;
+use super::grid::blocks_for;
 use crate::clique::{Grid, Work};
 use crate::intercept::Algo;
 
@@ -10,7 +10,7 @@ use crate::intercept::Algo;
 pub fn grid(algo: Algo, w: &Work) -> Grid {
     let Work { count, unit_bytes: elem_bytes, nranks, half_bytes, max_blocks } = *w;
     if algo == Algo::Stream {
-        return super::stream_grid(w, w.nranks);
+        return super::grid::stream_grid(w, w.nranks);
     }
     if algo == Algo::Ll {
         let (blocks, threads) = blocks_for((count * elem_bytes).div_ceil(8), max_blocks);
