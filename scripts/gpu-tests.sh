@@ -103,11 +103,13 @@ fi
 # measures every collective (JSON in OUT/tune/json/) and writes OUT/tune/tuning.toml, which
 # tune-info then shows as rcclx reads it (`tuning_file`).
 if step tune; then
-  rm -rf "$OUT/tune/pkg" && mkdir -p "$OUT/tune/pkg" && cp -r python/rcclx "$OUT/tune/pkg/" && cp "$LIB" "$OUT/tune/pkg/rcclx/librcclx.so"
-  run tune 3000 env PYTHONPATH="$OUT/tune/pkg" python3 -m rcclx tune --nranks "$N" --bench-dir "$B" --out "$OUT/tune/tuning.toml" --keep "$OUT/tune/json"
+  # The package with this library, outside OUT (the results keep no copy of the library).
+  PKG=$(mktemp -d) && mkdir -p "$OUT/tune" && cp -r python/rcclx "$PKG/" && cp "$LIB" "$PKG/rcclx/librcclx.so"
+  run tune 3000 env PYTHONPATH="$PKG" python3 -m rcclx tune --nranks "$N" --bench-dir "$B" --out "$OUT/tune/tuning.toml" --keep "$OUT/tune/json"
   if [ -f "$OUT/tune/tuning.toml" ]; then
-    run tune-info 120 env PYTHONPATH="$OUT/tune/pkg" RCCLX_TUNING_FILE="$OUT/tune/tuning.toml" python3 -m rcclx info
+    run tune-info 120 env PYTHONPATH="$PKG" RCCLX_TUNING_FILE="$OUT/tune/tuning.toml" python3 -m rcclx info
   fi
+  rm -rf "$PKG"
 fi
 
 if step selftest; then
