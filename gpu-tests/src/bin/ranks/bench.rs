@@ -379,15 +379,7 @@ struct Placed {
 fn place(dev: &mut Ranks, case: &Case, seed: u64) -> Result<Placed, Fail> {
     let n = dev.nranks();
     let inputs = cases::inputs(case, n, seed);
-    let s = case.ty.size();
-    let mut images = Vec::new();
-    for k in 0..dev.local() {
-        let r = dev.world.ranks[k];
-        let img = Image::new(case.coll, false, r, case.in_len(n) * s, case.out_len(n, r) * s, 0);
-        let base = dev.arena(k, img.total)?;
-        dev.upload(k, 0, &img.build(&inputs[r], 0xEE))?;
-        images.push((img, base));
-    }
+    let images = cases::upload_images(dev, case, &inputs, 0xEE)?;
     let want = dev.world.ranks.iter().map(|&r| cases::expected(case, n, r, &inputs)).collect();
     Ok(Placed { images, inputs, want })
 }

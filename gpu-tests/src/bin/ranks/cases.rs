@@ -327,6 +327,27 @@ pub fn dda_cases(n: usize, p: &Policies, quick: bool, _seed: u64) -> Vec<Case> {
     out
 }
 
+/// Lays out every local rank's buffers of `case` (rank r's input from `inputs[r]`, `poison` in
+/// what the call writes) in its arena: each rank's image and the arena's address.
+pub fn upload_images(
+    dev: &mut Ranks,
+    case: &Case,
+    inputs: &[Vec<u8>],
+    poison: u8,
+) -> Result<Vec<(Image, rcclx::gpu::DevicePtr)>, Fail> {
+    let n = dev.nranks();
+    let s = case.ty.size();
+    let mut images = Vec::new();
+    for k in 0..dev.local() {
+        let r = dev.world.ranks[k];
+        let img = Image::new(case.coll, case.inplace, r, case.in_len(n) * s, case.out_len(n, r) * s, case.shift);
+        let base = dev.arena(k, img.total)?;
+        dev.upload(k, 0, &img.build(&inputs[r], poison))?;
+        images.push((img, base));
+    }
+    Ok(images)
+}
+
 /// Runs one case on every local rank and reports each rank's result; `index` names it.
 pub fn run_case(dev: &mut Ranks, index: usize, case: &Case, base_seed: u64) -> Result<(), Fail> {
     let n = dev.nranks();
@@ -336,17 +357,8 @@ pub fn run_case(dev: &mut Ranks, index: usize, case: &Case, base_seed: u64) -> R
     }
     watchdog::progress(&format!("case {index} {name} (inputs)"));
     let ins = inputs(case, n, base_seed);
-    let s = case.ty.size();
-    let in_b = case.in_len(n) * s;
     let poison = (case.seed(base_seed, 99) >> 8) as u8;
-    let mut images = Vec::new();
-    for k in 0..dev.local() {
-        let r = dev.world.ranks[k];
-        let img = Image::new(case.coll, case.inplace, r, in_b, case.out_len(n, r) * s, case.shift);
-        let base = dev.arena(k, img.total)?;
-        dev.upload(k, 0, &img.build(&ins[r], poison))?;
-        images.push((img, base));
-    }
+    let images = upload_images(dev, case, &ins, poison)?;
     let before: Vec<Vec<u64>> = (0..dev.local()).map(|k| route_calls(dev.world.comms[k])).collect();
     watchdog::progress(&format!("case {index} {name} (run)"));
     let call = case.call();

@@ -17,7 +17,7 @@ use rcclx_gpu_tests::children::say;
 use rcclx_gpu_tests::reduce::{self, Op, Ty};
 use rcclx_gpu_tests::{Fail, watchdog};
 
-use crate::cases::{Case, Image, SPECIAL_EVERY, expected};
+use crate::cases::{Case, SPECIAL_EVERY, expected};
 use crate::device::{self, Ranks, kernel_for, report, route_calls, route_for};
 use crate::opts::{Opts, Suite};
 
@@ -115,15 +115,7 @@ pub fn run(dev: &mut Ranks, opts: &Opts) -> Result<(), Fail> {
         let special = if lowp { 0 } else { SPECIAL_EVERY };
         let ins: Vec<Vec<u8>> =
             (0..n).map(|r| reduce::generate(case.ty, case.in_len(n), case.seed(opts.seed, r), special)).collect();
-        let s = case.ty.size();
-        let mut images = Vec::new();
-        for k in 0..dev.local() {
-            let r = dev.world.ranks[k];
-            let img = Image::new(case.coll, false, r, case.in_len(n) * s, case.out_len(n, r) * s, 0);
-            let base = dev.arena(k, img.total)?;
-            dev.upload(k, 0, &img.build(&ins[r], 0xEE))?;
-            images.push((img, base));
-        }
+        let images = crate::cases::upload_images(dev, case, &ins, 0xEE)?;
         let before: Vec<Vec<u64>> = (0..dev.local()).map(|k| route_calls(dev.world.comms[k])).collect();
         watchdog::progress(&format!("{name} (run)"));
         let call = case.call();
