@@ -404,11 +404,13 @@ def report(rows, link, names, margin):
                      f"{', '.join(human(s) for s in p['stream_sizes']) or '-'} | {human(lim) if lim else 'forward'} |")
         summary["proposals"][coll] = {"stream_min_bytes": smin, "stream_sizes": p["stream_sizes"], "dda_max": lim,
                                       "window_column": p["window_column"]}
-    mins = [p["stream_min_bytes"] for p in proposals.values() if p["stream_min_bytes"] is not None]
-    if mins:
-        lines += ["", f"RCCLX_PROTO and RCCLX_STREAM_MIN_BYTES are one setting for every collective: "
-                  f"`RCCLX_PROTO=stream RCCLX_STREAM_MIN_BYTES={max(mins)}` gives each chosen collective the stream "
-                  "kernels from the largest of the sizes above; the others' rows show what they would lose."]
+    chosen = {c: p["stream_min_bytes"] for c, p in proposals.items() if p["stream_min_bytes"] is not None}
+    if chosen:
+        # RCCLX_PROTO names collectives as the kernel table does (allreduce); the sweeps as nccl-tests (all_reduce).
+        per_coll = ",".join(f"{c.replace('_', '')}=stream" for c in chosen)
+        lines += ["", f"RCCLX_PROTO selects per collective, RCCLX_STREAM_MIN_BYTES is one bound for all: "
+                  f"`RCCLX_PROTO={per_coll} RCCLX_STREAM_MIN_BYTES={max(chosen.values())}` gives each chosen "
+                  "collective the stream kernels from the largest of the sizes above."]
     else:
         lines += ["", "No collective has a size where the stream protocol beats both the windowed kernel and stock: "
                   "keep RCCLX_PROTO=window."]

@@ -106,6 +106,52 @@ impl Parse for Proto {
     }
 }
 
+/// `RCCLX_PROTO`: the protocol of each collective. One protocol for all (`window`, `stream`), or
+/// a comma-separated list of `<collective>=<protocol>`, collectives as `Coll::name` spells them
+/// (`allreduce=stream,alltoall=stream`), with at most one bare protocol for the collectives the
+/// list does not name (`stream,allgather=window`); without one they take `window`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Protos(pub [Proto; COUNT]);
+
+impl Protos {
+    /// Every collective on the windowed kernels (the default).
+    pub const WINDOW: Protos = Protos::all(Proto::Window);
+
+    /// Every collective on `proto`.
+    pub const fn all(proto: Proto) -> Protos {
+        Protos([proto; COUNT])
+    }
+
+    pub fn of(&self, coll: Coll) -> Proto {
+        self.0[coll as usize]
+    }
+}
+
+impl Parse for Protos {
+    fn parse(s: &str) -> Option<Self> {
+        let mut bare = None;
+        let mut named = [None; COUNT];
+        for item in s.split(',').map(str::trim) {
+            // A second entry for the same collective (or a second bare one) is a mistake.
+            let slot = match item.split_once('=') {
+                None => &mut bare,
+                Some((name, proto)) => {
+                    let coll = Coll::ALL.into_iter().find(|c| c.name().eq_ignore_ascii_case(name.trim()))?;
+                    let slot = &mut named[coll as usize];
+                    if slot.replace(Proto::parse(proto)?).is_some() {
+                        return None;
+                    }
+                    continue;
+                }
+            };
+            if slot.replace(Proto::parse(item)?).is_some() {
+                return None;
+            }
+        }
+        Some(Protos(std::array::from_fn(|i| named[i].or(bare).unwrap_or(Proto::Window))))
+    }
+}
+
 /// Text whose absence means "not set"; an empty value counts as unset too (no warning).
 impl Parse for Option<String> {
     fn parse(s: &str) -> Option<Self> {
@@ -172,7 +218,7 @@ fn in_words(default: &str) -> &str {
         "false" => "0",
         "true" => "1",
         "LowpCodec::Fp8" => "fp8",
-        "Proto::Window" => "window",
+        "Protos::WINDOW" => "window",
         d => d,
     }
 }
@@ -359,7 +405,7 @@ config_table! {
     setup_timeout_ms: u64 = 600000, "RCCLX_SETUP_TIMEOUT_MS", "bound on rcclx's setup of a communicator, in ms (`0`: none). Past it a blocking creation returns `ncclRemoteError`, a non-blocking one reports it from `ncclCommGetAsyncError`, and every call on the communicator returns it";
     dda_ll_max_bytes: Option<u64> = None, "RCCLX_DDA_LL_MAX_BYTES", "LL one-shot (no barrier) while count x element size is at most this many bytes (the whole message where the count counts it, one rank's block where it counts a block), at most 1M";
     dda_max_blocks: u64 = 128, "RCCL_DDA_MAX_BLOCKS", "grid cap of the DDA kernels (the low-precision ones fill the GPU); 1-1024";
-    proto: Proto = Proto::Window, "RCCLX_PROTO", "`window` or `stream`: the protocol of DDA calls above the LL sizes; `stream` (pipelined rings, no barrier per window) where a collective has it (AllReduce, AllGather, ReduceScatter, AllToAll), else the windowed kernels";
+    proto: Protos = Protos::WINDOW, "RCCLX_PROTO", "`window` or `stream` for every collective, or per collective (`allreduce=stream,alltoall=stream`; the others `window`, or the list's bare entry): the protocol of DDA calls above the LL sizes; `stream` (pipelined rings, no barrier per window) where a collective has it (AllReduce, AllGather, ReduceScatter, AllToAll), else the windowed kernels";
     stream_min_bytes: u64 = 0, "RCCLX_STREAM_MIN_BYTES", "with `RCCLX_PROTO=stream`: the stream protocol only from this many bytes (as the size limits count them), the windowed kernels below";
     dda_sendbuf_bytes: Option<u64> = None, "RCCL_DDA_SENDBUF_BYTES", "per-rank staging buffer of DDA and low precision (unset: 16 MiB, 32 MiB when a low-precision switch is on); at least 64 KiB, whole 4 KiB pages";
     lowp_enable: bool = false, "RCCL_LOW_PRECISION_ENABLE", "`1`: low precision for every collective that has it (AllReduce, AllGather, ReduceScatter, AllToAll)";
@@ -768,6 +814,27 @@ mod tests {
         let (c, w) = parse(&[("RCCL_DDA_MAX_BLOCKS", "0"), ("RCCL_DDA_SENDBUF_BYTES", "100000")]);
         assert_eq!((c.dda_max_blocks, c.dda_sendbuf_bytes), (1, Some(98304)));
         assert_eq!(w.len(), 2, "{w:?}");
+    }
+
+    #[test]
+    fn protocol_per_collective() {
+        let parse = |text: &str| {
+            let (c, warnings) = Config::from_lookup(|v| (v == "RCCLX_PROTO").then(|| text.to_string()));
+            (warnings.is_empty()).then_some(c.proto)
+        };
+        use Proto::{Stream, Window};
+        assert_eq!(parse("stream"), Some(Protos::all(Stream)));
+        assert_eq!(parse(" Window "), Some(Protos::WINDOW));
+        let some = parse("allreduce=stream, AllToAll = stream").unwrap();
+        assert_eq!(Coll::ALL.map(|c| some.of(c)), [Stream, Window, Window, Stream, Window, Window]);
+        let most = parse("stream,allgather=window").unwrap();
+        assert_eq!(Coll::ALL.map(|c| most.of(c)), [Stream, Window, Stream, Stream, Stream, Stream]);
+        // Unknown collectives or protocols, repeats and empty entries: invalid, the default.
+        for bad in ["ll128", "allreduce=fast", "gather=stream", "stream,window", "allreduce=stream,allreduce=window", "stream,"] {
+            assert_eq!(parse(bad), None, "{bad}");
+            let (c, _) = Config::from_lookup(|v| (v == "RCCLX_PROTO").then(|| bad.to_string()));
+            assert_eq!(c.proto, Protos::WINDOW, "{bad}");
+        }
     }
 
     #[test]

@@ -208,7 +208,8 @@ impl Policies {
                     },
                     max,
                     lowp_min: c.lowp_min_bytes.unwrap_or(s.lowp_min[row]),
-                    stream: (c.proto == Proto::Stream && family(FamilyKey::Coll(s.coll, Algo::Stream)).is_some())
+                    stream: (c.proto.of(s.coll) == Proto::Stream
+                        && family(FamilyKey::Coll(s.coll, Algo::Stream)).is_some())
                         as u64,
                     stream_min: c.stream_min_bytes,
                 }
@@ -378,6 +379,7 @@ pub fn null_buffer(root_only: Option<RootOnly>, is_root: bool, send_null: bool, 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Protos;
 
     fn policies(nranks: usize, lowp: bool) -> Policies {
         Policies::for_comm(&Config { lowp_enable: lowp, ..Config::default() }, nranks, Fabric::Switch)
@@ -548,6 +550,21 @@ mod tests {
         }
     }
 
+    /// `RCCLX_PROTO` per collective: the named collectives' calls go to their stream kernels,
+    /// the others stay on the windowed kernels.
+    #[test]
+    fn stream_protocol_per_collective() {
+        let lookup = |v: &str| (v == "RCCLX_PROTO").then(|| "allreduce=stream,alltoall=stream".to_string());
+        let (c, warnings) = Config::from_lookup(lookup);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        for nranks in [2, 5] {
+            let p = Policies::for_comm(&c, nranks, Fabric::Switch);
+            for coll in Coll::ALL {
+                assert_eq!(p.of(coll).stream != 0, matches!(coll, Coll::AllReduce | Coll::AllToAll), "{coll:?}");
+            }
+        }
+    }
+
     /// `RCCLX_PROTO=stream` takes every call the windowed kernels would take, of every
     /// collective with stream kernels (all but Broadcast and Reduce), and nothing else: LL, the size limit
     /// and low precision stay.
@@ -555,7 +572,7 @@ mod tests {
     fn stream_protocol_replaces_the_windowed_kernels() {
         for nranks in 2..=8 {
             let window = facts(nranks, false);
-            let c = Config { proto: Proto::Stream, ..Config::default() };
+            let c = Config { proto: Protos::all(Proto::Stream), ..Config::default() };
             let stream = CommFacts { nranks, policies: Policies::for_comm(&c, nranks, Fabric::Switch) };
             for coll in Coll::ALL {
                 let has_stream = !matches!(coll, Coll::Broadcast | Coll::Reduce);
@@ -577,7 +594,7 @@ mod tests {
             assert!(streamed > 0, "n={nranks}");
             // With a lower bound: the windowed kernels below it, the stream protocol from it.
             let min = 3 << 20;
-            let c = Config { proto: Proto::Stream, stream_min_bytes: min, ..Config::default() };
+            let c = Config { proto: Protos::all(Proto::Stream), stream_min_bytes: min, ..Config::default() };
             let above = CommFacts { nranks, policies: Policies::for_comm(&c, nranks, Fabric::Switch) };
             for call in all_calls(&above.policies) {
                 let (w, s) = (decide(&call, &window), decide(&call, &above));
@@ -591,7 +608,7 @@ mod tests {
                 }
             }
         }
-        let c = Config { proto: Proto::Stream, ..Config::default() };
+        let c = Config { proto: Protos::all(Proto::Stream), ..Config::default() };
         let lowp = Policies::for_comm(&Config { lowp_enable: true, ..c }, 2, Fabric::Switch);
         let f = CommFacts { nranks: 2, policies: lowp };
         let big =
