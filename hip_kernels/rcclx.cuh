@@ -16,5 +16,6 @@
 #include "lowp.cuh"       // low-precision (FP8 or INT8 on the wire) collectives
 #include "alltoallv.cuh"  // GPU-resident AllToAllv (device-side counts; plain or low precision)
 #include "stream.cuh"     // the stream protocol: pipelined per-block rings (AllReduce, AllGather, ReduceScatter, AllToAll)
+#include "ll128.cuh"      // the LL128 protocol: flagged 128-byte (AMD: 64-byte) lines through credited rings
 
 #endif  // RCCLX_CUH

@@ -172,6 +172,41 @@ RCCLX_DEV void rcclx_ld_ll_unit(const uint64_t* p, uint64_t* w0, uint64_t* w1) {
   *w0 = rcclx_ld_relaxed_sys_u64(p);
   *w1 = rcclx_ld_relaxed_sys_u64(p + 1);
 }
+// ---- LL128 lines (hip_kernels/ll128.cuh) -------------------------------------------------
+// A line is the unit the hardware is assumed never to tear when one wave instruction stores it:
+// 64 bytes (4 lanes x 16) on gfx942/gfx950, the unit RCCL's LL128 relies on there. Not part of
+// AMD's memory model: hardware behaviour, as docs/memory-model.md says.
+#define RCCLX_LL128_LINE 64
+// Cache policy bits of a buffer instruction on gfx940+: sc0 (bit 0) and sc1 (bit 4), i.e.
+// system coherence, the bits a system-scope atomic access carries.
+#define RCCLX_BUFFER_SC_SYS 17
+// Word 3 of a raw buffer resource on gfx9 (what AMD's own kernels use): no swizzle, no format.
+#define RCCLX_BUFFER_WORD3 0x00020000
+// A buffer resource over [base, base + bytes): the base must be the same in every lane (kernel
+// arguments and uniform offsets), else clang loops over the lanes' values.
+RCCLX_DEV __amdgpu_buffer_rsrc_t rcclx_buffer(const void* base, uint32_t bytes) {
+  return __builtin_amdgcn_make_buffer_rsrc(const_cast<void*>(base), 0, (int)bytes, RCCLX_BUFFER_WORD3);
+}
+typedef uint32_t rcclx_v4u_t __attribute__((ext_vector_type(4)));
+// order: relaxed, sys: one 16-byte store instruction (buffer_store_dwordx4 sc0 sc1), no wait
+// after it; the lanes of a line store it in the same instruction. base uniform (rcclx_buffer),
+// off 16-byte aligned and below `bytes`. why a buffer store: clang has no 16-byte atomic, and a
+// volatile store waits for its completion (s_waitcnt vmcnt(0)) after every store.
+RCCLX_DEV void rcclx_st_ll128(uint64_t* base, uint32_t bytes, uint32_t off, uint64_t w0, uint64_t w1) {
+  const rcclx_v4u_t v = {(uint32_t)w0, (uint32_t)(w0 >> 32), (uint32_t)w1, (uint32_t)(w1 >> 32)};
+  __builtin_amdgcn_raw_buffer_store_b128(v, rcclx_buffer(base, bytes), off, 0, RCCLX_BUFFER_SC_SYS);
+}
+// order: relaxed, sys: one 16-byte load instruction (buffer_load_dwordx4 sc0 sc1). As above.
+RCCLX_DEV void rcclx_ld_ll128(const uint64_t* base, uint32_t bytes, uint32_t off, uint64_t* w0, uint64_t* w1) {
+  const rcclx_v4u_t v = __builtin_amdgcn_raw_buffer_load_b128(rcclx_buffer(base, bytes), off, 0, RCCLX_BUFFER_SC_SYS);
+  *w0 = (uint64_t)v.x | ((uint64_t)v.y << 32);
+  *w1 = (uint64_t)v.z | ((uint64_t)v.w << 32);
+}
+// order: n/a. True in every lane when p holds in every active lane of the wavefront (all
+// lanes of the wavefront must execute it).
+RCCLX_DEV bool rcclx_warp_all(bool p) { return __builtin_amdgcn_ballot_w64(!p) == 0; }
+RCCLX_DEV bool rcclx_warp_any(bool p) { return __builtin_amdgcn_ballot_w64(p) != 0; }
+
 // order: relaxed, sys: returns the old value; orders nothing else. Host-mapped targets need
 // PCIe atomics on AMD.
 RCCLX_DEV uint32_t rcclx_atomic_add_sys_u32(uint32_t* p, uint32_t v) {
@@ -368,6 +403,28 @@ RCCLX_DEV void rcclx_ld_ll_unit(const uint64_t* p, uint64_t* w0, uint64_t* w1) {
 RCCLX_DEV uint32_t rcclx_atomic_add_sys_u32(uint32_t* p, uint32_t v) {
   return atomicAdd_system(p, v);
 }
+// ---- LL128 lines (hip_kernels/ll128.cuh) -------------------------------------------------
+// 128 bytes (8 lanes x 16) on NVIDIA: the unit NCCL's LL128 relies on over NVLink (hardware
+// behaviour, not the PTX model; docs/memory-model.md).
+#define RCCLX_LL128_LINE 128
+// order: relaxed, sys: one 16-byte store instruction (st.relaxed.sys.global.v2.b64); the lanes of
+// a line store it in the same instruction. base + off 16-byte aligned, global memory; `bytes`
+// (the region's size) is AMD's bounds check, unused here.
+RCCLX_DEV void rcclx_st_ll128(uint64_t* base, uint32_t, uint32_t off, uint64_t w0, uint64_t w1) {
+  asm volatile("st.relaxed.sys.global.v2.b64 [%0], {%1, %2};" ::"l"((char*)base + off), "l"(w0), "l"(w1) : "memory");
+}
+// order: relaxed, sys: one 16-byte load instruction (ld.relaxed.sys.global.v2.b64).
+RCCLX_DEV void rcclx_ld_ll128(const uint64_t* base, uint32_t, uint32_t off, uint64_t* w0, uint64_t* w1) {
+  uint64_t x, y;
+  asm volatile("ld.relaxed.sys.global.v2.b64 {%0, %1}, [%2];" : "=l"(x), "=l"(y) : "l"((const char*)base + off) : "memory");
+  *w0 = x;
+  *w1 = y;
+}
+// order: n/a. True in every lane when p holds in every lane of the warp (all 32 lanes must
+// execute it).
+RCCLX_DEV bool rcclx_warp_all(bool p) { return __all_sync(0xffffffffu, p); }
+RCCLX_DEV bool rcclx_warp_any(bool p) { return __any_sync(0xffffffffu, p); }
+
 
 // ---- code shape ------------------------------------------------------------------------------
 // See the AMD section: encode ahead of the barrier in the 2-rank low-precision AllReduce.
