@@ -35,11 +35,14 @@ pub enum Algo {
     /// The stream protocol's two-shot (AllReduce above the one-shot limit): a reduce-scatter ring
     /// whose owners' results every rank pulls.
     StreamTree,
+    /// One-shot with the LL128 protocol (flagged lines through credited rings, no barrier): above
+    /// the LL sizes up to `RCCLX_LL128_MAX_BYTES`, where the one-shot would run.
+    Ll128,
 }
 
 impl Algo {
-    pub const ALL: [Algo; 7] =
-        [Algo::Ll, Algo::Flat, Algo::TwoShot, Algo::Fp8, Algo::Int8, Algo::Stream, Algo::StreamTree];
+    pub const ALL: [Algo; 8] =
+        [Algo::Ll, Algo::Flat, Algo::TwoShot, Algo::Fp8, Algo::Int8, Algo::Stream, Algo::StreamTree, Algo::Ll128];
 
     /// The algorithm's name in the kernel table and statistics (`tree` is the two-shot, `lowp`
     /// the FP8 codec: RCCLX's names).
@@ -52,6 +55,7 @@ impl Algo {
             Algo::Int8 => "int8",
             Algo::Stream => "stream",
             Algo::StreamTree => "stream_tree",
+            Algo::Ll128 => "ll128",
         }
     }
 
@@ -165,6 +169,9 @@ pub struct Policy {
     pub stream: u64,
     /// ... from this many bytes (`RCCLX_STREAM_MIN_BYTES`), the windowed kernels below.
     pub stream_min: u64,
+    /// LL128 one-shot above the LL sizes up to this many bytes (`RCCLX_LL128_MAX_BYTES`, where
+    /// the collective has LL128 kernels; 0: none), where the one-shot would run.
+    pub ll128_max: u64,
 }
 
 /// Every collective's [`Policy`] on one communicator, and what they share.
@@ -209,9 +216,13 @@ impl Policies {
                     max,
                     lowp_min: c.lowp_min_bytes.unwrap_or(s.lowp_min[row]),
                     stream: (c.proto.of(s.coll) == Proto::Stream
-                        && family(FamilyKey::Coll(s.coll, Algo::Stream)).is_some())
-                        as u64,
+                        && family(FamilyKey::Coll(s.coll, Algo::Stream)).is_some()) as u64,
                     stream_min: c.stream_min_bytes,
+                    ll128_max: if family(FamilyKey::Coll(s.coll, Algo::Ll128)).is_some() {
+                        c.ll128_max_bytes
+                    } else {
+                        0
+                    },
                 }
             }),
             ll_max: c.dda_ll_max_bytes.unwrap_or(LL_MAX[row]),
@@ -350,6 +361,8 @@ pub fn decide(call: &CallDesc, comm: &CommFacts) -> Route {
         Route::Own(Algo::Ll)
     } else if bytes > policy.max {
         Up(Reason::Size)
+    } else if bytes <= policy.ll128_max && (!spec.two_shot || bytes <= policy.one_shot_max) {
+        Route::Own(Algo::Ll128)
     } else if policy.stream != 0 && bytes >= policy.stream_min {
         let two_shot = spec.two_shot
             && bytes > policy.one_shot_max
@@ -525,7 +538,7 @@ mod tests {
     fn deterministic_and_monotone_in_size() {
         let rank = |r: Route| match r {
             Route::Own(Algo::Ll) => -1,
-            Route::Own(Algo::Flat) => 0,
+            Route::Own(Algo::Flat | Algo::Ll128) => 0,
             Route::Own(Algo::TwoShot | Algo::Stream | Algo::StreamTree) => 1,
             Route::Own(Algo::Fp8 | Algo::Int8) => 2,
             Route::Upstream(_) => 3,
@@ -614,6 +627,60 @@ mod tests {
         let big =
             CallDesc::new(Coll::AllReduce, (lowp.of(Coll::AllReduce).lowp_min / 2) as usize, ncclDataType_t::Bfloat16);
         assert_eq!(decide(&big, &f), Route::Own(Algo::Fp8));
+    }
+
+    /// `RCCLX_LL128_MAX_BYTES` takes, of the collectives with LL128 kernels (AllReduce, AllGather), the calls
+    /// above the LL sizes up to it where the one-shot would run (flat, or the stream protocol's
+    /// one-shot), and nothing else; 0 (the default) takes none.
+    #[test]
+    fn ll128_takes_the_one_shot_calls_up_to_its_limit() {
+        for nranks in 2..=8 {
+            let base = facts(nranks, false);
+            assert!(base.policies.colls.iter().all(|q| q.ll128_max == 0));
+            for proto in [Protos::all(Proto::Window), Protos::all(Proto::Stream)] {
+                let limit = 4 << 20;
+                let c = Config { proto, ll128_max_bytes: limit, ..Config::default() };
+                let before = CommFacts {
+                    nranks,
+                    policies: Policies::for_comm(&Config { proto, ..Config::default() }, nranks, Fabric::Switch),
+                };
+                let after = CommFacts { nranks, policies: Policies::for_comm(&c, nranks, Fabric::Switch) };
+                let mut taken = 0;
+                for call in all_calls(&after.policies) {
+                    let (was, now) = (decide(&call, &before), decide(&call, &after));
+                    let has = family(FamilyKey::Coll(call.coll, Algo::Ll128)).is_some();
+                    let small = call.bytes(nranks).is_some_and(|b| b <= limit);
+                    match was {
+                        Route::Own(Algo::Flat | Algo::Stream) if has && small => {
+                            assert_eq!(now, Route::Own(Algo::Ll128), "{call:?}");
+                            taken += 1;
+                        }
+                        _ => assert_eq!(now, was, "{call:?}"),
+                    }
+                }
+                assert!(taken > 0, "n={nranks}");
+                assert_eq!(after.policies.of(Coll::AllReduce).ll128_max, limit);
+                assert_eq!(after.policies.of(Coll::AllGather).ll128_max, limit);
+                assert_eq!(after.policies.of(Coll::AllToAll).ll128_max, 0, "no LL128 kernels");
+            }
+        }
+        // The boundaries: LL up to ll_max, LL128 above it up to the limit, then the one-shot.
+        let c = Config { ll128_max_bytes: 1 << 20, ..Config::default() };
+        let f = CommFacts { nranks: 2, policies: Policies::for_comm(&c, 2, Fabric::Switch) };
+        let ar =
+            |bytes: u64| decide(&CallDesc::new(Coll::AllReduce, (bytes / 4) as usize, ncclDataType_t::Float32), &f);
+        assert_eq!(ar(f.policies.ll_max), Route::Own(Algo::Ll));
+        assert_eq!(ar(f.policies.ll_max + 4), Route::Own(Algo::Ll128));
+        assert_eq!(ar(1 << 20), Route::Own(Algo::Ll128));
+        assert_eq!(ar((1 << 20) + 4), Route::Own(Algo::Flat));
+        // Above the one-shot limit the two-shot stays, whatever the LL128 limit.
+        let mut c = Config { ll128_max_bytes: 8 << 20, ..Config::default() };
+        c.per_coll.one_shot_max_bytes[Coll::AllReduce as usize] = Some(1 << 20);
+        let f = CommFacts { nranks: 4, policies: Policies::for_comm(&c, 4, Fabric::Switch) };
+        let ar =
+            |bytes: u64| decide(&CallDesc::new(Coll::AllReduce, (bytes / 4) as usize, ncclDataType_t::Float32), &f);
+        assert_eq!(ar(1 << 20), Route::Own(Algo::Ll128));
+        assert_eq!(ar((1 << 20) + 4), Route::Own(Algo::TwoShot));
     }
 
     #[test]

@@ -76,7 +76,7 @@ pub struct Family {
     /// `allreduce`, `allgather`, `reducescatter`, `alltoall`, `alltoallv`, `broadcast`, `reduce`.
     pub coll: &'static str,
     /// `ll`, `flat`, `tree`, `lowp` (FP8), `int8`, `lowp_pair` / `int8_pair` (2-rank
-    /// low-precision AllReduce), `dynamic`, `stream`, `stream_tree`.
+    /// low-precision AllReduce), `dynamic`, `stream`, `stream_tree`, `ll128`.
     pub algo: &'static str,
     /// The device function template in `hip_kernels/` (`template <typename T[, int OP]>`).
     pub device_fn: &'static str,
@@ -196,6 +196,9 @@ pub const FAMILIES: &[Family] = &[
     Family::new("alltoall", "stream", "rcclx_alltoall_stream", BYTES, NO_OP, COLL_ARGS).route(30),
     Family::new("allreduce", "stream_tree", "rcclx_allreduce_stream_tree", REDUCE_TYPES, REDUCE_OPS, COLL_ARGS)
         .route(31),
+    // The LL128 protocol (`hip_kernels/ll128.cuh`, `RCCLX_LL128_MAX_BYTES`): flagged lines, credited rings.
+    Family::new("allreduce", "ll128", "rcclx_allreduce_ll128", REDUCE_TYPES, REDUCE_OPS, COLL_ARGS).route(32),
+    Family::new("allgather", "ll128", "rcclx_allgather_ll128", BYTES, NO_OP, COLL_ARGS).route(33),
 ];
 
 /// The algorithms of the low-precision families (both codecs, both AllReduce forms).
@@ -337,6 +340,8 @@ mod tests {
         (29, "reducescatter.stream"),
         (30, "alltoall.stream"),
         (31, "allreduce.stream_tree"),
+        (32, "allreduce.ll128"),
+        (33, "allgather.ll128"),
     ];
 
     #[test]

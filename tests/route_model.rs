@@ -1,7 +1,7 @@
 //! `rcclx_check`'s route model (`rccl-tests-compat/src/check.cu`, the part between its "route
 //! model" markers) against rcclx's own decision (`intercept::decide`): the same route for every
 //! collective, type, op, count and rank count of a grid, at the default crossovers with low
-//! precision off, and on from 0 bytes. The checker's model is written apart from `decide` (so a
+//! precision off, and on from 0 bytes, each with LL128 off and on up to 4 MiB. The checker's model is written apart from `decide` (so a
 //! wrong decision fails on the GPU); this keeps the two from drifting apart when a crossover
 //! changes. Needs a C++ compiler (`$CXX`, else `c++`).
 
@@ -17,9 +17,11 @@ const NRANKS: [usize; 8] = [1, 2, 3, 4, 5, 6, 7, 8];
 /// NCCL's types 0..=11 (int8 .. fp8e5m2) and ops: sum, prod, max, min, avg, a PreMulSum (5).
 const TYPES: i32 = 12;
 const OPS: i32 = 6;
+/// `RCCLX_LL128_MAX_BYTES` of the runs with LL128 on (each setting is also run with it off).
+const LL128_MAX: u64 = 4 << 20;
 
-fn rcclx_route(coll: Coll, t: i32, op: i32, count: usize, n: usize, lowp: bool) -> String {
-    let mut cfg = Config::default();
+fn rcclx_route(coll: Coll, t: i32, op: i32, count: usize, n: usize, lowp: bool, ll128_max: u64) -> String {
+    let mut cfg = Config { ll128_max_bytes: ll128_max, ..Config::default() };
     if lowp {
         cfg.lowp_enable = true;
         cfg.lowp_min_bytes = Some(0);
@@ -35,6 +37,7 @@ fn rcclx_route(coll: Coll, t: i32, op: i32, count: usize, n: usize, lowp: bool) 
                 Algo::Flat => "flat",
                 Algo::TwoShot => "tree",
                 Algo::Fp8 | Algo::Int8 => "lowp",
+                Algo::Ll128 => "ll128",
                 // RCCLX_PROTO=stream, which the checker's model does not know (it runs off).
                 Algo::Stream | Algo::StreamTree => unreachable!("the default protocol is window"),
             };
@@ -67,9 +70,11 @@ int main() {{
   const int sizes[] = {{ {sizes} }};
   const size_t counts[] = {{ {counts} }};
   const int nranks[] = {{ {nranks} }};
-  for (int lowp = 0; lowp < 2; lowp++) {{
+  for (int mode = 0; mode < 4; mode++) {{
+    const int lowp = mode & 1;
     g_model.lowpAll = lowp;
     g_model.lowpMin = lowp ? 0 : -1;
+    g_model.ll128Max = mode & 2 ? {ll128} : 0;
     for (int n : nranks)
       for (int c = 0; c < {ncolls}; c++)
         for (int t = 0; t < {types}; t++)
@@ -79,7 +84,7 @@ int main() {{
             for (size_t count : counts) {{
               const OpId o = kColls[c].reduces ? (OpId)op : OP_NONE;
               const std::string r = expectedRoute((CollId)c, &td, o, count, kColls[c].rooted ? 0 : -1, n);
-              printf("%d %d %d %d %d %zu %s\n", lowp, n, c, t, op, count, r.c_str());
+              printf("%d %d %d %d %d %zu %s %llu\n", lowp, n, c, t, op, count, r.c_str(), (unsigned long long)g_model.ll128Max);
             }}
           }}
   }}
@@ -93,6 +98,7 @@ int main() {{
         ncolls = COUNT,
         types = TYPES,
         ops = OPS,
+        ll128 = LL128_MAX,
     );
     let dir = std::env::temp_dir().join(format!("rcclx-route-model-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temporary folder");
@@ -107,14 +113,15 @@ int main() {{
         let f: Vec<&str> = line.split(' ').collect();
         let num = |i: usize| f[i].parse::<usize>().expect("a number");
         let (lowp, n, c, t, op, count) = (num(0) == 1, num(1), num(2), num(3) as i32, num(4) as i32, num(5));
-        let want = rcclx_route(Coll::ALL[c], t, op, count, n, lowp);
+        let ll128_max = f[7].parse::<u64>().expect("a number");
+        let want = rcclx_route(Coll::ALL[c], t, op, count, n, lowp, ll128_max);
         if f[6] != want {
             wrong.push(format!("{line}: rcclx routes it {want}"));
         }
         checked += 1;
     }
     let per_count: usize = COLLS.iter().map(|s| if s.reduces { TYPES * OPS } else { TYPES } as usize).sum();
-    let expected_lines = 2 * NRANKS.len() * COUNTS.len() * per_count;
+    let expected_lines = 4 * NRANKS.len() * COUNTS.len() * per_count;
     assert_eq!(checked, expected_lines, "the model's program printed {checked} lines");
     assert!(
         wrong.is_empty(),

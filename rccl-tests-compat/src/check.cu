@@ -122,6 +122,7 @@ static bool g_routesChecked = false;
 struct RouteModel {
   bool lowpAll = false;      // RCCL_LOW_PRECISION_ENABLE
   long long lowpMin = -1;    // RCCLX_LP_MIN_BYTES (-1: the defaults)
+  uint64_t ll128Max = 0;     // RCCLX_LL128_MAX_BYTES (0: off)
 };
 static RouteModel g_model;
 
@@ -143,8 +144,8 @@ static const CollDefaults kCollDefaults[] = {  // by CollId
 static const uint64_t kAllReduceOneShotMax[7] = {64 * MiB, 568 * KiB, 256 * KiB, 160 * KiB, 112 * KiB, 88 * KiB, 72 * KiB};
 static const uint64_t kLlMax[3] = {256 * KiB, 64 * KiB, 32 * KiB};  // bytes per rank
 
-// The route a call of B is expected to take: `forwarded`, `<coll>.ll|flat|tree` or `<coll>.lowp`
-// (every low-precision kernel of the collective, FP8 or INT8, pair or not).
+// The route a call of B is expected to take: `forwarded`, `<coll>.ll|flat|tree|ll128` or
+// `<coll>.lowp` (every low-precision kernel of the collective, FP8 or INT8, pair or not).
 static std::string expectedRoute(CollId coll, const TypeDesc* type, OpId op, size_t count, int root, int nranks) {
   const CollDefaults& d = kCollDefaults[coll];
   const int row = nranks <= 2 ? 0 : nranks <= 4 ? 1 : 2;
@@ -163,7 +164,10 @@ static std::string expectedRoute(CollId coll, const TypeDesc* type, OpId op, siz
   if (bytes > d.max[row]) return "forwarded";
   const int n = nranks > 8 ? 8 : nranks;
   const uint64_t oneShotMax = coll == COLL_AR && kAllReduceOneShotMax[n - 2] < d.max[row] ? kAllReduceOneShotMax[n - 2] : d.oneShotMax[row];
-  if (!d.twoShot || bytes <= oneShotMax) return std::string(d.name) + ".flat";
+  const bool oneShot = !d.twoShot || bytes <= oneShotMax;
+  // LL128 (AllReduce, AllGather) where the one-shot would run, up to its limit.
+  if ((coll == COLL_AR || coll == COLL_AG) && oneShot && bytes <= g_model.ll128Max) return std::string(d.name) + ".ll128";
+  if (oneShot) return std::string(d.name) + ".flat";
   return std::string(d.name) + ".tree";
 }
 
@@ -227,9 +231,15 @@ static bool routeExpectations(const Lib& B, int proc) {
     g_model.lowpMin = strtoll(v.c_str(), &end, 10);
     if (v.empty() || *end || g_model.lowpMin < 0) return off("RCCLX_LP_MIN_BYTES=" + v + " is not a plain byte count");
   }
+  if (envSet(B, "RCCLX_LL128_MAX_BYTES", &v)) {
+    char* end = nullptr;
+    const long long ll128 = strtoll(v.c_str(), &end, 10);
+    if (v.empty() || *end || ll128 < 0) return off("RCCLX_LL128_MAX_BYTES=" + v + " is not a plain byte count");
+    g_model.ll128Max = (uint64_t)ll128;
+  }
   if (proc == 0)
-    printf("# routes: every call of %s checked against the expected route (default crossovers%s)\n", B.name.c_str(),
-           g_model.lowpAll ? ", low precision on" : "");
+    printf("# routes: every call of %s checked against the expected route (default crossovers%s%s)\n", B.name.c_str(),
+           g_model.lowpAll ? ", low precision on" : "", g_model.ll128Max ? ", LL128 on" : "");
   return true;
 }
 

@@ -8,6 +8,19 @@ pub const THREADS: u32 = 512;
 /// Words per block in a flag array (`RCCLX_FLAG_STRIDE`: one 128-byte line per block).
 pub const FLAG_STRIDE: usize = 32;
 
+/// LL128 (`hip_kernels/ll128.cuh`): blocks of a call at most (`RCCLX_LL128_MAX_BLOCKS`), slots of
+/// a (source, block) ring (`RCCLX_LL128_SLOTS`), bytes of a slot (`RCCLX_LL128_SLOT_BYTES`: one
+/// 16-byte lane per thread), and the region after every rank's LL inbox that holds the counters
+/// and the rings (`RCCLX_LL128_REGION_BYTES`; a fixed size: the credits let any message through).
+pub const LL128_MAX_BLOCKS: u32 = 32;
+pub const LL128_SLOTS: u64 = 4;
+pub const LL128_SLOT_BYTES: u64 = THREADS as u64 * 16;
+pub const LL128_REGION_BYTES: u64 = LL128_MAX_BLOCKS as u64 * FLAG_STRIDE as u64 * 4
+    + MAX_RANKS as u64 * LL128_MAX_BLOCKS as u64 * LL128_SLOTS * LL128_SLOT_BYTES;
+/// Payload bytes of an LL128 line on the smaller line (AMD's 64 bytes less the 8-byte flag;
+/// NVIDIA's carries 120): what a grid function counts a step's bytes with.
+pub const LL128_MIN_PAYLOAD: u64 = 56;
+
 /// Mirror of `RcclxArgs` (size asserted on both sides).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -132,4 +145,28 @@ pub struct Grid {
     pub window: u64,
     pub blocks: u32,
     pub threads: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The LL128 constants are the kernels' (`hip_kernels/ll128.cuh`, `common.cuh`).
+    #[test]
+    fn ll128_constants_mirror_the_kernels() {
+        let header = include_str!("../../hip_kernels/ll128.cuh");
+        let common = include_str!("../../hip_kernels/common.cuh");
+        let define = |text: &str, name: &str| -> String {
+            let head = format!("#define {name} ");
+            let line = text.lines().find(|l| l.starts_with(&head)).unwrap_or_else(|| panic!("{name}"));
+            line[head.len()..].split("//").next().unwrap().trim().to_string()
+        };
+        assert_eq!(define(header, "RCCLX_LL128_MAX_BLOCKS"), LL128_MAX_BLOCKS.to_string());
+        assert_eq!(define(header, "RCCLX_LL128_SLOTS"), LL128_SLOTS.to_string());
+        assert_eq!(define(header, "RCCLX_LL128_SLOT_BYTES"), "(RCCLX_THREADS * 16)");
+        assert_eq!(define(common, "RCCLX_THREADS"), THREADS.to_string());
+        assert_eq!(define(common, "RCCLX_FLAG_STRIDE"), FLAG_STRIDE.to_string());
+        assert_eq!(define(common, "RCCLX_MAX_RANKS"), MAX_RANKS.to_string());
+        assert_eq!(LL128_REGION_BYTES, (32 * 128) + 8 * 32 * 4 * 8192);
+    }
 }

@@ -23,7 +23,8 @@ mod teardown;
 
 pub use args::{
     A2AV_CODED, A2AV_HEADER_BYTES, A2AV_RECV_PACKED, A2AV_SEND_PACKED, AllToAllvArgs, Buffers, FLAG_STRIDE, Grid,
-    KernelArgs, Launch, LaunchArgs, MAX_RANKS, THREADS, Work,
+    KernelArgs, LL128_MAX_BLOCKS, LL128_MIN_PAYLOAD, LL128_REGION_BYTES, LL128_SLOT_BYTES, LL128_SLOTS, Launch,
+    LaunchArgs, MAX_RANKS, THREADS, Work,
 };
 pub use exchange::{Member, StockTransport, Transport};
 pub use live::{Clique, Kernel};

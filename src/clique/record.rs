@@ -47,8 +47,8 @@ pub struct Record {
     pub policies: Policies,
 }
 
-/// "rcclx_vb": bumped whenever the layout or meaning of a field, or the exchanges, change.
-pub const MAGIC: u64 = 0x7263_636c_785f_7662;
+/// "rcclx_vc": bumped whenever the layout or meaning of a field, or the exchanges, change.
+pub const MAGIC: u64 = 0x7263_636c_785f_7663;
 pub const BYTES: usize = std::mem::size_of::<Record>();
 const _: () = assert!(BYTES.is_multiple_of(8));
 

@@ -43,7 +43,7 @@ use crate::intercept::{CommFacts, Policies};
 use crate::types::{ncclComm_t, ncclResult_t};
 use crate::upstream;
 
-use super::args::{FLAG_STRIDE, KernelArgs, MAX_RANKS, THREADS};
+use super::args::{FLAG_STRIDE, KernelArgs, LL128_REGION_BYTES, MAX_RANKS, THREADS};
 use super::exchange::{Member, StockTransport, Transport};
 use super::host;
 use super::lease::{self, Lease};
@@ -612,9 +612,10 @@ fn allocate(device: i32, staging_bytes: usize, max_blocks: u64, ll_max: u64) -> 
     let rt = gpu::runtime()?;
     let info = rt.device_info(device)?;
     let slots = block_slots(max_blocks, info.multiprocessors as u64) as usize;
-    // LL inbox: [2 parities][MAX_RANKS sources][units] x 16 bytes.
-    let sizes =
-        [staging_bytes, slots * FLAG_STRIDE * 4, (2 * MAX_RANKS as u64 * ll_units(ll_max) * 16) as usize, slots * 4];
+    // LL inbox: [2 parities][MAX_RANKS sources][units] x 16 bytes, then the LL128 region
+    // (`hip_kernels/ll128.cuh`: counters and rings, the same size whatever the message sizes).
+    let ll_bytes = 2 * MAX_RANKS as u64 * ll_units(ll_max) * 16 + LL128_REGION_BYTES;
+    let sizes = [staging_bytes, slots * FLAG_STRIDE * 4, ll_bytes as usize, slots * 4];
     if let Some(slab) = teardown::reuse(device, sizes) {
         return Ok(slab);
     }

@@ -11,6 +11,9 @@ pub fn grid(algo: Algo, w: &Work) -> Grid {
     if algo == Algo::Stream {
         return super::grid::stream_grid(w, 1);
     }
+    if algo == Algo::Ll128 {
+        return super::grid::ll128_grid(bytes, w.max_blocks);
+    }
     if algo == Algo::Ll {
         let (blocks, threads) = blocks_for(bytes.div_ceil(8), w.max_blocks);
         return Grid { window: bytes, blocks, threads };

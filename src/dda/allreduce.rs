@@ -16,6 +16,9 @@ pub fn grid(algo: Algo, w: &Work) -> Grid {
         // A slot part per chunk of the two-shot.
         return super::grid::stream_grid(w, w.nranks);
     }
+    if algo == Algo::Ll128 {
+        return super::grid::ll128_grid(count * elem_bytes, max_blocks);
+    }
     if algo == Algo::Ll {
         // One pass of 8-byte units (the inbox holds the whole message).
         let (blocks, threads) = blocks_for((count * elem_bytes).div_ceil(8), max_blocks);
@@ -52,6 +55,22 @@ mod tests {
                             assert_eq!(window % (16 / es * n), 0);
                         }
                     }
+                }
+            }
+        }
+    }
+
+    /// LL128: full blocks, at most 32 (the region's rings) and the cap, one per 7 KiB step.
+    #[test]
+    fn ll128_grid_stays_within_the_rings() {
+        for max_blocks in [1u32, 2, 31, 32, 33, 128, 1024] {
+            for es in [1u64, 2, 4, 8] {
+                for count in [1u64, 7, 4099, 65_536, 1 << 20, (1 << 22) + 3] {
+                    let w = Work { count, unit_bytes: es, nranks: 2, half_bytes: 8 << 20, max_blocks };
+                    let Grid { blocks, threads, .. } = grid(Algo::Ll128, &w);
+                    assert_eq!(threads, crate::clique::THREADS);
+                    assert!(blocks >= 1 && blocks <= crate::clique::LL128_MAX_BLOCKS.min(max_blocks), "{w:?}");
+                    assert_eq!(blocks as u64, (count * es).div_ceil(7168).clamp(1, 32.min(max_blocks) as u64));
                 }
             }
         }

@@ -30,3 +30,14 @@ pub(crate) fn stream_grid(w: &Work, parts: u64) -> Grid {
     let part_bytes = ((w.half_bytes / (pairs * STREAM_SLOTS)).min(STREAM_SLOT_MAX) / parts) & !15;
     Grid { window: part_bytes / w.unit_bytes, blocks: 2 * pairs as u32, threads: THREADS }
 }
+
+/// The grid of an LL128 call (`hip_kernels/ll128.cuh`) moving `bytes` per rank: one block per
+/// step of the message (a step is one 16-byte lane per thread: 7168 payload bytes with AMD's
+/// 64-byte lines, 7680 with NVIDIA's 128), at most `LL128_MAX_BLOCKS` (the rings of the region)
+/// and the clique's cap; full blocks (a step is one slot). The window is unused.
+pub(crate) fn ll128_grid(bytes: u64, max_blocks: u32) -> Grid {
+    use crate::clique::{LL128_MAX_BLOCKS, LL128_MIN_PAYLOAD};
+    let step_bytes = u64::from(THREADS) / 4 * LL128_MIN_PAYLOAD;
+    let blocks = bytes.div_ceil(step_bytes).clamp(1, u64::from(LL128_MAX_BLOCKS.min(max_blocks).max(1)));
+    Grid { window: 0, blocks: blocks as u32, threads: THREADS }
+}
