@@ -18,6 +18,7 @@
 #include "reducescatter.cuh"
 #include "broadcast.cuh"
 #include "stream.cuh"
+#include "ll128.cuh"
 
 // The twins of the DDA families the bench times: f32 sum for the reducing collectives, bytes
 // for data movement (the suite's calls use those). A new family adds its line here and its
@@ -38,6 +39,8 @@ RCCLX_KERNEL(rcclx_twin_allreduce_stream_tree_f32_sum, RcclxArgs, 1, rcclx_allre
 RCCLX_KERNEL(rcclx_twin_reducescatter_stream_f32_sum, RcclxArgs, 1, rcclx_reducescatter_stream, float, RCCLX_SUM)
 RCCLX_KERNEL(rcclx_twin_allgather_stream_bytes, RcclxArgs, 1, rcclx_allgather_stream, uint8_t)
 RCCLX_KERNEL(rcclx_twin_alltoall_stream_bytes, RcclxArgs, 1, rcclx_alltoall_stream, uint8_t)
+RCCLX_KERNEL(rcclx_twin_allreduce_ll128_f32_sum, RcclxArgs, 1, rcclx_allreduce_ll128, float, RCCLX_SUM)
+RCCLX_KERNEL(rcclx_twin_allgather_ll128_bytes, RcclxArgs, 1, rcclx_allgather_ll128, uint8_t)
 
 // Spins (as the library's barrier: no pause on NVIDIA) until *flag reaches `value`; false once
 // `deadline` passed.

@@ -43,6 +43,8 @@
 #   RANKS_SUITES="dda windows stress a2av graph procs lowp"  (ranks step: rank counts, GPUs, parts)
 #   RANKS_PROTO=window  ranks step: RCCLX_PROTO of every suite (`stream`: the stream kernels
 #                     wherever the windowed ones would run, and their routes asserted)
+#   RANKS_LL128=0     ranks step: RCCLX_LL128_MAX_BYTES of every ranks suite (`ranks --ll128-max`;
+#                     above 0: the LL128 kernels above the LL sizes up to it, their routes asserted)
 #   RCCLX_UPSTREAM_LIB  stock libnccl.so.2 (default: the one of python3's nvidia-nccl wheel)
 #   BUDGET_S=540      a run starts only before this many seconds of the script have passed, and
 #                     its timeout is cut to end by then (the device tool's 10-minute calls);
@@ -323,8 +325,8 @@ if step ranks; then
   for n in ${RANKS_N:-3 4 5 6 7 8}; do
     g=$G
     [ "$g" -gt "$n" ] && g=$n
-    R="$ART/ranks --nranks $n --gpus $g --proto ${RANKS_PROTO:-window}"
-    tag=n$n-g$g${RANKS_PROTO:+-$RANKS_PROTO}
+    R="$ART/ranks --nranks $n --gpus $g --proto ${RANKS_PROTO:-window} --ll128-max ${RANKS_LL128:-0}"
+    tag=n$n-g$g${RANKS_PROTO:+-$RANKS_PROTO}${RANKS_LL128:+-ll128}
     if has dda; then run ranks-dda-$tag 300 $R --suite dda; fi
     if has windows; then
       run ranks-dda-windows-$tag 300 env RCCL_DDA_SENDBUF_BYTES=256K $R --suite dda --quick

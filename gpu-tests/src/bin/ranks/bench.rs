@@ -75,6 +75,8 @@ const TWINS: &[(&str, &str)] = &[
     ("reducescatter.stream", "rcclx_twin_reducescatter_stream_f32_sum"),
     ("allgather.stream", "rcclx_twin_allgather_stream_bytes"),
     ("alltoall.stream", "rcclx_twin_alltoall_stream_bytes"),
+    ("allreduce.ll128", "rcclx_twin_allreduce_ll128_f32_sum"),
+    ("allgather.ll128", "rcclx_twin_allgather_ll128_bytes"),
 ];
 
 /// Parts run when `--parts` is not given.

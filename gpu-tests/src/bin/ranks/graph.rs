@@ -38,7 +38,12 @@ fn calls(dev: &Ranks, seed: u64) -> Result<Vec<(String, Call)>, Fail> {
         let mut targets = vec!["ll"];
         // The stream protocol takes the windowed kernels' sizes (`--proto stream`).
         let (flat, tree) = if q.stream != 0 { ("stream", "stream_tree") } else { ("flat", "tree") };
-        if q.max > p.ll_max * per_rank {
+        // LL128 (`--ll128-max`) takes the one-shot's sizes above LL up to its limit.
+        let one_shot = if coll.spec().two_shot { q.one_shot_max } else { q.max };
+        if q.max > p.ll_max * per_rank && q.ll128_max > p.ll_max * per_rank {
+            targets.push("ll128");
+        }
+        if q.max > p.ll_max * per_rank && one_shot > q.ll128_max {
             targets.push(flat);
         }
         if coll.spec().two_shot && q.one_shot_max < q.max {
@@ -62,6 +67,8 @@ fn calls(dev: &Ranks, seed: u64) -> Result<Vec<(String, Call)>, Fail> {
                     4099 / s,
                     p.ll_max / s + 5,
                     q.one_shot_max / per + 7,
+                    // Just past LL128's limit: the one-shot again.
+                    q.ll128_max / per + 1,
                     q.lowp_min.min(1 << 40) / per + 1001,
                     (3 << 20) / per,
                 ];

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! ranks --nranks N [--gpus G] [--layout streams|procs] --suite dda|stress|graph|a2av|time|time-lowp|bench
-//!       [--quick] [--seed S] [--codec fp8|int8] [--proto window|stream] [--list]
+//!       [--quick] [--seed S] [--codec fp8|int8] [--proto window|stream] [--ll128-max BYTES] [--list]
 //!   --nranks N   2..=8 ranks
 //!   --gpus G     GPUs to spread them over (default: 1); rank r on GPU r*G/N
 //!   --layout     streams (default): one process, every rank a stream of its own (the kernels
@@ -44,6 +44,9 @@
 //!   --proto      RCCLX_PROTO of every suite (default window); `stream`: the collectives with
 //!                stream kernels run them wherever the windowed ones would, and the routes
 //!                checked at the end are `<coll>.stream` instead of flat/tree for them
+//!   --ll128-max  RCCLX_LL128_MAX_BYTES of every suite (default 0: off); above 0 the collectives
+//!                with LL128 kernels run them above the LL sizes up to BYTES where the one-shot
+//!                would, and the routes checked at the end include `<coll>.ll128`
 //!   --list       print the cases of rank count N and exit (no GPU; dda, time and time-lowp, bench)
 //!   (internal) --child P --dir DIR: process P of the layout, exchanging through DIR
 //! ```
@@ -180,12 +183,13 @@ fn judge(name: &str, lines: &[RankLine]) -> (bool, String) {
 fn run_parent(opts: &Opts, rt: &'static Runtime) -> ExitCode {
     let p = opts.placement;
     println!(
-        "INFO ranks: suite {}, {}, seed {}, codec {}, proto {}",
+        "INFO ranks: suite {}, {}, seed {}, codec {}, proto {}, ll128 max {}",
         opts.suite.name(),
         p.describe(),
         opts.seed,
         opts.codec,
-        opts.proto
+        opts.proto,
+        opts.ll128_max
     );
     for d in 0..p.gpus as i32 {
         if let Ok(i) = rt.device_info(d) {

@@ -61,7 +61,13 @@ impl Suite {
             // The stream protocol (`--proto stream`, from 0 bytes) takes every call the windowed
             // kernels would: its one-shot the flat sizes, its two-shot the tree sizes.
             let (flat, tree) = if q.stream != 0 { ("stream", "stream_tree") } else { ("flat", "tree") };
-            if q.max > p.ll_max * per_rank {
+            // LL128 (`--ll128-max`) takes the one-shot's sizes above LL up to its limit; the
+            // one-shot keeps what lies above that.
+            let one_shot = if coll.spec().two_shot { q.one_shot_max } else { q.max };
+            if q.max > p.ll_max * per_rank && q.ll128_max > p.ll_max * per_rank {
+                dda.push(format!("{}.ll128", coll.name()));
+            }
+            if q.max > p.ll_max * per_rank && one_shot > q.ll128_max {
                 dda.push(format!("{}.{flat}", coll.name()));
             }
             if coll.spec().two_shot && q.one_shot_max < q.max {
@@ -108,6 +114,8 @@ pub struct Opts {
     pub codec: String,
     /// `RCCLX_PROTO` of the run (`window` or `stream`).
     pub proto: String,
+    /// `RCCLX_LL128_MAX_BYTES` of the run (0: LL128 off).
+    pub ll128_max: u64,
     pub list: bool,
     /// `--parts`: the bench suite's parts (empty: its default).
     pub parts: Vec<String>,
@@ -116,7 +124,7 @@ pub struct Opts {
     pub raw: Vec<String>,
 }
 
-pub const USAGE: &str = "usage: ranks --nranks N [--gpus G] [--layout streams|procs] --suite dda|stress|graph|a2av|time|time-lowp|bench [--quick] [--seed S] [--codec fp8|int8] [--proto window|stream] [--parts families,sweep,micro] [--list]";
+pub const USAGE: &str = "usage: ranks --nranks N [--gpus G] [--layout streams|procs] --suite dda|stress|graph|a2av|time|time-lowp|bench [--quick] [--seed S] [--codec fp8|int8] [--proto window|stream] [--ll128-max BYTES] [--parts families,sweep,micro] [--list]";
 
 pub fn parse_args(args: Vec<String>) -> Result<Opts, String> {
     let (mut nranks, mut gpus, mut layout, mut suite) = (0usize, 1usize, Layout::Streams, None);
@@ -127,6 +135,7 @@ pub fn parse_args(args: Vec<String>) -> Result<Opts, String> {
         seed: 1,
         codec: "fp8".into(),
         proto: "window".into(),
+        ll128_max: 0,
         list: false,
         parts: Vec::new(),
         child: None,
@@ -174,6 +183,7 @@ pub fn parse_args(args: Vec<String>) -> Result<Opts, String> {
                     return Err(format!("--proto {:?}: window or stream", o.proto));
                 }
             }
+            "--ll128-max" => o.ll128_max = num(it.next(), "--ll128-max")?,
             "--child" => o.child = Some(num(it.next(), "--child")? as usize),
             "--dir" => o.dir = Some(PathBuf::from(it.next().ok_or("--dir needs a value")?)),
             "-h" | "--help" => return Err(String::new()),
@@ -205,6 +215,7 @@ pub fn set_env(o: &Opts) {
         ("RCCLX_LOW_PRECISION_CODEC", o.codec.clone()),
         ("RCCLX_PROTO", o.proto.clone()),
         ("RCCLX_STREAM_MIN_BYTES", "0".into()),
+        ("RCCLX_LL128_MAX_BYTES", o.ll128_max.to_string()),
     ];
     if matches!(o.suite, Suite::Graph | Suite::TimeLowp) {
         // Low precision on, from 1 MiB: every family, DDA and low precision, has sizes left.
@@ -213,7 +224,7 @@ pub fn set_env(o: &Opts) {
     }
     for (k, v) in vars {
         // The run's protocol wins over the environment: the routes checked at the end assume it.
-        let forced = ["RCCLX_LOW_PRECISION_CODEC", "RCCLX_PROTO", "RCCLX_STREAM_MIN_BYTES"];
+        let forced = ["RCCLX_LOW_PRECISION_CODEC", "RCCLX_PROTO", "RCCLX_STREAM_MIN_BYTES", "RCCLX_LL128_MAX_BYTES"];
         if forced.contains(&k) || std::env::var_os(k).is_none() {
             // SAFETY: called at the start of main, before any other thread exists.
             unsafe { std::env::set_var(k, v) };
