@@ -63,6 +63,34 @@ def families(rows):
     return out
 
 
+def ll128(rows):
+    """LL128 beside LL and flat, per collective and size (issue 39: LL128 faster than both between
+    256 KiB and 4 MiB); empty when the run timed no LL128 family."""
+    times = {(r["coll"], r["algo"], int(r["bytes"]), r["mode"]): num(r["us_per_call"]) for r in rows}
+    colls = sorted({c for (c, a, _, _) in times if a == "ll128"})
+    if not colls:
+        return []
+    out = ["## LL128 against LL and flat (us per call; ratio < 1: LL128 faster)", "",
+           "| collective | size | mode | ll | ll128 | flat | ll128/ll | ll128/flat |",
+           "|---|---|---|---|---|---|---|---|"]
+
+    def ratio(x, y):
+        return f"{x / y:.3f}" if x is not None and y else ""
+
+    def show(x):
+        return "" if x is None else f"{x:.3f}"
+
+    for c in colls:
+        for b in sorted({b for (cc, a, b, _) in times if cc == c and a == "ll128"}):
+            for mode in ("eager", "graph"):
+                ll, l128, flat = (times.get((c, a, b, mode)) for a in ("ll", "ll128", "flat"))
+                if l128 is None:
+                    continue
+                out.append(f"| {c} | {size(b)} | {mode} | {show(ll)} | {show(l128)} | {show(flat)} | "
+                           f"{ratio(l128, ll)} | {ratio(l128, flat)} |")
+    return out
+
+
 def sweep(rows):
     out = ["## Window sweep: cost per window (slope of time against windows, fixed size)", "",
            "| family | size | mode | points (windows: us) | us per window | fixed us | twin us per window |",
@@ -104,6 +132,7 @@ def main(path):
         lines += [f"**{len(failed)} row(s) failed their check** (see the log).", ""]
     if parts["families"]:
         lines += families(parts["families"]) + [""]
+        lines += ll128(parts["families"]) + [""]
     if parts["sweep"]:
         lines += sweep(parts["sweep"]) + [""]
     if parts["flag"]:
