@@ -131,8 +131,8 @@ RCCLX_DEV void rcclx_ll128_store_payload(unsigned char* p, const RcclxLl128Lane&
 }
 
 // Writes local step i of `send` (this rank's data) into slot [this rank] of every peer's ring,
-// each peer once it has consumed the slot's previous step. Lines past the message are not
-// written (their readers do not wait for them). On abort or timeout (*s_fail) it returns early.
+// once every peer has consumed the slot's previous step. Lines past the message are not written
+// (their readers do not wait for them). On abort or timeout (*s_fail) it returns early.
 RCCLX_DEV void rcclx_ll128_write(const RcclxArgs& a, const RcclxLl128Lane& l, uint32_t base, uint32_t i, uint64_t deadline,
                                  int* s_fail) {
   const uint32_t step = base + i;
@@ -141,38 +141,44 @@ RCCLX_DEV void rcclx_ll128_write(const RcclxArgs& a, const RcclxLl128Lane& l, ui
   if (l.flag_lane) w1 = rcclx_ll128_flag(step);
   const bool line_exists = l.line(i) < l.nlines;
   const uint32_t off = rcclx_ll128_lane_off(a.rank, step);
-  for (int k = 1; k < a.nranks; ++k) {
-    const int p = (a.rank + k) % a.nranks;
 #if !RCCLX_TRAFFIC_TWIN
-    // Credit: p's block b released the slot's previous step. Every lane polls the same word (one
-    // load per warp); a warp leaves together.
-    const uint32_t* credit = rcclx_ll128_counter(a, a.rank, p);
-    for (uint32_t round = 0;; ++round) {
-      if (rcclx_warp_all(rcclx_epoch_geq(rcclx_poll_sys(credit), step + 1 - RCCLX_LL128_SLOTS))) {
-        rcclx_acquire_sys();
-        break;
-      }
-      if ((round & 1023) == 1023) {
-        if (rcclx_should_stop(a, deadline)) *s_fail = 1;
-        if (rcclx_warp_any(*(volatile int*)s_fail != 0)) return;
-      }
+  // Credits: every peer's block b released the slot's previous step. Relaxed polls, every peer's
+  // in flight at once (an acquire poll would wait for each before the next), no acquire after
+  // them: the writer only stores, and the reader's loads that the credit covers had returned
+  // before it released it (docs/memory-model.md). Every lane polls the same words (one load per
+  // warp); a warp leaves together.
+  const uint32_t need = step + 1 - RCCLX_LL128_SLOTS;
+  for (uint32_t round = 0;; ++round) {
+    bool all = true;
+#pragma unroll
+    for (int k = 1; k < RCCLX_MAX_RANKS; ++k)
+      if (k < a.nranks)
+        all = rcclx_epoch_geq(rcclx_ld_relaxed_sys(rcclx_ll128_counter(a, a.rank, (a.rank + k) % a.nranks)), need) && all;
+    if (rcclx_warp_all(all)) break;
+    if ((round & 1023) == 1023) {
+      if (rcclx_should_stop(a, deadline)) *s_fail = 1;
+      if (rcclx_warp_any(*(volatile int*)s_fail != 0)) return;
     }
-#endif
-    if (line_exists) rcclx_st_ll128(rcclx_ll128_region(a, p), RCCLX_LL128_REGION_BYTES, off, w0, w1);
   }
+#endif
+  if (!line_exists) return;
+  for (int k = 1; k < a.nranks; ++k)
+    rcclx_st_ll128(rcclx_ll128_region(a, (a.rank + k) % a.nranks), RCCLX_LL128_REGION_BYTES, off, w0, w1);
 }
 
-// Loads this thread's lane of local step i from `src`'s ring in this rank's region until every
-// line of the warp carries the step's flag (lines past the message count as ready). On abort or
-// timeout it sets *s_fail and returns what it last loaded.
+// This thread's lane of local step i from `src`'s ring in this rank's region: rcclx_ll128_fetch
+// loads it once (so the loads of every source can be in flight together), rcclx_ll128_read
+// reloads until every line of the warp carries the step's flag (lines past the message count as
+// ready). On abort or timeout it sets *s_fail and returns what it last loaded.
+RCCLX_DEV void rcclx_ll128_fetch(const RcclxArgs& a, int src, uint32_t step, uint64_t* w0, uint64_t* w1) {
+  rcclx_ld_ll128(rcclx_ll128_region(a, a.rank), RCCLX_LL128_REGION_BYTES, rcclx_ll128_lane_off(src, step), w0, w1);
+}
 RCCLX_DEV void rcclx_ll128_read(const RcclxArgs& a, const RcclxLl128Lane& l, int src, uint32_t step, uint32_t i, uint64_t deadline,
-                                int* s_fail, uint64_t* w0, uint64_t* w1) {
-  const uint64_t* region = rcclx_ll128_region(a, a.rank);
-  const uint32_t off = rcclx_ll128_lane_off(src, step);
+                                int* s_fail, uint64_t* w0, uint64_t* w1, bool fetched = false) {
   const bool line_exists = l.line(i) < l.nlines;
   const uint64_t flag = rcclx_ll128_flag(step);
   for (uint32_t round = 0;; ++round) {
-    rcclx_ld_ll128(region, RCCLX_LL128_REGION_BYTES, off, w0, w1);
+    if (!fetched || round > 0) rcclx_ll128_fetch(a, src, step, w0, w1);
     if (RCCLX_TRAFFIC_TWIN) break;
     if (rcclx_warp_all(!line_exists || !l.flag_lane || *w1 == flag)) break;
     if ((round & 1023) == 1023) {
@@ -245,13 +251,17 @@ RCCLX_DEV void rcclx_allreduce_ll128(const RcclxArgs& a) {
         for (int e = 0; e < PER; ++e) acc.e[e] = p == 0 ? R::pre(v.e[e], s) : R::fold(acc.e[e], v.e[e], s);
       }
     } else {
-      // Every source's lane first (their loads in flight together), then the fold.
+      // Every source's lane first (their loads in flight together, then each waited for), then
+      // the fold.
       Lane in[RCCLX_MAX_RANKS];
 #pragma unroll
       for (int p = 0; p < RCCLX_MAX_RANKS; ++p) {
         if (p == a.rank) rcclx_ll128_load_payload((const unsigned char*)a.send, l, i, &in[p].w[0], &in[p].w[1]);
-        else if (p < a.nranks) rcclx_ll128_read(a, l, p, base + i, i, deadline, &s_fail, &in[p].w[0], &in[p].w[1]);
+        else if (p < a.nranks) rcclx_ll128_fetch(a, p, base + i, &in[p].w[0], &in[p].w[1]);
       }
+#pragma unroll
+      for (int p = 0; p < RCCLX_MAX_RANKS; ++p)
+        if (p != a.rank && p < a.nranks) rcclx_ll128_read(a, l, p, base + i, i, deadline, &s_fail, &in[p].w[0], &in[p].w[1], true);
 #pragma unroll
       for (int e = 0; e < PER; ++e) {
         acc.e[e] = R::pre(in[0].e[e], s);
@@ -284,10 +294,17 @@ RCCLX_DEV void rcclx_allgather_ll128(const RcclxArgs& a) {
       rcclx_ll128_load_payload((const unsigned char*)a.send, l, i, &w0, &w1);
       if (line_exists) rcclx_ll128_store_payload(own, l, i, w0, w1);
     }
-    for (int k = 1; k < a.nranks; ++k) {
+    // Every peer's lane first (their loads in flight together), then each waited for and stored.
+    uint64_t v[RCCLX_MAX_RANKS][2];
+#pragma unroll
+    for (int k = 1; k < RCCLX_MAX_RANKS; ++k)
+      if (k < a.nranks) rcclx_ll128_fetch(a, (a.rank + k) % a.nranks, base + i, &v[k][0], &v[k][1]);
+#pragma unroll
+    for (int k = 1; k < RCCLX_MAX_RANKS; ++k) {
+      if (k >= a.nranks) break;
       const int p = (a.rank + k) % a.nranks;
-      rcclx_ll128_read(a, l, p, base + i, i, deadline, &s_fail, &w0, &w1);
-      if (line_exists) rcclx_ll128_store_payload(recv + p * a.count, l, i, w0, w1);
+      rcclx_ll128_read(a, l, p, base + i, i, deadline, &s_fail, &v[k][0], &v[k][1], true);
+      if (line_exists) rcclx_ll128_store_payload(recv + p * a.count, l, i, v[k][0], v[k][1]);
     }
   });
 }
