@@ -1,4 +1,4 @@
-// ll128.cuh - the LL128 protocol (host side: src/dda/allreduce.rs, RCCLX_LL128_MAX_BYTES): flagged
+// ll128.cuh - the LL128 protocol (host side: src/dda/grid.rs ll128_grid, RCCLX_LL128_MAX_BYTES): flagged
 // lines instead of LL's flagged words, so 120 of 128 bytes (NVIDIA) or 56 of 64 (AMD) carry data
 // instead of 4 of 8, and a ring with credits instead of an inbox as large as the message.
 //
@@ -25,9 +25,10 @@
 // [g * K, g * K + K), K = blockDim / LANES. Absolute step = base + i, base = the block's step
 // count at the start of the call; step base + i lives in slot (base + i) % SLOTS, its lines'
 // flag is (RCCLX_LL128_TAG << 32) | (base + i + 1) (never 0: a zeroed region is never ready).
-// Credits: before writing step base + i into slot (base + i) % SLOTS of peer p, a writer waits
-// until p consumed step base + i - SLOTS (counter >= base + i + 1 - SLOTS; rcclx_epoch_geq,
-// wrap-safe); the reader releases base + i + 1 after its loads of the step returned. Counters
+// Credits: before writing step base + i into slot (base + i) % SLOTS of its peers, a writer waits
+// until every peer consumed step base + i - SLOTS (counter >= base + i + 1 - SLOTS;
+// rcclx_epoch_geq, wrap-safe); the reader releases base + i + 1 after its loads of the step
+// returned. Counters
 // never reset, so graph replays need nothing per call, and the message size is not bounded by
 // the ring. Writers run RCCLX_LL128_AHEAD steps ahead of their own reads. A call also advances
 // the call counter by one (common.cuh's rule: calls of every protocol interleave).
@@ -42,7 +43,7 @@
 
 #define RCCLX_LL128_LANES (RCCLX_LL128_LINE / 16)  // 16-byte lanes of a line
 #define RCCLX_LL128_PAYLOAD (RCCLX_LL128_LINE - 8)  // payload bytes of a line
-// Mirror: src/dda/grid.rs (LL128_*), src/clique/setup.rs (the region's size).
+// Mirror: src/clique/args.rs (LL128_*; a test there compares them with these lines).
 #define RCCLX_LL128_MAX_BLOCKS 32
 #define RCCLX_LL128_SLOTS 4
 #define RCCLX_LL128_AHEAD 2
