@@ -156,10 +156,10 @@ RCCLX_DEV void rcclx_ll128_write(const RcclxArgs& a, const RcclxLl128Lane& l, ui
       if (k < a.nranks)
         all = rcclx_epoch_geq(rcclx_ld_relaxed_sys(rcclx_ll128_counter(a, a.rank, (a.rank + k) % a.nranks)), need) && all;
     if (rcclx_warp_all(all)) break;
-    if ((round & 1023) == 1023) {
-      if (rcclx_should_stop(a, deadline)) *s_fail = 1;
-      if (rcclx_warp_any(*(volatile int*)s_fail != 0)) return;
-    }
+    // The host's abort word every 1024 rounds (a PCIe read); the block's failure every round,
+    // so that after one failed wait the call's remaining waits end at once.
+    if ((round & 1023) == 1023 && rcclx_should_stop(a, deadline)) *s_fail = 1;
+    if (rcclx_warp_any(*(volatile int*)s_fail != 0)) return;
   }
 #endif
   if (!line_exists) return;
@@ -182,10 +182,10 @@ RCCLX_DEV void rcclx_ll128_read(const RcclxArgs& a, const RcclxLl128Lane& l, int
     if (!fetched || round > 0) rcclx_ll128_fetch(a, src, step, w0, w1);
     if (RCCLX_TRAFFIC_TWIN) break;
     if (rcclx_warp_all(!line_exists || !l.flag_lane || *w1 == flag)) break;
-    if ((round & 1023) == 1023) {
-      if (rcclx_should_stop(a, deadline)) *s_fail = 1;
-      if (rcclx_warp_any(*(volatile int*)s_fail != 0)) break;
-    }
+    // The host's abort word every 1024 rounds (a PCIe read); the block's failure every round,
+    // so that after one failed wait the call's remaining waits end at once.
+    if ((round & 1023) == 1023 && rcclx_should_stop(a, deadline)) *s_fail = 1;
+    if (rcclx_warp_any(*(volatile int*)s_fail != 0)) break;
   }
 }
 
@@ -200,8 +200,8 @@ RCCLX_DEV void rcclx_ll128_read(const RcclxArgs& a, const RcclxLl128Lane& l, int
 // peer's ring, RCCLX_LL128_AHEAD steps ahead of its reads; `consume` reads step i from every
 // peer; then the block gives the step's slots back (credits). The session's `deadline` and
 // `s_fail` are in scope of the consumer (it is written inside the kernel, after RCCLX_SESSION).
-// A failed wait (abort, timeout) sets s_fail, after which every wait gives up within 1024
-// rounds: the loop runs out without a block-wide decision to leave it (which would need one more
+// A failed wait (abort, timeout) sets s_fail, after which every wait gives up at its first
+// round: the loop runs out without a block-wide decision to leave it (which would need one more
 // barrier per step).
 template <typename C>
 RCCLX_DEV void rcclx_ll128(const RcclxArgs& a, uint32_t seq, uint64_t deadline, int* s_fail, uint32_t* s_base,
