@@ -831,7 +831,14 @@ mod tests {
         let most = parse("stream,allgather=window").unwrap();
         assert_eq!(Coll::ALL.map(|c| most.of(c)), [Stream, Window, Stream, Stream, Stream, Stream]);
         // Unknown collectives or protocols, repeats and empty entries: invalid, the default.
-        for bad in ["ll128", "allreduce=fast", "gather=stream", "stream,window", "allreduce=stream,allreduce=window", "stream,"] {
+        for bad in [
+            "ll128",
+            "allreduce=fast",
+            "gather=stream",
+            "stream,window",
+            "allreduce=stream,allreduce=window",
+            "stream,",
+        ] {
             assert_eq!(parse(bad), None, "{bad}");
             let (c, _) = Config::from_lookup(|v| (v == "RCCLX_PROTO").then(|| bad.to_string()));
             assert_eq!(c.proto, Protos::WINDOW, "{bad}");
