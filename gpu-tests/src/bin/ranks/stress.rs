@@ -1,5 +1,6 @@
 //! The `stress` suite: 10,000 calls (1,000 with `--quick`) of a random collective, type, op,
-//! size (log-uniform, 1 byte to 1 MiB: LL, flat and two-shot at 3-8 ranks) and placement, in
+//! size (log-uniform, 1 byte to 1 MiB or more: LL, LL128 with `--ll128-max`, flat and two-shot;
+//! [`max_bytes`]) and placement, in
 //! batches issued back to back without waiting (so consecutive kernels of different algorithms
 //! and grids meet the window counters and LL parities their predecessors left), every call
 //! then checked as in the `dda` suite. One result line per batch and rank.
@@ -20,14 +21,17 @@ const BATCH: usize = 200;
 const MAX_BYTES: u64 = 1 << 20;
 
 /// The largest call of `coll`: 1 MiB, and for AllReduce twice the one-shot limit where a
-/// two-shot range follows it (so that some calls take the two-shot kernel), at most 4 MiB.
+/// two-shot range follows it (so that some calls take the two-shot kernel), at most 4 MiB; with
+/// LL128 on (`--ll128-max`), twice its limit (at most the DDA limit), so that some calls take the
+/// one-shot behind it.
 fn max_bytes(coll: Coll, facts: &CommFacts) -> u64 {
     let q = facts.policies.of(coll);
-    if coll.spec().two_shot && q.one_shot_max < q.max {
+    let two_shot = if coll.spec().two_shot && q.one_shot_max < q.max {
         (2 * q.one_shot_max).clamp(MAX_BYTES, 4 << 20)
     } else {
         MAX_BYTES
-    }
+    };
+    two_shot.max((2 * q.ll128_max).min(q.max))
 }
 
 /// A random call that rcclx runs on its own kernels at this rank count: collective, type and
@@ -176,33 +180,27 @@ pub fn run(dev: &mut Ranks, opts: &Opts) -> Result<(), Fail> {
 mod tests {
     use super::*;
     use rcclx::config::Config;
-    use rcclx::intercept::{Algo, Policies};
+    use rcclx::intercept::Policies;
 
-    /// 10,000 draws at every rank count reach every DDA algorithm of every collective (the
-    /// parent fails a run in which a route never ran), and none forwards.
+    /// 10,000 draws at every rank count, LL128 off and on, reach every route the run asserts
+    /// (`opts::dda_routes`: the parent fails a run in which a route never ran), and none forwards.
     #[test]
     fn random_calls_reach_every_algorithm() {
         for n in 2..=8 {
-            let facts = CommFacts {
-                nranks: n,
-                policies: Policies::for_comm(&Config::default(), n, rcclx::clique::local_fabric()),
-            };
-            let mut rng = Rng::new(1 ^ 0x0571_2e55);
-            let mut seen = std::collections::HashMap::new();
-            for _ in 0..10_000 {
-                let c = random_case(&mut rng, n, &facts);
-                let Route::Own(a) = decide(&c.call(), &facts) else { panic!("{}", c.name()) };
-                *seen.entry((c.coll, a)).or_insert(0) += 1;
-            }
-            for coll in Coll::ALL {
-                let q = facts.policies.of(coll);
-                let per = if coll.spec().shape == Shape::Whole { 1 } else { n as u64 };
-                assert!(seen.get(&(coll, Algo::Ll)).copied().unwrap_or(0) > 100, "n={n} {coll:?} LL: {seen:?}");
-                if q.max > facts.policies.ll_max * per {
-                    assert!(seen.get(&(coll, Algo::Flat)).copied().unwrap_or(0) > 20, "n={n} {coll:?} flat: {seen:?}");
+            for ll128_max_bytes in [0, 4 << 20] {
+                let c = Config { ll128_max_bytes, ..Config::default() };
+                let facts = CommFacts { nranks: n, policies: Policies::for_comm(&c, n, rcclx::clique::local_fabric()) };
+                let mut rng = Rng::new(1 ^ 0x0571_2e55);
+                let mut seen = std::collections::HashMap::new();
+                for _ in 0..10_000 {
+                    let c = random_case(&mut rng, n, &facts);
+                    let Route::Own(a) = decide(&c.call(), &facts) else { panic!("{}", c.name()) };
+                    *seen.entry(format!("{}.{}", c.coll.name(), a.name())).or_insert(0) += 1;
                 }
-                if coll.spec().two_shot && q.one_shot_max < q.max {
-                    assert!(seen.get(&(coll, Algo::TwoShot)).copied().unwrap_or(0) > 20, "n={n} two-shot: {seen:?}");
+                for route in crate::opts::dda_routes(&facts.policies, n) {
+                    let least = if route.ends_with(".ll") { 100 } else { 20 };
+                    let got = seen.get(&route).copied().unwrap_or(0);
+                    assert!(got > least, "n={n} ll128 {ll128_max_bytes}: {route} {got} times: {seen:?}");
                 }
             }
         }
