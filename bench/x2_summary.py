@@ -14,6 +14,8 @@ x2 step writes them. Each JSON row has ``per_library`` times; the libraries are 
     window   rcclx, DDA limits raised, RCCLX_PROTO=window (older runs: ``rcclx`` or ``default``
              stands in: the windowed kernels were the only protocol)
     stream   rcclx, DDA limits raised, RCCLX_PROTO=stream (absent in older runs: no stream rows)
+    ll128    rcclx, DDA limits raised, RCCLX_LL128_MAX_BYTES=4M (LL128 above the LL sizes up to
+             4 MiB where the one-shot would run; absent in older runs)
     fp8/int8 rcclx with RCCL_LOW_PRECISION_ENABLE=1 and that codec (AllReduce of bf16)
 
 Medians are those of ``python -m rcclx tune`` (python/rcclx/tune.py ``select``): per size and
@@ -21,7 +23,8 @@ mode, the median over every sample (types, out of place and in place, cycles). P
 defaults, per collective: the stream protocol from the smallest size at and above which it is
 faster than the windowed kernel and than stock by ``--margin``, eager and graph (up to the largest
 size where it is); the DDA limit is then tune's: the largest size up to which that composite is
-faster than stock at every size. LL128 was not built: no column, no proposal.
+faster than stock at every size. LL128 gets a column of ratios, no proposal (on one H200 it is
+2-5x slower than LL and flat: bench/results/2026-12-02-h200x1-ll128/).
 """
 import argparse
 import json
@@ -177,7 +180,7 @@ def libs_of(rows, coll):
         if r.coll == coll:
             have |= set(r.times)
     # The windowed kernels stand in for themselves where a run has no `window` column.
-    order = [lib for lib in ["default", "window", "stream", "fp8", "int8"] if lib in have]
+    order = [lib for lib in ["default", "window", "stream", "ll128", "fp8", "int8"] if lib in have]
     return order
 
 
@@ -341,7 +344,7 @@ def report(rows, link, names, margin):
     ranks = sorted({r.nranks for r in rows})
     lines += [f"{len(names)} inputs; GPUs {', '.join(gpus) or '-'}; ranks {ranks}; types "
               f"{sorted({r.dtype for r in rows})}. Ratios: stock time / rcclx time (tune.py's median; "
-              f"eager / graph). LL128 was not built: no column.", ""]
+              f"eager / graph). LL128: a column where the run has one, no proposal.", ""]
     summary = {"inputs": names, "targets": [], "proposals": {}, "model": {}, "link": []}
 
     link_rows = parse_link(link)

@@ -418,7 +418,7 @@ fi
 # AllToAll with four libraries side by side in one process per rank: stock, rcclx with its
 # defaults (`default`), and rcclx with every DDA limit raised to 256 MiB (its kernels at every
 # size) and RCCLX_PROTO=window (`window`) or =stream (`stream`; copies of librcclx.so: one file
-# loads once). LL128 was not built: no protocol of it to force. Then FP8/INT8 AllReduce of bf16
+# loads once), and with RCCLX_LL128_MAX_BYTES=4M (`ll128`). Then FP8/INT8 AllReduce of bf16
 # (RCCL_LOW_PRECISION_ENABLE=1, from 1 MiB; -c 0: not bit-exact, the lowp steps check accuracy).
 # bench/x2_summary.py writes OUT/x2-summary.md (ratios, the targets, proposed defaults,
 # the model against the measurement) and OUT/x2-summary.json. X2_TYPES="bfloat16 float" (the
@@ -429,8 +429,10 @@ if step x2; then
   RAISED="RCCL_DDA_ALL_REDUCE_TREE_MAX_BYTES=256M;RCCL_DDA_ALL_GATHER_MAX_BYTES=256M;RCCL_DDA_REDUCE_SCATTER_MAX_BYTES=256M;RCCL_DDA_ALL_TO_ALL_MAX_BYTES=256M"
   cp "$LIB" "$X2TMP/librcclx-window.so"
   cp "$LIB" "$X2TMP/librcclx-stream.so"
+  cp "$LIB" "$X2TMP/librcclx-ll128.so"
   X2LIBS="stock=$STOCK,default=$LIB,window[$RAISED;RCCLX_PROTO=window]=$X2TMP/librcclx-window.so"
   X2LIBS="$X2LIBS,stream[$RAISED;RCCLX_PROTO=stream;RCCLX_STREAM_MIN_BYTES=0]=$X2TMP/librcclx-stream.so"
+  X2LIBS="$X2LIBS,ll128[$RAISED;RCCLX_LL128_MAX_BYTES=4M]=$X2TMP/librcclx-ll128.so"
   X2ARGS=(-P "$N" -g 1 -b 1K -e 256M -f 2 -c 1 -N "${X2_CYCLES:-2}")
   for dt in ${X2_TYPES:-bfloat16 float}; do
     for c in ${X2_COLLS:-all_reduce all_gather reduce_scatter alltoall}; do
