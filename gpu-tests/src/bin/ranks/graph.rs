@@ -35,20 +35,7 @@ fn calls(dev: &Ranks, seed: u64) -> Result<Vec<(String, Call)>, Fail> {
     for coll in Coll::ALL {
         let q = *p.of(coll);
         let per_rank = if coll.spec().shape == Shape::Whole { 1 } else { n as u64 };
-        let mut targets = vec!["ll"];
-        // The stream protocol takes the windowed kernels' sizes (`--proto stream`).
-        let (flat, tree) = if q.stream != 0 { ("stream", "stream_tree") } else { ("flat", "tree") };
-        // LL128 (`--ll128-max`) takes the one-shot's sizes above LL up to its limit.
-        let one_shot = if coll.spec().two_shot { q.one_shot_max } else { q.max };
-        if q.max > p.ll_max * per_rank && q.ll128_max > p.ll_max * per_rank {
-            targets.push("ll128");
-        }
-        if q.max > p.ll_max * per_rank && one_shot > q.ll128_max {
-            targets.push(flat);
-        }
-        if coll.spec().two_shot && q.one_shot_max < q.max {
-            targets.push(tree);
-        }
+        let mut targets = crate::opts::dda_algos(&p, coll, n);
         if q.lowp != 0 {
             targets.push(lp);
         }

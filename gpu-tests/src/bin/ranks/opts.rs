@@ -84,33 +84,40 @@ impl Suite {
     }
 }
 
-/// The DDA routes every rank must run with policies `p` at `nranks` ranks: each collective's LL,
-/// flat (or the stream protocol's one-shot) where its sizes pass LL's and, with LL128 on, LL128's
-/// limit, LL128 where its limit passes LL's, and the two-shot where it has one.
+/// The DDA routes every rank must run with policies `p` at `nranks` ranks: each collective's
+/// [`dda_algos`].
 pub fn dda_routes(p: &rcclx::intercept::Policies, nranks: usize) -> Vec<String> {
+    rcclx::intercept::Coll::ALL
+        .into_iter()
+        .flat_map(|coll| dda_algos(p, coll, nranks).into_iter().map(move |algo| format!("{}.{algo}", coll.name())))
+        .collect()
+}
+
+/// The DDA algorithms (`Algo::name`) of `coll` that some size reaches with policies `p` at
+/// `nranks` ranks: LL, flat (or the stream protocol's one-shot) where its sizes pass LL's and,
+/// with LL128 on, LL128's limit, LL128 where its limit passes LL's, and the two-shot where it has
+/// one.
+pub fn dda_algos(p: &rcclx::intercept::Policies, coll: rcclx::intercept::Coll, nranks: usize) -> Vec<&'static str> {
     use rcclx::collective::Shape;
-    let mut dda = Vec::new();
-    for coll in rcclx::intercept::Coll::ALL {
-        let q = p.of(coll);
-        let per_rank = if coll.spec().shape == Shape::Whole { 1 } else { nranks as u64 };
-        dda.push(format!("{}.ll", coll.name()));
-        // The stream protocol (`--proto stream`, from 0 bytes) takes every call the windowed
-        // kernels would: its one-shot the flat sizes, its two-shot the tree sizes.
-        let (flat, tree) = if q.stream != 0 { ("stream", "stream_tree") } else { ("flat", "tree") };
-        // LL128 (`--ll128-max`) takes the one-shot's sizes above LL up to its limit; the
-        // one-shot keeps what lies above that.
-        let one_shot = if coll.spec().two_shot { q.one_shot_max } else { q.max };
-        if q.max > p.ll_max * per_rank && q.ll128_max > p.ll_max * per_rank {
-            dda.push(format!("{}.ll128", coll.name()));
-        }
-        if q.max > p.ll_max * per_rank && one_shot > q.ll128_max {
-            dda.push(format!("{}.{flat}", coll.name()));
-        }
-        if coll.spec().two_shot && q.one_shot_max < q.max {
-            dda.push(format!("{}.{tree}", coll.name()));
-        }
+    let q = p.of(coll);
+    let per_rank = if coll.spec().shape == Shape::Whole { 1 } else { nranks as u64 };
+    let mut algos = vec!["ll"];
+    // The stream protocol (`--proto stream`, from 0 bytes) takes every call the windowed
+    // kernels would: its one-shot the flat sizes, its two-shot the tree sizes.
+    let (flat, tree) = if q.stream != 0 { ("stream", "stream_tree") } else { ("flat", "tree") };
+    // LL128 (`--ll128-max`) takes the one-shot's sizes above LL up to its limit; the
+    // one-shot keeps what lies above that.
+    let one_shot = if coll.spec().two_shot { q.one_shot_max } else { q.max };
+    if q.max > p.ll_max * per_rank && q.ll128_max > p.ll_max * per_rank {
+        algos.push("ll128");
     }
-    dda
+    if q.max > p.ll_max * per_rank && one_shot > q.ll128_max {
+        algos.push(flat);
+    }
+    if coll.spec().two_shot && q.one_shot_max < q.max {
+        algos.push(tree);
+    }
+    algos
 }
 
 #[derive(Clone, Debug)]
