@@ -132,19 +132,15 @@ impl Parse for Protos {
         let mut bare = None;
         let mut named = [None; COUNT];
         for item in s.split(',').map(str::trim) {
-            // A second entry for the same collective (or a second bare one) is a mistake.
-            let slot = match item.split_once('=') {
-                None => &mut bare,
+            let (slot, proto) = match item.split_once('=') {
+                None => (&mut bare, item),
                 Some((name, proto)) => {
                     let coll = Coll::ALL.into_iter().find(|c| c.name().eq_ignore_ascii_case(name.trim()))?;
-                    let slot = &mut named[coll as usize];
-                    if slot.replace(Proto::parse(proto)?).is_some() {
-                        return None;
-                    }
-                    continue;
+                    (&mut named[coll as usize], proto)
                 }
             };
-            if slot.replace(Proto::parse(item)?).is_some() {
+            // A second entry for the same collective (or a second bare one) is a mistake.
+            if slot.replace(Proto::parse(proto)?).is_some() {
                 return None;
             }
         }
