@@ -411,6 +411,7 @@ config_table! {
     gpu_runtime: Option<String> = None, "RCCLX_GPU_RUNTIME", "`cuda` or `hip`: the only GPU runtime rcclx may load (unset: cuda, then hip)";
     hip_lib: Option<String> = None, "RCCLX_HIP_LIB", "path of the HIP runtime to load instead of searching for `libamdhip64` (the tests load a recording one in its place)";
     rocm_path: Option<String> = None, "ROCM_PATH", "where rcclx looks for the HIP runtime and RCCL on AMD (unset: `/opt/rocm`)";
+    sim_hostid: Option<String> = None, "RCCLX_SIM_HOSTID", "a simulation setting, for tests on one machine: rcclx's host identity (ranks with equal ids form one host), in place of `NCCL_HOSTID` / host name + boot id, which the stock library keeps using; ranks of several processes may then share one GPU, every grid capped at multiprocessors / (2 x ranks) so that all run at once, beside their other kernels (MPS). One GPU so holds N one-rank hosts for the stock library (a `NCCL_HOSTID` per process) and one N-rank host for rcclx. Ranks that disagree, or cannot map each other's memory, forward (a WARN). Not for real clusters";
     fault_inject: Option<String> = None, "RCCLX_FAULT_INJECT", "tests only (a build with the cargo feature `fault-inject`, as `scripts/gpu-prep.sh` makes; ignored with a warning otherwise): a setup site, optionally `:RANK` (default every rank): `describe`, `alloc`, `lease`, `ipc` or `peer` fails there (kernels off on every rank), `exchange1`..`exchange3` cannot be posted (the communicator in error on every rank); an unknown site is an error";
 }
 
@@ -619,7 +620,7 @@ const READ_ELSEWHERE: &[(&str, &str, &str)] = &[
     (
         "NCCL_HOSTID",
         "hostname + boot id",
-        "host identity (also the stock library's): ranks with equal ids are on one host",
+        "host identity (also the stock library's): ranks with equal ids are on one host (rcclx's: unless `RCCLX_SIM_HOSTID` is set)",
     ),
 ];
 

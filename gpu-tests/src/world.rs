@@ -90,7 +90,7 @@ impl Placement {
             Layout::Streams if k > 1 => (multiprocessors / k).max(1),
             _ => 0,
         };
-        Sharing { shared_gpus: true, grid_cap }
+        Sharing { shared_gpus: true, grid_cap, cap_per_rank: false }
     }
 
     /// `N ranks on G GPU(s), layout` for reports.
@@ -280,7 +280,7 @@ mod tests {
         assert_eq!((0..8).map(|r| p.device(r)).collect::<Vec<_>>(), [0, 0, 0, 0, 1, 1, 1, 1]);
         assert_eq!(p.ranks_per_gpu(), 4);
         assert_eq!(p.processes(), vec![(0..8).collect::<Vec<_>>()]);
-        assert_eq!(p.sharing(132), Sharing { shared_gpus: true, grid_cap: 33 });
+        assert_eq!(p.sharing(132), Sharing { shared_gpus: true, grid_cap: 33, cap_per_rank: false });
         let q = Placement { nranks: 3, gpus: 2, layout: Layout::Procs };
         assert_eq!((0..3).map(|r| q.device(r)).collect::<Vec<_>>(), [0, 0, 1]);
         assert_eq!(q.ranks_per_gpu(), 2);

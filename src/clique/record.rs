@@ -42,13 +42,19 @@ pub struct Record {
     pub shared_gpus: u32,
     pub grid_cap: u32,
     pub pidns: u64,
+    /// The running kernel's identity (`host::Identity::machine`): ranks whose differ cannot map
+    /// each other's memory, whatever their host ids say.
+    pub machine: u64,
+    /// 1 when the host id is `RCCLX_SIM_HOSTID`'s (a simulated host; `host::Identity`).
+    pub simulated: u32,
+    pub pad2: u32,
     /// How each collective is routed (rank 0's: every rank decides alike); `ll_max` also sizes
     /// the LL inboxes, so it must agree.
     pub policies: Policies,
 }
 
-/// "rcclx_vc": bumped whenever the layout or meaning of a field, or the exchanges, change.
-pub const MAGIC: u64 = 0x7263_636c_785f_7663;
+/// "rcclx_vd": bumped whenever the layout or meaning of a field, or the exchanges, change.
+pub const MAGIC: u64 = 0x7263_636c_785f_7664;
 pub const BYTES: usize = std::mem::size_of::<Record>();
 const _: () = assert!(BYTES.is_multiple_of(8));
 
@@ -113,8 +119,9 @@ pub fn visible_pids(recs: &[Record], me: &Record) -> Vec<Option<u32>> {
     recs.iter().map(|r| (r.pidns == me.pidns && r.host == me.host).then_some(r.pid)).collect()
 }
 
-/// The verdict: all on one host, all capable, same arch and sizes, 2..=8 ranks, each rank
-/// on a GPU of its own unless every rank's setup allows sharing (`super::Sharing`).
+/// The verdict: all on one host (and one machine), all capable, same arch and sizes, 2..=8
+/// ranks, each rank on a GPU of its own unless every rank's setup allows sharing
+/// (`super::Sharing`).
 pub fn verdict(rank: usize, nranks: usize, recs: &[Record]) -> Result<(), String> {
     if recs.len() != nranks || !(2..=MAX_RANKS).contains(&nranks) {
         return Err(format!("{nranks} ranks (rcclx kernels serve 2..={MAX_RANKS})"));
@@ -127,8 +134,25 @@ pub fn verdict(rank: usize, nranks: usize, recs: &[Record]) -> Result<(), String
         if r.capable == 0 {
             return Err(format!("rank {p} cannot take part (no kernels for its GPU)"));
         }
+        if r.simulated != recs[0].simulated {
+            let (set, unset) = if r.simulated == 1 { (p, 0) } else { (0, p) };
+            return Err(format!("RCCLX_SIM_HOSTID is set on rank {set} and not on rank {unset}"));
+        }
+        if r.machine != me.machine {
+            return Err(if r.simulated == 1 {
+                "ranks on more than one machine (their boot ids differ), though RCCLX_SIM_HOSTID names one host: \
+                 they cannot map each other's memory"
+                    .into()
+            } else {
+                "ranks on more than one host".into()
+            });
+        }
         if r.host != me.host {
-            return Err("ranks on more than one host".into());
+            return Err(if r.simulated == 1 {
+                "ranks on more than one simulated host (RCCLX_SIM_HOSTID differs)".into()
+            } else {
+                "ranks on more than one host".into()
+            });
         }
         if r.arch != recs[0].arch
             || r.staging_bytes != recs[0].staging_bytes
@@ -148,6 +172,12 @@ pub fn verdict(rank: usize, nranks: usize, recs: &[Record]) -> Result<(), String
         }
     }
     Ok(())
+}
+
+/// Whether any rank's host is simulated (`RCCLX_SIM_HOSTID`): then a verdict that does not
+/// hold is a misconfiguration, which every rank reports as a warning.
+pub fn simulated(recs: &[Record]) -> bool {
+    recs.iter().any(|r| r.simulated == 1)
 }
 
 #[cfg(test)]
@@ -182,7 +212,7 @@ mod tests {
         assert!(verdict(0, 2, &recs(2)).is_ok());
         assert!(verdict(0, 1, &recs(1)).is_err());
         assert!(verdict(0, 9, &recs(9)).is_err());
-        for change in 0..7 {
+        for change in 0..9 {
             let mut v = recs(3);
             match change {
                 0 => v[2].capable = 0,
@@ -191,6 +221,8 @@ mod tests {
                 3 => v[2].gpu = v[0].gpu,
                 4 => v[1].shared_gpus = 1,
                 5 => v[2].grid_cap = 16,
+                6 => v[2].machine = 9,
+                7 => v[1].simulated = 1,
                 _ => v[1].magic = 1,
             }
             for rank in 0..3 {
@@ -289,6 +321,48 @@ mod tests {
         peer.pid = me.pid;
         assert!(!same_process(&me, &peer));
         assert_eq!(visible_pids(&[me, peer], &me), vec![Some(me.pid), None]);
+    }
+
+    /// Ranks of one GPU as simulated hosts (RCCLX_SIM_HOSTID), and the ways it can be set
+    /// wrong: every rank reaches the same refusal, which names the variable, and warns.
+    #[test]
+    fn simulated_hosts_join_only_ranks_of_one_machine_that_agree() {
+        let sim = |n: usize| {
+            let mut v = recs(n);
+            for r in &mut v {
+                (r.simulated, r.shared_gpus, r.grid_cap, r.gpu, r.machine) = (1, 1, 16, 100, 5);
+            }
+            v
+        };
+        let all_refuse = |v: &[Record], needle: &str| {
+            let n = v.len();
+            let first = verdict(0, n, v).expect_err("a wrong simulated host was accepted");
+            for rank in 0..n {
+                assert_eq!(verdict(rank, n, v).as_ref(), Err(&first), "rank {rank} reached another verdict");
+            }
+            assert!(first.contains(needle), "{needle:?} not in {first:?}");
+            assert!(simulated(v), "a refusal of simulated hosts is warned");
+        };
+        // One id on one machine: 8 ranks on one GPU form one clique.
+        for rank in 0..8 {
+            assert_eq!(verdict(rank, 8, &sim(8)), Ok(()));
+        }
+        assert!(!simulated(&recs(2)));
+        // Different ids on ranks that share memory.
+        let mut v = sim(8);
+        v[5].host = 8;
+        all_refuse(&v, "more than one simulated host (RCCLX_SIM_HOSTID differs)");
+        // The same id on ranks that cannot map each other (another machine: another boot id).
+        let mut v = sim(4);
+        v[3].machine = 6;
+        all_refuse(&v, "more than one machine");
+        // Set on some ranks only (their host ids may even agree).
+        let mut v = sim(3);
+        v[2].simulated = 0;
+        all_refuse(&v, "RCCLX_SIM_HOSTID is set on rank 0 and not on rank 2");
+        let mut v = sim(3);
+        v[0].simulated = 0;
+        all_refuse(&v, "RCCLX_SIM_HOSTID is set on rank 1 and not on rank 0");
     }
 
     #[test]

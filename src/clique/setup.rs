@@ -79,6 +79,28 @@ pub struct Sharing {
     /// grids on one GPU at once, `multiprocessors / k` guarantees they are all resident: no
     /// block is bigger than a multiprocessor, so that many blocks always find room.
     pub grid_cap: u32,
+    /// The cap is [`per_rank_cap`] (replacing `grid_cap` once the GPU is known): all ranks may
+    /// be on one GPU, their kernels running at once (processes under MPS).
+    pub cap_per_rank: bool,
+}
+
+/// Every grid's cap when all `nranks` ranks may sit on one GPU as processes whose kernels run
+/// at once (MPS): half a multiprocessor's share each, so all of them are resident together
+/// with room to spare for the other kernels of those processes (their compute, the stock
+/// library's). With the whole share (`multiprocessors / nranks`, what suffices for streams of
+/// one process), low-precision AllReduce at 8 ranks waited forever under MPS while a DDP
+/// backward ran (one H100, issue 46).
+pub fn per_rank_cap(multiprocessors: u32, nranks: usize) -> u32 {
+    (multiprocessors / (2 * nranks as u32)).max(1)
+}
+
+impl Sharing {
+    /// The library's: each rank on a GPU of its own; with a simulated host
+    /// (`RCCLX_SIM_HOSTID`), ranks of several processes on one GPU, every grid capped so that
+    /// all of them fit on it at once.
+    pub fn of_library(simulated: bool) -> Sharing {
+        Sharing { shared_gpus: simulated, grid_cap: 0, cap_per_rank: simulated }
+    }
 }
 
 /// This rank's part of a setup.
@@ -277,7 +299,11 @@ impl Setup {
             return Ok((None, forward));
         }
         let transport = StockTransport::new(&members);
-        Ok((Some(Setup::with(members, Box::new(transport), Sharing::default())?), forward))
+        let simulated = host::Identity::of_process(crate::config::get().sim_hostid.as_deref()).simulated;
+        if simulated {
+            warn_simulated_once();
+        }
+        Ok((Some(Setup::with(members, Box::new(transport), Sharing::of_library(simulated))?), forward))
     }
 
     /// Starts setting up `members` (ranks of one or more cliques, all driven by the calling
@@ -285,13 +311,14 @@ impl Setup {
     /// nothing was posted.
     pub fn with(members: Vec<Member>, mut transport: Box<dyn Transport>, sharing: Sharing) -> Result<Setup, Error> {
         let cfg = crate::config::get();
+        let identity = host::Identity::of_process(cfg.sim_hostid.as_deref());
         let mut locals = Vec::new();
         for member in members {
             crate::log::set_device(member.device);
             let fault = Fault::from_config(cfg.fault_inject.as_deref(), member.rank)
                 .map_err(|e| Error::new(ncclResult_t::InvalidArgument, e))?;
             let mut l = Local::new(member, fault);
-            describe(&mut l, sharing);
+            describe(&mut l, identity, sharing);
             locals.push(l);
         }
         for l in &locals {
@@ -331,11 +358,15 @@ impl Setup {
                         match record::verdict(l.member.rank, l.member.nranks, recs) {
                             Ok(()) => allocate_for(l, recs),
                             Err(why) => {
-                                tracing::info!(
-                                    "comm {:p} rank {}: rcclx kernels off: {why}",
-                                    l.member.comm,
-                                    l.member.rank
-                                );
+                                let (comm, rank) = (l.member.comm, l.member.rank);
+                                // Simulated hosts that do not hold are a test rig set up wrong.
+                                if record::simulated(recs) {
+                                    tracing::warn!(
+                                        "comm {comm:p} rank {rank}: rcclx kernels off, every call forwards: {why}"
+                                    );
+                                } else {
+                                    tracing::info!("comm {comm:p} rank {rank}: rcclx kernels off: {why}");
+                                }
                                 l.record.capable = 0;
                             }
                         }
@@ -378,7 +409,15 @@ impl Setup {
                         let clique = match (all_ok, m) {
                             (true, Some(m)) => Some(assemble(l, m, &r0, self.started)),
                             _ => {
-                                tracing::info!("comm {comm:p}: rcclx kernels off (a rank could not map its peers)");
+                                if r0.simulated == 1 && r0.capable == 1 {
+                                    // The verdict held: RCCLX_SIM_HOSTID joined ranks that cannot map each other.
+                                    tracing::warn!(
+                                        "comm {comm:p}: rcclx kernels off, every call forwards: a rank could not map \
+                                         its peers, though RCCLX_SIM_HOSTID puts them on one host"
+                                    );
+                                } else {
+                                    tracing::info!("comm {comm:p}: rcclx kernels off (a rank could not map its peers)");
+                                }
                                 None // `l` is dropped: its published buffers are buried
                             }
                         };
@@ -483,13 +522,29 @@ pub fn local_fabric() -> Fabric {
     }
 }
 
+/// The one WARN of a process whose host is simulated: what `RCCLX_SIM_HOSTID` does.
+fn warn_simulated_once() {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    WARNED.call_once(|| {
+        tracing::warn!(
+            "RCCLX_SIM_HOSTID={:?} (a simulation setting): rcclx groups ranks into hosts by this id, not by \
+             NCCL_HOSTID or the host name as the stock library does, and lets ranks of several processes share \
+             one GPU (every grid capped at half of multiprocessors / ranks). Ranks that disagree or cannot map each \
+             other's memory forward. Not for real clusters",
+            crate::config::get().sim_hostid.as_deref().unwrap_or_default()
+        )
+    });
+}
+
 /// Fills this rank's record (step 1; capable = 0 when it cannot take part). Allocates nothing.
-fn describe(l: &mut Local, sharing: Sharing) {
+fn describe(l: &mut Local, identity: host::Identity, sharing: Sharing) {
     let cfg = crate::config::get();
     let m = l.member;
     let rec = &mut l.record;
     rec.magic = record::MAGIC;
-    rec.host = host::host_id();
+    rec.host = identity.host;
+    rec.machine = identity.machine;
+    rec.simulated = identity.simulated as u32;
     rec.nonce = lease::nonce();
     rec.pid = std::process::id();
     rec.pidns = host::pid_namespace();
@@ -520,6 +575,9 @@ fn describe(l: &mut Local, sharing: Sharing) {
             let n = info.arch.len().min(31);
             rec.arch[..n].copy_from_slice(&info.arch.as_bytes()[..n]);
             rec.multiprocessors = info.multiprocessors as u64;
+            if sharing.cap_per_rank {
+                rec.grid_cap = per_rank_cap(info.multiprocessors as u32, m.nranks);
+            }
             if let Some(tuned) = cfg.tuning.limits_for(&info.name, m.nranks) {
                 rec.policies = policies.tuned(cfg, tuned); // rank 0's are adopted by every rank
             }
@@ -779,7 +837,7 @@ impl Setup {
         let mut locals = Vec::new();
         for member in members {
             let mut l = Local::new(member, fault);
-            describe(&mut l, Sharing::default());
+            describe(&mut l, host::Identity::of_process(None), Sharing::default());
             locals.push(l);
         }
         fault.exchange(1)?;
@@ -1056,6 +1114,110 @@ mod tests {
             ncclResult_t::InvalidUsage
         )));
         assert!(!lacks_stock_calls(&Error::internal("an exchange buffer could not be allocated")));
+    }
+
+    /// The WARN lines logged on this thread (what `tracing::warn!` writes).
+    #[derive(Clone, Default)]
+    struct Warnings(Arc<parking_lot::Mutex<Vec<String>>>);
+    impl tracing::Subscriber for Warnings {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, event: &tracing::Event<'_>) {
+            struct Message(String);
+            impl tracing::field::Visit for Message {
+                fn record_debug(&mut self, _: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                    self.0 += &format!("{value:?}");
+                }
+            }
+            if *event.metadata().level() == tracing::Level::WARN {
+                let mut m = Message(String::new());
+                event.record(&mut m);
+                self.0.lock().push(m.0);
+            }
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    /// `RCCLX_SIM_HOSTID` set wrong (issue 46): different ids on ranks that share memory, the
+    /// same id on ranks of different machines, or the id on some ranks only. Each rank is a
+    /// setup of its own, as processes are; each record says what a rank on a GPU would (this
+    /// machine may have none). Every rank takes all three exchanges, warns that its kernels are
+    /// off (the verdict refuses, before anything is allocated) and forwards; nobody waits past
+    /// the exchanges.
+    #[test]
+    fn simulated_hosts_set_wrong_forward_on_every_rank() {
+        let sim = |id: &str| host::Identity::of_process(Some(id));
+        let other_machine = |id: &str| host::Identity { machine: sim(id).machine ^ 1, ..sim(id) };
+        // (what, whether rank r of n is the odd one, the identity of the odd ranks and of the
+        // others); the first is set right: a control, whose verdict holds.
+        let cases: [(&str, fn(usize, usize) -> bool, &dyn Fn(bool) -> host::Identity); 4] = [
+            ("one id on one machine", |_, _| false, &|_| sim("a")),
+            ("different ids", |r, n| r == n - 1, &|odd| sim(if odd { "b" } else { "a" })),
+            ("another machine", |r, _| r == 1, &|odd| if odd { other_machine("a") } else { sim("a") }),
+            ("set on some ranks", |r, _| r % 2 == 1, &|odd| {
+                if odd { sim("a") } else { host::Identity::of_process(None) }
+            }),
+        ];
+        for (what, odd, identity) in cases {
+            for n in [2, 4, 8] {
+                let board = Board::default();
+                let mut setups = Vec::new();
+                let mut posted = Vec::new();
+                for r in 0..n {
+                    let p = Arc::new(AtomicUsize::new(0));
+                    let mut t = OnBoard {
+                        board: board.clone(),
+                        cliques: vec![0],
+                        ranks: vec![r],
+                        nranks: n,
+                        round: vec![0],
+                        posted: p.clone(),
+                    };
+                    let me = identity(odd(r, n));
+                    let mut l = super::Local::new(member(0, r, n), Fault::default());
+                    describe(&mut l, me, Sharing::of_library(me.simulated));
+                    // What a rank on an H200 says (describe found no GPU here, or one without
+                    // this rank's kernels loaded).
+                    l.record.capable = 1;
+                    l.record.arch[..5].copy_from_slice(b"sm_90");
+                    l.record.multiprocessors = 132;
+                    l.record.gpu = 77;
+                    l.record.grid_cap = if me.simulated { per_rank_cap(132, n) } else { 0 };
+                    t.start(vec![l.record.as_bytes().to_vec()]).unwrap();
+                    let limit = Some(Duration::from_secs(5));
+                    setups.push(Some(Setup {
+                        locals: vec![l],
+                        transport: Box::new(t),
+                        stage: Stage::Records,
+                        started: Instant::now(),
+                        limit,
+                    }));
+                    posted.push(p);
+                }
+                let warnings = Warnings::default();
+                let ends = tracing::subscriber::with_default(warnings.clone(), || {
+                    run_all(setups, vec![Err(ncclResult_t::InternalError); n])
+                });
+                assert!(posted.iter().all(|p| p.load(Ordering::Relaxed) == 3), "{what}: a rank skipped an exchange");
+                let refusals =
+                    warnings.0.lock().iter().filter(|w| w.contains("kernels off, every call forwards")).count();
+                if what == cases[0].0 {
+                    // Its ranks allocate (which fails without a GPU): the same outcome everywhere.
+                    assert!(ends.iter().all(|e| *e == ends[0] && e.is_ok()), "{what}, {n} ranks: {ends:?}");
+                    assert_eq!(refusals, 0, "{what}, {n} ranks: {:?}", warnings.0.lock());
+                } else {
+                    assert!(ends.iter().all(|e| *e == Ok(false)), "{what}, {n} ranks: {ends:?}");
+                    assert_eq!(refusals, n, "{what}, {n} ranks: every rank warns once: {:?}", warnings.0.lock());
+                }
+            }
+        }
     }
 
     #[test]

@@ -160,7 +160,11 @@ impl Lab {
 
     /// Three worlds' kernels at once on the GPU: grids capped to a third of the usual.
     fn third(&self) -> Sharing {
-        Sharing { shared_gpus: true, grid_cap: (self.multiprocessors / (3 * self.nranks as u32)).max(1) }
+        Sharing {
+            shared_gpus: true,
+            grid_cap: (self.multiprocessors / (3 * self.nranks as u32)).max(1),
+            cap_per_rank: false,
+        }
     }
 
     /// Uploads rank `k`'s input for `salt` (synchronously; nothing runs on the buffers now).

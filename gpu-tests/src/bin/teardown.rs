@@ -741,7 +741,7 @@ fn shm_residue() -> Result<Outcome, Fail> {
     // Rank 1 takes part in the first exchange only: rank 0 then joins the lease and waits.
     let t = FileTransport::new(&dir, vec![1], 2);
     let member = Member { comm: 0x5eed as ncclComm_t, rank: 1, nranks: 2, device: 0 };
-    let setup = Setup::with(vec![member], Box::new(t), Sharing { shared_gpus: true, grid_cap: 0 })
+    let setup = Setup::with(vec![member], Box::new(t), Sharing { shared_gpus: true, ..Sharing::default() })
         .map_err(|e| Fail(format!("rank 1's setup: {e}")))?;
     let pid: u32 =
         victim.lines().expect("JOINED", "victim", WAIT)?.trim().parse().map_err(|_| Fail("the victim's pid".into()))?;
@@ -768,7 +768,7 @@ fn shm_victim(rt: &'static Runtime, dir: &Path) -> Result<(), Fail> {
     let _ = rt;
     let t = FileTransport::new(dir, vec![0], 2);
     let member = Member { comm: 0x5eed as ncclComm_t, rank: 0, nranks: 2, device: 0 };
-    let mut setup = Setup::with(vec![member], Box::new(t), Sharing { shared_gpus: true, grid_cap: 0 })
+    let mut setup = Setup::with(vec![member], Box::new(t), Sharing { shared_gpus: true, ..Sharing::default() })
         .map_err(|e| Fail(format!("rank 0's setup: {e}")))?;
     let me = std::process::id();
     let deadline = Instant::now() + WAIT;
@@ -826,7 +826,7 @@ fn abort_pending_setup(rt: &'static Runtime) -> Result<Outcome, Fail> {
     let p = placement(Layout::Streams, 2);
     let mps = rt.device_info(0)?.multiprocessors;
     // Room on the GPU for the stuck world and, later, its missing rank.
-    let sharing = Sharing { shared_gpus: true, grid_cap: (mps / 4).max(1) };
+    let sharing = Sharing { shared_gpus: true, grid_cap: (mps / 4).max(1), cap_per_rank: false };
     // The pending setup: rank 0 of 2, polled until it has posted its second exchange (buffers
     // allocated, lease joined, handles published); rank 1 posts its first exchange, then waits.
     let pend_dir = dir.join("pending");
@@ -1042,7 +1042,7 @@ fn destroy_race(rt: &'static Runtime, o: &Opts) -> Result<Outcome, Fail> {
     let dir = fresh_dir("teardown-race")?;
     let mps = rt.device_info(0)?.multiprocessors;
     // Two threads' worlds of 2 ranks at once on the GPU: grids fit together.
-    let sharing = Sharing { shared_gpus: true, grid_cap: (mps / 4).max(1) };
+    let sharing = Sharing { shared_gpus: true, grid_cap: (mps / 4).max(1), cap_per_rank: false };
     let p = placement(Layout::Streams, 2);
     // Both threads' buffers are allocated before and freed after the race: `cuMemFree` waits
     // for the whole device, so a thread freeing its buffers while the other has launched one
