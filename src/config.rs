@@ -639,6 +639,7 @@ const TOOL_NAMES: &[&str] = &[
     "RCCLX_PRINT_IDENTITY",
     "RCCLX_LIB",
     "RCCLX_BENCH_LIBS",
+    "RCCLX_BENCH_SIM_HOSTS",
     "RCCLX_ARTIFACTS",
     "RCCLX_LP_FORCE",
     // The wheel's and the zig link's build variables (python/README.md).

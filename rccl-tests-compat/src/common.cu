@@ -549,6 +549,17 @@ void procSetup(Proc& P, int proc, const Topo& topo, Shared* sh, const std::strin
   P.topo = topo;
   P.proc = proc;
   P.sh = sh;
+  // Simulated hosts (RCCLX_BENCH_SIM_HOSTS=PREFIX; scripts/gpu-tests.sh, step sim): every
+  // process is a host of its own for the stock library, NCCL_HOSTID=PREFIX-<process> (set before
+  // any library reads it), and every rank uses GPU $NCCL_TESTS_DEVICE. The stock library refuses
+  // two ranks of one host on one GPU, hence one rank per process.
+  const char* sim = getenv("RCCLX_BENCH_SIM_HOSTS");
+  const bool simHosts = sim && *sim;
+  const int per = topo.nthreads * topo.ngpus;
+  if (simHosts) {
+    CHECK(per == 1, "RCCLX_BENCH_SIM_HOSTS needs one rank per process (-t 1 -g 1), not %d", per);
+    setenv("NCCL_HOSTID", (std::string(sim) + "-" + std::to_string(proc)).c_str(), 1);
+  }
   P.libs = parseLibs(libSpec);
   for (Lib& L : P.libs) L.load();
   int ndev = 0;
@@ -556,9 +567,12 @@ void procSetup(Proc& P, int proc, const Topo& topo, Shared* sh, const std::strin
   if (e != cudaSuccess)
     FAIL("no usable CUDA device: cudaGetDeviceCount: %s: %s", cudaGetErrorName(e), cudaGetErrorString(e));
   const char* d0 = getenv("NCCL_TESTS_DEVICE");
-  const int gpu0 = d0 ? atoi(d0) : 0, per = topo.nthreads * topo.ngpus;
-  CHECK(gpu0 + (proc + 1) * per <= ndev, "process %d needs GPUs %d..%d but only %d are visible",
-        proc, gpu0 + proc * per, gpu0 + (proc + 1) * per - 1, ndev);
+  const int gpu0 = d0 ? atoi(d0) : 0;
+  if (simHosts)
+    CHECK(gpu0 < ndev, "GPU %d is not visible (%d are)", gpu0, ndev);
+  else
+    CHECK(gpu0 + (proc + 1) * per <= ndev, "process %d needs GPUs %d..%d but only %d are visible",
+          proc, gpu0 + proc * per, gpu0 + (proc + 1) * per - 1, ndev);
   P.thr.assign(topo.nthreads, Thr());
   for (int t = 0; t < topo.nthreads; t++) {
     Thr& T = P.thr[t];
@@ -567,7 +581,7 @@ void procSetup(Proc& P, int proc, const Topo& topo, Shared* sh, const std::strin
     T.gtid = proc * topo.nthreads + t;
     for (int i = 0; i < topo.ngpus; i++) {
       T.rank[i] = T.gtid * topo.ngpus + i;
-      T.gpu[i] = gpu0 + T.rank[i];  // = gpu0 + (proc*nthreads + t)*ngpus + i
+      T.gpu[i] = simHosts ? gpu0 : gpu0 + T.rank[i];  // = gpu0 + (proc*nthreads + t)*ngpus + i
     }
   }
 }
