@@ -670,11 +670,51 @@ def accuracy_line(ref_kind, got, ref, input_rel):
             f"positions={t.numel()} ranks_same={int(same)} {lowp_env()}")
 
 
+DECODE_OUTPUT_STEPS = 8
+
+
+def decode_output(ctx, model, tokens, steps=DECODE_OUTPUT_STEPS):
+    """Decode logits as serving runs them: a prefill of tokens [1, T] fills the KV cache, then
+    `steps` decode steps replayed from one CUDA graph (eagerly on the CPU), each fed the next
+    token of a fixed sequence (teacher-forced, so runs compare position by position). Returns the
+    gathered logits of every step [steps, V] in fp32, on the CPU."""
+    T = tokens.shape[1]
+    model.alloc_cache(1, T + steps + 8)
+    model.forward(tokens)
+    gen_t = torch.Generator(device=ctx.device).manual_seed(13)
+    feed = torch.randint(0, model.cfg.vocab, (steps,), generator=gen_t, device=ctx.device)
+    tok = feed[:1].clone()
+    pos = torch.full((1,), T, dtype=torch.long, device=ctx.device)
+    step = make_decode_step(model, tok, pos, advance=False)
+    if ctx.cuda:
+        # capture() runs the step 3 times to warm up: those write position T, which the first
+        # replay writes again with the same token.
+        g, out = capture(ctx, step)
+        run = lambda: (g.replay(), out)[1]  # noqa: E731
+    else:
+        run = step
+    logits = []
+    for i in range(steps):
+        tok.copy_(feed[i:i + 1])
+        pos.fill_(T + i)
+        logits.append(model.comm.gather_last_dim(run())[0].float().clone())
+    model.caches = None
+    return torch.stack(logits).cpu()
+
+
+def decode_line(got, ref):
+    rel = ((got.double() - ref.double()).norm() / ref.double().norm()).item()
+    agree = (got.argmax(-1) == ref.argmax(-1)).double().mean().item()
+    return f"RESULT decode-accuracy ref=saved steps={got.shape[0]} decode_logits_rel_l2={rel:.3e} decode_argmax_agree={agree:.4f}"
+
+
 def run_output(ctx, args, model):
-    """--save-output: rank 0 saves the prefill's output, and compares a second identical prefill
-    with it (ref=repeat: the run-to-run noise of the exact path, 0 when deterministic).
-    --compare-output: rank 0 compares this run's prefill output with a saved one (ref=saved);
-    with --perturb the embedding output is perturbed first (perturb_bf16)."""
+    """--save-output: rank 0 saves the prefill's output and the logits of decode steps replayed
+    from a CUDA graph (`decode_output`), and compares a second identical prefill with the saved
+    one (ref=repeat: the run-to-run noise of the exact path, 0 when deterministic).
+    --compare-output: rank 0 compares this run's prefill output and decode logits with the saved
+    ones (ref=saved); with --perturb the embedding output is perturbed first (perturb_bf16; the
+    decode steps are not perturbed, and not compared)."""
     T = args.prefill_tokens
     tokens = prefill_input(ctx, model, T)
     embeds, input_rel = None, 0.0
@@ -682,17 +722,22 @@ def run_output(ctx, args, model):
         embeds, input_rel = perturb_bf16(F.embedding(tokens, model.rep["embed"]))
     meta = {"tokens": T, "seed": args.seed, "config": dict(model.cfg.__dict__)}
     got = prefill_output(model, tokens, embeds)
+    decoded = None if args.perturb else decode_output(ctx, model, tokens)
     if args.compare_output and ctx.rank == 0:
         ref = torch.load(args.compare_output, map_location="cpu")
         if ref["meta"] != meta:
             raise SystemExit(f"--compare-output {args.compare_output}: saved for {ref['meta']}, this run is {meta}")
         ctx.log(accuracy_line("saved", got, (ref["hidden"], ref["last_logits"], ref["top1"]), input_rel))
+        if decoded is not None and "decode_logits" in ref:
+            ctx.log(decode_line(decoded, ref["decode_logits"]))
     if args.save_output:
         again = prefill_output(model, tokens, embeds)
         if ctx.rank == 0:
-            torch.save({"meta": meta, "hidden": got[0], "last_logits": got[1], "top1": got[2]}, args.save_output)
+            torch.save({"meta": meta, "hidden": got[0], "last_logits": got[1], "top1": got[2],
+                        "decode_logits": decoded}, args.save_output)
             ctx.log(f"INFO output saved: {args.save_output} (hidden {tuple(got[0].shape)} {got[0].dtype}, "
-                    f"last-token logits {tuple(got[1].shape)}, top-1 of {got[2].numel()} positions)")
+                    f"last-token logits {tuple(got[1].shape)}, top-1 of {got[2].numel()} positions, "
+                    f"logits of {DECODE_OUTPUT_STEPS} decode steps)")
             ctx.log(accuracy_line("repeat", again, got, input_rel))
 
 
@@ -824,7 +869,7 @@ def main():
             if bad:
                 ap.error(f"unknown --mode {bad}")
             batches = [int(b) for b in args.batches.split(",") if b.strip()]
-            max_pos = max(args.prefill_tokens, args.context + max(args.steps, args.warmup) + 8)
+            max_pos = max(args.prefill_tokens + DECODE_OUTPUT_STEPS + 8, args.context + max(args.steps, args.warmup) + 8)
             model = TPModel(cfg, Comm(ctx.tp, ctx.distributed), rep, shards, ctx.device, max_pos)
             ctx.sync()
             ctx.log(f"INFO weights built in {time.time() - t0:.1f} s "
