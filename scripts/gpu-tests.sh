@@ -7,8 +7,10 @@
 # Environment:
 #   NRANKS=2          ranks (GPUs) to use; 4 and 8 need that many GPUs
 #   STEPS="..."       subset of: info selftest check stress graph timeout fidelity lowp lpgraph bench benchsym
-#                     lpbench torch vllm a2av moebench e2e train plots ranks lifecycle time tune x2
-#                     (default: all but time, tune and x2)
+#                     lpbench torch vllm a2av moebench e2e train plots ranks lifecycle time tune x2 sim
+#                     (default: all but time, tune, x2 and sim)
+#                     sim: simulated hosts on one GPU (issue 46): every program twice, stock alone and
+#                     rcclx preloaded, one process per rank, N ranks on GPU 0 (needs 1 GPU; see the step)
 #                     x2: issue 41 on 2 GPUs in one 10-minute call (link, protocol sweeps, summary;
 #                     see the step and bench/README.md "2-GPU run")
 #                     ranks: 3-8 ranks on the GPUs present, several per GPU (needs 1 GPU; see below)
@@ -481,6 +483,128 @@ if step lifecycle; then
   else
     printf '%-28s skipped: no mount namespace here (needs root)\n' teardown-shm-full | tee -a "$SUMMARY"
   fi
+fi
+
+# Simulated hosts (issue 46; not in the default STEPS): N ranks as N processes on GPU 0, each a
+# host of its own for the stock library (scripts/sim-host.sh: NCCL_HOSTID per process, so it runs
+# them over sockets on loopback) and all of them one host for rcclx (RCCLX_SIM_HOSTID). Each
+# program runs twice, stock alone and rcclx preloaded; bench/sim_compare.py compares them and
+# fails when a case is wrong, a loss or logit leaves its bound, or rcclx's routes did not run
+# (OUT/sim/summary.md). Under MPS when it starts (kernels of all processes at once; rcclx caps
+# every grid at multiprocessors / (2 x ranks)), else time-sliced (correct, slower). Parts
+# (SIM_PARTS, default all; world sizes SIM_WORLDS="8 4 2 6 3", 3 and 6 with fewer sizes). They run
+# in this order, with torch at the largest world size first and at the others last:
+#   torch  tests/gpu/torch_cases.py: every collective, dtype and op, in place, odd sizes,
+#          subgroups, coalesced calls, a CUDA graph, a non-blocking communicator (every world size)
+#   train  bench/train_e2e.py, DDP and FSDP2, 20 steps at the largest world size: stock, rcclx, and
+#          rcclx with RCCL_LOW_PRECISION_ENABLE=1 (RCCLX_LP_MIN_BYTES=1M: every bucket and shard)
+#   tp     bench/e2e/tp_model.py at TP = the largest world size: stock saves its prefill output and
+#          the logits of decode steps replayed from a CUDA graph; stock with its input moved by one
+#          bf16 step (the model's own sensitivity) and rcclx compare theirs with it
+#   bench  rccl-tests-compat at the largest world size: rcclx_check (stock against rcclx, routes
+#          checked against the model) and every *_perf with its checks on (-c 1)
+#   wrong  RCCLX_SIM_HOSTID set wrong, 4 ranks: a different id per rank (ranks that share memory),
+#          and one id with rank 1 unable to open its peers' IPC handles (RCCLX_FAULT_INJECT=ipc:1:
+#          ranks that cannot map each other): every rank forwards, with a WARN, and every case
+#          is right (tests/gpu/torch_cases.py --quick, section coll)
+# The 8-rank sizes (OUT/sim/, bench/README.md "Simulated hosts") keep the stock library's runs
+# over loopback sockets short.
+if step sim; then
+  SIM=$OUT/sim
+  mkdir -p "$SIM"
+  MPS=0
+  if [ "${SIM_MPS:-1}" = 1 ] && command -v nvidia-cuda-mps-control >/dev/null; then
+    export CUDA_MPS_PIPE_DIRECTORY=/tmp/rcclx-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/rcclx-mps-log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    if nvidia-cuda-mps-control -d >"$SIM/mps.log" 2>&1 &&
+      timeout 60 python3 -c 'import torch; assert torch.ones(1, device="cuda").sum().item() == 1' >>"$SIM/mps.log" 2>&1; then
+      MPS=1
+    else
+      echo quit | timeout 10 nvidia-cuda-mps-control >/dev/null 2>&1
+      unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    fi
+  fi
+  echo "sim: MPS=$MPS (1: kernels of the ranks' processes run at once; 0: time-sliced)" | tee -a "$SUMMARY" "$SIM/mps.log"
+  # Every run gets a fresh MPS server: after a client dies, the old one refuses new clients.
+  srun() {
+    if [ "$MPS" = 1 ]; then
+      { echo quit | timeout 10 nvidia-cuda-mps-control; sleep 1; nvidia-cuda-mps-control -d; } >>"$SIM/mps.log" 2>&1
+    fi
+    run "$@"
+  }
+  export NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1
+  # A wait that never ends fails the call in 20 s instead of at the run's timeout.
+  RX=(LD_PRELOAD="$LIB" RCCLX_SIM_HOSTID=sim RCCLX_TIMEOUT_MS=20000 NCCL_DEBUG=WARN)
+  TR=(python3 -m torch.distributed.run --standalone --no-python)
+  WORLDS=${SIM_WORLDS:-8 4 2 6 3}
+  W=$(echo $WORLDS | tr ' ' '\n' | sort -n | tail -1)
+  PARTS=" ${SIM_PARTS:-torch train tp bench wrong} "
+  part() { [[ $PARTS == *" $1 "* ]]; }
+  lib_env() { if [ "$1" = rcclx ]; then echo "${RX[@]}"; fi; }
+  # The largest world size first, then the other parts, then the other world sizes.
+  torch_cases() {
+    local w=$1 q=()
+    [ $((w & (w - 1))) != 0 ] && q=(--quick)
+    for lib in stock rcclx; do
+      srun sim-torch-$lib-w$w 150 env $(lib_env $lib) "${TR[@]}" --nproc_per_node=$w bash scripts/sim-host.sh \
+        python3 tests/gpu/torch_cases.py --out "$SIM" --label $lib "${q[@]}"
+    done
+  }
+  if part torch; then torch_cases $W; fi
+  if part train; then
+    # 13 M parameters: DDP buckets of 4 MiB and FSDP2 blocks of 7 MiB (fp32) stay under rcclx's
+    # 8-rank limits (AllReduce and ReduceScatter 8 MiB), so its kernels carry them.
+    TA=(--layers 4 --hidden 384 --heads 6 --vocab 8192 --seq 256 --batch 4 --steps 20 --warmup 5 --bucket-mb 4 --out "$SIM/train")
+    for mode in ddp fsdp2; do
+      srun sim-train-$mode-stock 150 "${TR[@]}" --nproc_per_node=$W bash scripts/sim-host.sh \
+        python3 bench/train_e2e.py --mode $mode --label stock --expect stock "${TA[@]}"
+      srun sim-train-$mode-rcclx 150 env "${RX[@]}" "${TR[@]}" --nproc_per_node=$W bash scripts/sim-host.sh \
+        python3 bench/train_e2e.py --mode $mode --label rcclx --expect rcclx "${TA[@]}"
+      srun sim-train-$mode-rcclx-lowp 150 env "${RX[@]}" RCCL_LOW_PRECISION_ENABLE=1 RCCLX_LP_MIN_BYTES=1M "${TR[@]}" \
+        --nproc_per_node=$W bash scripts/sim-host.sh python3 bench/train_e2e.py --mode $mode --label rcclx-lowp \
+        --expect rcclx "${TA[@]}"
+    done
+  fi
+  if part tp; then
+    TPA=(--layers 4 --hidden 1024 --heads 8 --kv-heads 8 --intermediate 2048 --vocab 8192 --prefill-tokens 256
+      --batches 1,8 --steps 20 --warmup 3 --context 128 --prefill-iters 2)
+    REF=$SIM/tp-stock-output.pt
+    srun sim-tp-stock 150 "${TR[@]}" --nproc_per_node=$W bash scripts/sim-host.sh \
+      python3 bench/e2e/tp_model.py "${TPA[@]}" --mode decode,prefill --save-output "$REF"
+    srun sim-tp-stock-perturb 150 "${TR[@]}" --nproc_per_node=$W bash scripts/sim-host.sh \
+      python3 bench/e2e/tp_model.py "${TPA[@]}" --mode prefill --compare-output "$REF" --perturb
+    srun sim-tp-rcclx 150 env "${RX[@]}" "${TR[@]}" --nproc_per_node=$W bash scripts/sim-host.sh \
+      python3 bench/e2e/tp_model.py "${TPA[@]}" --mode decode,prefill --compare-output "$REF"
+    rm -f "$REF"
+  fi
+  if part bench; then
+    BX=(env RCCLX_BENCH_SIM_HOSTS=simbench RCCLX_SIM_HOSTID=sim RCCLX_TIMEOUT_MS=20000)
+    srun sim-check-w$W 300 "${BX[@]}" "$B/rcclx_check" --libs "$LIBS" -P "$W" -g 1 \
+      --coll all_reduce,all_gather,reduce_scatter,alltoall,broadcast,reduce -d float,bfloat16,half,int32,int8 -o all \
+      --counts 1,7,1023,16387,262147 --inplace both
+    for c in all_reduce all_gather reduce_scatter alltoall broadcast reduce; do
+      srun sim-perf-$c-w$W 120 "${BX[@]}" "$B/${c}_perf" --libs "$LIBS" -P "$W" -g 1 -b 1K -e 4M -f 4 -n 5 -w 2 -c 1 \
+        -d float -J "$SIM/perf-$c-w$W.json"
+    done
+  fi
+  if part wrong; then
+    WQ=(python3 tests/gpu/torch_cases.py --out "$SIM" --quick --sections coll)
+    srun sim-wrong-ids 150 env "${RX[@]}" NCCL_DEBUG=WARN "${TR[@]}" --nproc_per_node=4 bash scripts/sim-host.sh \
+      bash -c 'export RCCLX_SIM_HOSTID=sim-$RANK; exec "$@"' _ "${WQ[@]}" --label wrong-ids
+    srun sim-wrong-unmapped 150 env "${RX[@]}" NCCL_DEBUG=WARN RCCLX_FAULT_INJECT=ipc:1 "${TR[@]}" --nproc_per_node=4 \
+      bash scripts/sim-host.sh "${WQ[@]}" --label wrong-unmapped
+  fi
+  if part torch; then
+    for w in $WORLDS; do if [ "$w" != "$W" ]; then torch_cases $w; fi; done
+  fi
+  if [ "$MPS" = 1 ]; then
+    echo quit | timeout 10 nvidia-cuda-mps-control >/dev/null 2>&1
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  fi
+  # Outside the budget: seconds of Python, so a cut run still leaves its summary.
+  timeout 120 python3 bench/sim_compare.py "$OUT" --out "$SIM/summary.md" --mps "$MPS" >"$OUT/sim-compare.log" 2>&1
+  rc=$?
+  printf '%-28s rc=%-3s %s\n' sim-compare "$rc" "$(tail -1 "$OUT/sim-compare.log")" | tee -a "$SUMMARY"
 fi
 
 # Plots of the benchmark's JSON files (needs matplotlib).
