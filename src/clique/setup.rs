@@ -576,7 +576,7 @@ fn describe(l: &mut Local, identity: host::Identity, sharing: Sharing) {
             rec.arch[..n].copy_from_slice(&info.arch.as_bytes()[..n]);
             rec.multiprocessors = info.multiprocessors as u64;
             if sharing.cap_per_rank {
-                rec.grid_cap = per_rank_cap(info.multiprocessors as u32, m.nranks);
+                rec.grid_cap = per_rank_cap(info.multiprocessors, m.nranks);
             }
             if let Some(tuned) = cfg.tuning.limits_for(&info.name, m.nranks) {
                 rec.policies = policies.tuned(cfg, tuned); // rank 0's are adopted by every rank
@@ -1157,7 +1157,8 @@ mod tests {
         let other_machine = |id: &str| host::Identity { machine: sim(id).machine ^ 1, ..sim(id) };
         // (what, whether rank r of n is the odd one, the identity of the odd ranks and of the
         // others); the first is set right: a control, whose verdict holds.
-        let cases: [(&str, fn(usize, usize) -> bool, &dyn Fn(bool) -> host::Identity); 4] = [
+        type Case<'a> = (&'a str, fn(usize, usize) -> bool, &'a dyn Fn(bool) -> host::Identity);
+        let cases: [Case; 4] = [
             ("one id on one machine", |_, _| false, &|_| sim("a")),
             ("different ids", |r, n| r == n - 1, &|odd| sim(if odd { "b" } else { "a" })),
             ("another machine", |r, _| r == 1, &|odd| if odd { other_machine("a") } else { sim("a") }),
