@@ -9,17 +9,7 @@ use rcclx::collective::{Coll, Fabric};
 
 #[test]
 fn results_and_defaults_match_the_model() {
-    let out = std::process::Command::new("python3")
-        .arg(common::repo().join("bench/model.py"))
-        .arg("--check")
-        .output()
-        .expect("python3 runs (ci/test.sh checks that it is installed)");
-    assert!(
-        out.status.success(),
-        "bench/model.py --check: {}{}\n(regenerate with `python3 bench/model.py --write`)",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::python_passes(&["bench/model.py", "--check"], "\n(regenerate with `python3 bench/model.py --write`)");
 }
 
 #[test]

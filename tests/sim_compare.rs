@@ -8,15 +8,5 @@ mod common;
 
 #[test]
 fn sim_compare_on_the_committed_h100_logs() {
-    let out = std::process::Command::new("python3")
-        .args(["-m", "unittest", "-v", "bench/test_sim_compare.py"])
-        .current_dir(common::repo())
-        .output()
-        .expect("python3 runs (ci/test.sh checks that it is installed)");
-    assert!(
-        out.status.success(),
-        "bench/test_sim_compare.py: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::python_passes(&["-m", "unittest", "-v", "bench/test_sim_compare.py"], "");
 }

@@ -27,6 +27,23 @@ pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// Runs `python3 ARGS` in the repository root and fails the test, with its output and `hint`,
+/// unless it exits 0 (the Python checks of `bench/`; `ci/test.sh` checks that python3 exists).
+pub fn python_passes(args: &[&str], hint: &str) {
+    let out = Command::new("python3")
+        .args(args)
+        .current_dir(repo())
+        .output()
+        .expect("python3 runs (ci/test.sh checks that it is installed)");
+    assert!(
+        out.status.success(),
+        "python3 {}: {}{}{hint}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// True when running in CI (`CI` set to anything but empty, `0` or `false`).
 pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
