@@ -13,11 +13,16 @@ pub struct Identity {
     pub simulated: bool,
 }
 
+/// `RCCLX_SIM_HOSTID`'s value when it names a simulated host: set and not empty.
+pub fn simulated_host(sim_hostid: Option<&str>) -> Option<&str> {
+    sim_hostid.filter(|s| !s.is_empty())
+}
+
 impl Identity {
-    /// This process's identity: a simulated host when `sim_hostid` (`RCCLX_SIM_HOSTID`) is set
-    /// and not empty.
+    /// This process's identity: a simulated host when `sim_hostid` (`RCCLX_SIM_HOSTID`) names
+    /// one ([`simulated_host`]).
     pub fn of_process(sim_hostid: Option<&str>) -> Identity {
-        let sim = sim_hostid.filter(|s| !s.is_empty());
+        let sim = simulated_host(sim_hostid);
         Identity {
             host: sim.map_or_else(host_id, |s| fnv1a(format!("rcclx-sim:{s}").as_bytes())),
             machine: fnv1a(boot_id().as_bytes()),

@@ -299,7 +299,7 @@ impl Setup {
             return Ok((None, forward));
         }
         let transport = StockTransport::new(&members);
-        let simulated = host::Identity::of_process(crate::config::get().sim_hostid.as_deref()).simulated;
+        let simulated = host::simulated_host(crate::config::get().sim_hostid.as_deref()).is_some();
         if simulated {
             warn_simulated_once();
         }
