@@ -513,10 +513,12 @@ if step sim; then
   SIM=$OUT/sim
   mkdir -p "$SIM"
   MPS=0
+  # A fresh MPS server (a running one quits first).
+  mps_restart() { echo quit | timeout 10 nvidia-cuda-mps-control; sleep 1; nvidia-cuda-mps-control -d; }
   if [ "${SIM_MPS:-1}" = 1 ] && command -v nvidia-cuda-mps-control >/dev/null; then
     export CUDA_MPS_PIPE_DIRECTORY=/tmp/rcclx-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/rcclx-mps-log
     mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-    if nvidia-cuda-mps-control -d >"$SIM/mps.log" 2>&1 &&
+    if mps_restart >"$SIM/mps.log" 2>&1 &&
       timeout 60 python3 -c 'import torch; assert torch.ones(1, device="cuda").sum().item() == 1' >>"$SIM/mps.log" 2>&1; then
       MPS=1
     else
@@ -527,9 +529,7 @@ if step sim; then
   echo "sim: MPS=$MPS (1: kernels of the ranks' processes run at once; 0: time-sliced)" | tee -a "$SUMMARY" "$SIM/mps.log"
   # Every run gets a fresh MPS server: after a client dies, the old one refuses new clients.
   srun() {
-    if [ "$MPS" = 1 ]; then
-      { echo quit | timeout 10 nvidia-cuda-mps-control; sleep 1; nvidia-cuda-mps-control -d; } >>"$SIM/mps.log" 2>&1
-    fi
+    if [ "$MPS" = 1 ]; then mps_restart >>"$SIM/mps.log" 2>&1; fi
     run "$@"
   }
   export NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1
@@ -589,9 +589,9 @@ if step sim; then
   fi
   if part wrong; then
     WQ=(python3 tests/gpu/torch_cases.py --out "$SIM" --quick --sections coll)
-    srun sim-wrong-ids 150 env "${RX[@]}" NCCL_DEBUG=WARN "${TR[@]}" --nproc_per_node=4 bash scripts/sim-host.sh \
+    srun sim-wrong-ids 150 env "${RX[@]}" "${TR[@]}" --nproc_per_node=4 bash scripts/sim-host.sh \
       bash -c 'export RCCLX_SIM_HOSTID=sim-$RANK; exec "$@"' _ "${WQ[@]}" --label wrong-ids
-    srun sim-wrong-unmapped 150 env "${RX[@]}" NCCL_DEBUG=WARN RCCLX_FAULT_INJECT=ipc:1 "${TR[@]}" --nproc_per_node=4 \
+    srun sim-wrong-unmapped 150 env "${RX[@]}" RCCLX_FAULT_INJECT=ipc:1 "${TR[@]}" --nproc_per_node=4 \
       bash scripts/sim-host.sh "${WQ[@]}" --label wrong-unmapped
   fi
   if part torch; then

@@ -100,8 +100,8 @@ def reduce_exact(op, parts):
 
 
 class Cases:
-    def __init__(self, args, rank, world, dev):
-        self.args, self.rank, self.world, self.dev = args, rank, world, dev
+    def __init__(self, rank, world, dev):
+        self.rank, self.world, self.dev = rank, world, dev
         self.cases = []
         self.section = None
         self.rx = rcclx.is_active()
@@ -402,7 +402,7 @@ def main():
     torch.cuda.set_device(dev)
     dist.init_process_group("nccl", device_id=dev)  # eager init; split_group needs it
     cpu = dist.new_group(backend="gloo")  # the bookkeeping, outside NCCL
-    c = Cases(args, rank, world, dev)
+    c = Cases(rank, world, dev)
     run = {"coll": lambda: section_coll(c, args.quick), "subgroup": lambda: section_subgroup(c),
            "coalesced": lambda: section_coalesced(c), "graph": lambda: section_graph(c, args.replays),
            "nonblocking": lambda: section_nonblocking(c)}
