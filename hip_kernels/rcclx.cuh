@@ -17,5 +17,6 @@
 #include "alltoallv.cuh"  // GPU-resident AllToAllv (device-side counts; plain or low precision)
 #include "stream.cuh"     // the stream protocol: pipelined per-block rings (AllReduce, AllGather, ReduceScatter, AllToAll)
 #include "ll128.cuh"      // the LL128 protocol: flagged 128-byte (AMD: 64-byte) lines through credited rings
+#include "rail.cuh"       // the low-precision rail step of an AllReduce across hosts (codes the stock library moves)
 
 #endif  // RCCLX_CUH

@@ -51,7 +51,9 @@ typedef cudaStream_t rcclxStream_t;
 #define RCCLX_ROUTE_ALLREDUCE_STREAM_TREE 31
 #define RCCLX_ROUTE_ALLREDUCE_LL128 32
 #define RCCLX_ROUTE_ALLGATHER_LL128 33
-#define RCCLX_ROUTE_COUNT 34
+#define RCCLX_ROUTE_ALLREDUCE_HIER_LOWP 34
+#define RCCLX_ROUTE_ALLREDUCE_HIER_INT8 35
+#define RCCLX_ROUTE_COUNT 36
 
 /**
  * rcclx version as `MAJOR*10000 + MINOR*100 + PATCH` (Cargo.toml's version).

@@ -76,6 +76,9 @@ pub enum FamilyKey {
     AllReducePair(LowpCodec),
     /// The GPU-resident AllToAllv: `alltoallv.dynamic` (plain), `.lowp` (FP8), `.int8`.
     AllToAllv(Option<LowpCodec>),
+    /// The low-precision rail step of an AllReduce across hosts: `allreduce.hier_lowp` (FP8),
+    /// `allreduce.hier_int8`.
+    Rail(LowpCodec),
 }
 
 impl FamilyKey {
@@ -87,6 +90,7 @@ impl FamilyKey {
             .flat_map(|c| Algo::ALL.map(|a| FamilyKey::Coll(c.coll, a)))
             .chain(codecs.map(FamilyKey::AllReducePair))
             .chain([None, Some(LowpCodec::Fp8), Some(LowpCodec::Int8)].map(FamilyKey::AllToAllv))
+            .chain(codecs.map(FamilyKey::Rail))
     }
 
     /// The family's `coll` and `algo` in the kernel table.
@@ -98,6 +102,8 @@ impl FamilyKey {
             FamilyKey::AllToAllv(None) => ("alltoallv", "dynamic"),
             FamilyKey::AllToAllv(Some(LowpCodec::Fp8)) => ("alltoallv", Algo::Fp8.name()),
             FamilyKey::AllToAllv(Some(LowpCodec::Int8)) => ("alltoallv", Algo::Int8.name()),
+            FamilyKey::Rail(LowpCodec::Fp8) => ("allreduce", "hier_lowp"),
+            FamilyKey::Rail(LowpCodec::Int8) => ("allreduce", "hier_int8"),
         }
     }
 }
@@ -183,11 +189,14 @@ pub struct Policies {
     pub ll_max: u64,
     /// 1: the INT8 codec instead of FP8 (`RCCLX_LOW_PRECISION_CODEC=int8`).
     pub int8: u64,
+    /// 1: across hosts, AllReduce runs the exact hierarchy where low precision does not apply
+    /// (`RCCLX_HIER_EXACT`).
+    pub hier_exact: u64,
 }
 
 impl Default for Policies {
     fn default() -> Self {
-        Policies { colls: [Policy::default(); COUNT], ll_max: 0, int8: 0 }
+        Policies { colls: [Policy::default(); COUNT], ll_max: 0, int8: 0, hier_exact: 0 }
     }
 }
 
@@ -227,6 +236,7 @@ impl Policies {
             }),
             ll_max: c.dda_ll_max_bytes.unwrap_or(LL_MAX[row]),
             int8: (c.lowp_codec == LowpCodec::Int8) as u64,
+            hier_exact: c.hier_exact as u64,
         }
     }
 
@@ -253,12 +263,21 @@ impl Policies {
     pub fn any_lowp(&self) -> bool {
         self.colls.iter().any(|p| p.lowp != 0)
     }
+
+    /// Whether anything runs across hosts (`decide_across_hosts`): a communicator spanning
+    /// hosts gets a clique per host and rails only then.
+    pub fn across_hosts(&self) -> bool {
+        self.hier_exact != 0 || self.of(Coll::AllReduce).lowp != 0
+    }
 }
 
 /// Facts about a communicator, identical on every rank (computed from gathered records).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CommFacts {
+    /// Ranks of the clique: the communicator's on one host, one host's where it spans hosts.
     pub nranks: usize,
+    /// Hosts of the communicator (the same number of ranks on each).
+    pub hosts: usize,
     pub policies: Policies,
 }
 
@@ -267,6 +286,9 @@ pub struct CommFacts {
 pub enum Route {
     Upstream(Reason),
     Own(Algo),
+    /// A communicator spanning hosts: the hierarchy (rcclx in each host, the stock library on
+    /// the rails), with this codec on the rails, or exact (`None`).
+    AcrossHosts(Option<LowpCodec>),
 }
 
 impl Route {
@@ -274,6 +296,11 @@ impl Route {
     pub fn describe(self, coll: Coll) -> String {
         match self {
             Route::Own(algo) => format!("rcclx {}.{}", coll.name(), algo.name()),
+            Route::AcrossHosts(Some(codec)) => {
+                let (c, a) = FamilyKey::Rail(codec).names();
+                format!("rcclx {c}.{a} (across hosts)")
+            }
+            Route::AcrossHosts(None) => format!("rcclx {} across hosts, exact", coll.name()),
             Route::Upstream(why) => format!("stock library ({})", why.c_name().to_string_lossy()),
         }
     }
@@ -309,6 +336,8 @@ reasons! {
     CommError = c"comm-in-error",
     // A root outside the communicator: the stock library reports the error.
     Root = c"invalid-root",
+    // A communicator spanning hosts: only AllReduce runs across hosts.
+    MultiHost = c"multi-host",
 }
 const _: () = assert!(Reason::ALL.len() <= 16, "rcclxCommStats has 16 reason slots");
 
@@ -333,7 +362,10 @@ pub fn decide(call: &CallDesc, comm: &CommFacts) -> Route {
     if call.count == 0 {
         return Up(Reason::Empty);
     }
-    let Some(bytes) = call.bytes(comm.nranks) else { return Up(Reason::Dtype) };
+    let Some(bytes) = call.bytes(comm.nranks * comm.hosts) else { return Up(Reason::Dtype) };
+    if comm.hosts > 1 {
+        return across_hosts(call, comm, bytes);
+    }
     if comm.nranks < 2 {
         return Up(Reason::NotEligible);
     }
@@ -375,6 +407,31 @@ pub fn decide(call: &CallDesc, comm: &CommFacts) -> Route {
     }
 }
 
+/// [`decide`] on a communicator spanning hosts: AllReduce takes the hierarchy, with low
+/// precision on the rails where it would take it on one host, else exact where
+/// `RCCLX_HIER_EXACT` asks for it (and each host has ranks to reduce over); everything else
+/// forwards.
+fn across_hosts(call: &CallDesc, comm: &CommFacts, bytes: u64) -> Route {
+    use Route::Upstream as Up;
+    if call.coll != Coll::AllReduce {
+        return Up(Reason::MultiHost);
+    }
+    let policy = comm.policies.of(call.coll);
+    if policy.lowp != 0 && lowp_dtype(call.dtype) && call.op == ncclRedOp_t::Sum && bytes >= policy.lowp_min {
+        return Route::AcrossHosts(Some(if comm.policies.int8 != 0 { LowpCodec::Int8 } else { LowpCodec::Fp8 }));
+    }
+    if comm.policies.hier_exact == 0 || comm.nranks < 2 {
+        return Up(Reason::MultiHost);
+    }
+    if !dda_dtype(call.dtype) {
+        return Up(Reason::Dtype);
+    }
+    if !dda_op(call.op) {
+        return Up(Reason::Op);
+    }
+    Route::AcrossHosts(None)
+}
+
 /// Whether a call passes a NULL buffer that this rank uses: such a call goes to the stock
 /// library, which reports the error code it always does. A rooted collective's root-only buffer
 /// ([`RootOnly`]) may be NULL off the root, and then the rank runs the call like its peers. Pure,
@@ -399,7 +456,7 @@ mod tests {
     }
 
     fn facts(nranks: usize, lowp: bool) -> CommFacts {
-        CommFacts { nranks, policies: policies(nranks, lowp) }
+        CommFacts { nranks, hosts: 1, policies: policies(nranks, lowp) }
     }
 
     #[test]
@@ -429,7 +486,7 @@ mod tests {
         let by_var = Policies::for_comm(&var, 2, Fabric::Switch);
         let by_file = Policies::for_comm(&c, 2, Fabric::Switch).tuned(&c, &tuned);
         assert_eq!(by_var.of(AllGather).max, by_file.of(AllGather).max);
-        let facts = |p| CommFacts { nranks: 2, policies: p };
+        let facts = |p| CommFacts { nranks: 2, hosts: 1, policies: p };
         for count in [1usize << 24, 1 << 25, (1 << 25) + 1] {
             let call = CallDesc::new(AllGather, count, ncclDataType_t::Float32);
             assert_eq!(decide(&call, &facts(by_var)), decide(&call, &facts(by_file)), "{count}");
@@ -520,9 +577,45 @@ mod tests {
                             assert!(call.bytes(nranks).unwrap() >= f.policies.of(call.coll).lowp_min);
                         }
                         Route::Upstream(_) => {}
+                        Route::AcrossHosts(_) => panic!("{call:?}: across hosts on one host"),
                     }
                 }
             }
+        }
+    }
+
+    /// A communicator spanning hosts: AllReduce takes the hierarchy (low precision where it
+    /// would on one host, the exact one only where asked), every other collective forwards.
+    #[test]
+    fn across_hosts_only_allreduce_runs() {
+        let across = |local: usize, lowp: bool, exact: bool, int8: bool| {
+            let mut p = policies(2 * local, lowp);
+            (p.hier_exact, p.int8) = (exact as u64, int8 as u64);
+            CommFacts { nranks: local, hosts: 2, policies: p }
+        };
+        let call = |coll, count, dtype, op| CallDesc { coll, count, dtype, op: ncclRedOp_t(op), root: 0 };
+        let big = call(Coll::AllReduce, 64 << 20, ncclDataType_t::Bfloat16, 0);
+        let Route::AcrossHosts(Some(LowpCodec::Fp8)) = decide(&big, &across(2, true, false, false)) else { panic!() };
+        let Route::AcrossHosts(Some(LowpCodec::Int8)) = decide(&big, &across(2, true, true, true)) else { panic!() };
+        // Alone on its host, a rank has nothing to reduce exactly: only low precision runs.
+        let Route::AcrossHosts(Some(_)) = decide(&big, &across(1, true, true, false)) else { panic!() };
+        assert_eq!(decide(&big, &across(1, false, true, false)), Route::Upstream(Reason::MultiHost));
+        assert_eq!(decide(&big, &across(2, false, false, false)), Route::Upstream(Reason::MultiHost));
+        assert_eq!(decide(&big, &across(2, false, true, false)), Route::AcrossHosts(None));
+        // Below the low-precision size, another op or an integer type: exact only where asked.
+        for c in [
+            call(Coll::AllReduce, 1000, ncclDataType_t::Bfloat16, 0),
+            call(Coll::AllReduce, 64 << 20, ncclDataType_t::Float32, 2),
+            call(Coll::AllReduce, 64 << 20, ncclDataType_t::Int32, 0),
+        ] {
+            assert_eq!(decide(&c, &across(2, true, true, false)), Route::AcrossHosts(None), "{c:?}");
+            assert_eq!(decide(&c, &across(2, true, false, false)), Route::Upstream(Reason::MultiHost), "{c:?}");
+        }
+        let fp8 = call(Coll::AllReduce, 64 << 20, ncclDataType_t(10), 0);
+        assert_eq!(decide(&fp8, &across(2, true, true, false)), Route::Upstream(Reason::Dtype));
+        for coll in Coll::ALL.into_iter().filter(|&c| c != Coll::AllReduce) {
+            let c = call(coll, 64 << 20, ncclDataType_t::Bfloat16, 0);
+            assert_eq!(decide(&c, &across(2, true, true, false)), Route::Upstream(Reason::MultiHost), "{c:?}");
         }
     }
 
@@ -540,7 +633,7 @@ mod tests {
             Route::Own(Algo::Ll) => -1,
             Route::Own(Algo::Flat | Algo::Ll128) => 0,
             Route::Own(Algo::TwoShot | Algo::Stream | Algo::StreamTree) => 1,
-            Route::Own(Algo::Fp8 | Algo::Int8) => 2,
+            Route::Own(Algo::Fp8 | Algo::Int8) | Route::AcrossHosts(_) => 2,
             Route::Upstream(_) => 3,
         };
         for nranks in 2..=8 {
@@ -586,7 +679,7 @@ mod tests {
         for nranks in 2..=8 {
             let window = facts(nranks, false);
             let c = Config { proto: Protos::all(Proto::Stream), ..Config::default() };
-            let stream = CommFacts { nranks, policies: Policies::for_comm(&c, nranks, Fabric::Switch) };
+            let stream = CommFacts { nranks, hosts: 1, policies: Policies::for_comm(&c, nranks, Fabric::Switch) };
             for coll in Coll::ALL {
                 let has_stream = !matches!(coll, Coll::Broadcast | Coll::Reduce);
                 assert_eq!(stream.policies.of(coll).stream != 0, has_stream, "{coll:?}");
@@ -608,7 +701,7 @@ mod tests {
             // With a lower bound: the windowed kernels below it, the stream protocol from it.
             let min = 3 << 20;
             let c = Config { proto: Protos::all(Proto::Stream), stream_min_bytes: min, ..Config::default() };
-            let above = CommFacts { nranks, policies: Policies::for_comm(&c, nranks, Fabric::Switch) };
+            let above = CommFacts { nranks, hosts: 1, policies: Policies::for_comm(&c, nranks, Fabric::Switch) };
             for call in all_calls(&above.policies) {
                 let (w, s) = (decide(&call, &window), decide(&call, &above));
                 let big = call.bytes(nranks).is_some_and(|b| b >= min);
@@ -623,7 +716,7 @@ mod tests {
         }
         let c = Config { proto: Protos::all(Proto::Stream), ..Config::default() };
         let lowp = Policies::for_comm(&Config { lowp_enable: true, ..c }, 2, Fabric::Switch);
-        let f = CommFacts { nranks: 2, policies: lowp };
+        let f = CommFacts { nranks: 2, hosts: 1, policies: lowp };
         let big =
             CallDesc::new(Coll::AllReduce, (lowp.of(Coll::AllReduce).lowp_min / 2) as usize, ncclDataType_t::Bfloat16);
         assert_eq!(decide(&big, &f), Route::Own(Algo::Fp8));
@@ -641,10 +734,11 @@ mod tests {
                 let limit = 4 << 20;
                 let c = Config { proto, ll128_max_bytes: limit, ..Config::default() };
                 let before = CommFacts {
+                    hosts: 1,
                     nranks,
                     policies: Policies::for_comm(&Config { proto, ..Config::default() }, nranks, Fabric::Switch),
                 };
-                let after = CommFacts { nranks, policies: Policies::for_comm(&c, nranks, Fabric::Switch) };
+                let after = CommFacts { nranks, hosts: 1, policies: Policies::for_comm(&c, nranks, Fabric::Switch) };
                 let mut taken = 0;
                 for call in all_calls(&after.policies) {
                     let (was, now) = (decide(&call, &before), decide(&call, &after));
@@ -666,7 +760,7 @@ mod tests {
         }
         // The boundaries: LL up to ll_max, LL128 above it up to the limit, then the one-shot.
         let c = Config { ll128_max_bytes: 1 << 20, ..Config::default() };
-        let f = CommFacts { nranks: 2, policies: Policies::for_comm(&c, 2, Fabric::Switch) };
+        let f = CommFacts { nranks: 2, hosts: 1, policies: Policies::for_comm(&c, 2, Fabric::Switch) };
         let ar =
             |bytes: u64| decide(&CallDesc::new(Coll::AllReduce, (bytes / 4) as usize, ncclDataType_t::Float32), &f);
         assert_eq!(ar(f.policies.ll_max), Route::Own(Algo::Ll));
@@ -676,7 +770,7 @@ mod tests {
         // Above the one-shot limit the two-shot stays, whatever the LL128 limit.
         let mut c = Config { ll128_max_bytes: 8 << 20, ..Config::default() };
         c.per_coll.one_shot_max_bytes[Coll::AllReduce as usize] = Some(1 << 20);
-        let f = CommFacts { nranks: 4, policies: Policies::for_comm(&c, 4, Fabric::Switch) };
+        let f = CommFacts { nranks: 4, hosts: 1, policies: Policies::for_comm(&c, 4, Fabric::Switch) };
         let ar =
             |bytes: u64| decide(&CallDesc::new(Coll::AllReduce, (bytes / 4) as usize, ncclDataType_t::Float32), &f);
         assert_eq!(ar(1 << 20), Route::Own(Algo::Ll128));

@@ -199,10 +199,15 @@ pub const FAMILIES: &[Family] = &[
     // The LL128 protocol (`hip_kernels/ll128.cuh`, `RCCLX_LL128_MAX_BYTES`): flagged lines, credited rings.
     Family::new("allreduce", "ll128", "rcclx_allreduce_ll128", REDUCE_TYPES, REDUCE_OPS, COLL_ARGS).route(32),
     Family::new("allgather", "ll128", "rcclx_allgather_ll128", BYTES, NO_OP, COLL_ARGS).route(33),
+    // The low-precision rail step of an AllReduce across hosts (`hip_kernels/rail.cuh`, `src/plan.rs`):
+    // encode, reduce or decode a window's pieces (`RcclxArgs::root`); the stock library moves the codes.
+    Family::new("allreduce", "hier_lowp", "rcclx_allreduce_hier_lowp", LOWP_TYPES, NO_OP, COLL_ARGS).route(34),
+    Family::new("allreduce", "hier_int8", "rcclx_allreduce_hier_int8", LOWP_TYPES, NO_OP, COLL_ARGS).route(35),
 ];
 
-/// The algorithms of the low-precision families (both codecs, both AllReduce forms).
-pub const LOW_PRECISION_ALGOS: &[&str] = &["lowp", "int8", "lowp_pair", "int8_pair"];
+/// The algorithms of the low-precision families (both codecs, both AllReduce forms, the rail
+/// step across hosts).
+pub const LOW_PRECISION_ALGOS: &[&str] = &["lowp", "int8", "lowp_pair", "int8_pair", "hier_lowp", "hier_int8"];
 
 /// The index in [`FAMILIES`] of the family `coll`.`algo` (`intercept::family` looks families
 /// up by this, once, for the typed keys the rest of the library uses).
@@ -342,6 +347,8 @@ mod tests {
         (31, "allreduce.stream_tree"),
         (32, "allreduce.ll128"),
         (33, "allgather.ll128"),
+        (34, "allreduce.hier_lowp"),
+        (35, "allreduce.hier_int8"),
     ];
 
     #[test]

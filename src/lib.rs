@@ -7,6 +7,7 @@
 //! |---|---|
 //! | exports | `abi` |
 //! | communicators | `comm` |
+//! | plans: a call as steps across hosts | `plan` |
 //! | algorithms | `dda`, `lowp` |
 //! | shared peer resources | `clique` |
 //! | errors | `error` |
@@ -34,6 +35,7 @@ pub mod lowp;
 #[macro_use]
 pub mod nccl_api;
 pub mod nvtx;
+pub mod plan;
 pub mod tuning;
 pub mod types;
 pub mod upstream;

@@ -19,6 +19,7 @@ const LAYERS: &[&[&str]] = &[
     &["error"],
     &["clique"],
     &["dda", "lowp"],
+    &["plan"],
     &["comm"],
     &["abi"],
 ];

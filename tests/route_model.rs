@@ -1,7 +1,8 @@
 //! `rcclx_check`'s route model (`rccl-tests-compat/src/check.cu`, the part between its "route
 //! model" markers) against rcclx's own decision (`intercept::decide`): the same route for every
 //! collective, type, op, count and rank count of a grid, at the default crossovers with low
-//! precision off, and on from 0 bytes, each with LL128 off and on up to 4 MiB. The checker's model is written apart from `decide` (so a
+//! precision off, and on from 0 bytes, each with LL128 off and on up to 4 MiB, on one host and on
+//! two hosts of 1-8 ranks (exact hierarchy off and on). The checker's model is written apart from `decide` (so a
 //! wrong decision fails on the GPU); this keeps the two from drifting apart when a crossover
 //! changes. Needs a C++ compiler (`$CXX`, else `c++`).
 
@@ -20,17 +21,41 @@ const OPS: i32 = 6;
 /// `RCCLX_LL128_MAX_BYTES` of the runs with LL128 on (each setting is also run with it off).
 const LL128_MAX: u64 = 4 << 20;
 
-fn rcclx_route(coll: Coll, t: i32, op: i32, count: usize, n: usize, lowp: bool, ll128_max: u64) -> String {
-    let mut cfg = Config { ll128_max_bytes: ll128_max, ..Config::default() };
+/// The route rcclx's statistics show for the call on `hosts` hosts of `n` ranks (one host: `n`
+/// ranks), as its setup would agree on it: the policies of all `hosts x n` ranks; across hosts
+/// only where something runs across them (the verdict, `clique::record`).
+#[allow(clippy::too_many_arguments)]
+fn rcclx_route(
+    coll: Coll,
+    t: i32,
+    op: i32,
+    count: usize,
+    n: usize,
+    hosts: usize,
+    exact: bool,
+    lowp: bool,
+    ll128_max: u64,
+) -> String {
+    let mut cfg = Config { ll128_max_bytes: ll128_max, hier_exact: exact, ..Config::default() };
     if lowp {
         cfg.lowp_enable = true;
         cfg.lowp_min_bytes = Some(0);
     }
-    let facts = CommFacts { nranks: n, policies: Policies::for_comm(&cfg, n, rcclx::collective::Fabric::Switch) };
+    let policies = Policies::for_comm(&cfg, n * hosts, rcclx::collective::Fabric::Switch);
+    if hosts > 1 && (!policies.across_hosts() || (n == 1 && !lowp)) {
+        return "forwarded".into(); // the verdict: nothing runs across these hosts
+    }
+    let facts = CommFacts { nranks: n, hosts, policies };
     let mut call = CallDesc::new(coll, count, ncclDataType_t(t));
     call.op = ncclRedOp_t(op);
     match decide(&call, &facts) {
         Route::Upstream(_) => "forwarded".into(),
+        Route::AcrossHosts(Some(_)) => format!("{}.hier", coll.name()),
+        Route::AcrossHosts(None) => {
+            let size = ncclDataType_t(t).size().unwrap();
+            let (c, a) = rcclx::plan::exact_counted_as(count, size, n, policies.ll_max);
+            format!("{}.{}", c.name(), a.name())
+        }
         Route::Own(a) => {
             let algo = match a {
                 Algo::Ll => "ll",
@@ -70,11 +95,12 @@ int main() {{
   const int sizes[] = {{ {sizes} }};
   const size_t counts[] = {{ {counts} }};
   const int nranks[] = {{ {nranks} }};
-  for (int mode = 0; mode < 4; mode++) {{
-    const int lowp = mode & 1;
+  for (int mode = 0; mode < 12; mode++) {{
+    const int lowp = mode & 1, layout = mode / 4, hosts = layout ? 2 : 1;
     g_model.lowpAll = lowp;
     g_model.lowpMin = lowp ? 0 : -1;
     g_model.ll128Max = mode & 2 ? {ll128} : 0;
+    g_model.hierExact = layout == 2;
     for (int n : nranks)
       for (int c = 0; c < {ncolls}; c++)
         for (int t = 0; t < {types}; t++)
@@ -83,8 +109,10 @@ int main() {{
             const TypeDesc td{{"", (ncclDataType_t)t, sizes[t], false, 0}};
             for (size_t count : counts) {{
               const OpId o = kColls[c].reduces ? (OpId)op : OP_NONE;
-              const std::string r = expectedRoute((CollId)c, &td, o, count, kColls[c].rooted ? 0 : -1, n);
-              printf("%d %d %d %d %d %zu %s %llu\n", lowp, n, c, t, op, count, r.c_str(), (unsigned long long)g_model.ll128Max);
+              g_model.local = layout ? n : 0;
+              const std::string r = expectedRoute((CollId)c, &td, o, count, kColls[c].rooted ? 0 : -1, n * hosts);
+              printf("%d %d %d %d %d %zu %s %llu %d %d\n", lowp, n, c, t, op, count, r.c_str(),
+                     (unsigned long long)g_model.ll128Max, hosts, layout == 2);
             }}
           }}
   }}
@@ -114,14 +142,15 @@ int main() {{
         let num = |i: usize| f[i].parse::<usize>().expect("a number");
         let (lowp, n, c, t, op, count) = (num(0) == 1, num(1), num(2), num(3) as i32, num(4) as i32, num(5));
         let ll128_max = f[7].parse::<u64>().expect("a number");
-        let want = rcclx_route(Coll::ALL[c], t, op, count, n, lowp, ll128_max);
+        let (hosts, exact) = (num(8), num(9) == 1);
+        let want = rcclx_route(Coll::ALL[c], t, op, count, n, hosts, exact, lowp, ll128_max);
         if f[6] != want {
             wrong.push(format!("{line}: rcclx routes it {want}"));
         }
         checked += 1;
     }
     let per_count: usize = COLLS.iter().map(|s| if s.reduces { TYPES * OPS } else { TYPES } as usize).sum();
-    let expected_lines = 4 * NRANKS.len() * COUNTS.len() * per_count;
+    let expected_lines = 12 * NRANKS.len() * COUNTS.len() * per_count;
     assert_eq!(checked, expected_lines, "the model's program printed {checked} lines");
     assert!(
         wrong.is_empty(),

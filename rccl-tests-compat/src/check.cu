@@ -123,6 +123,8 @@ struct RouteModel {
   bool lowpAll = false;      // RCCL_LOW_PRECISION_ENABLE
   long long lowpMin = -1;    // RCCLX_LP_MIN_BYTES (-1: the defaults)
   uint64_t ll128Max = 0;     // RCCLX_LL128_MAX_BYTES (0: off)
+  int local = 0;             // ranks per simulated host (RCCLX_BENCH_SIM_LOCAL; 0: one host)
+  bool hierExact = false;    // RCCLX_HIER_EXACT
 };
 static RouteModel g_model;
 
@@ -144,8 +146,11 @@ static const CollDefaults kCollDefaults[] = {  // by CollId
 static const uint64_t kAllReduceOneShotMax[7] = {64 * MiB, 568 * KiB, 256 * KiB, 160 * KiB, 112 * KiB, 88 * KiB, 72 * KiB};
 static const uint64_t kLlMax[3] = {256 * KiB, 64 * KiB, 32 * KiB};  // bytes per rank
 
-// The route a call of B is expected to take: `forwarded`, `<coll>.ll|flat|tree|ll128` or
-// `<coll>.lowp` (every low-precision kernel of the collective, FP8 or INT8, pair or not).
+// The route a call of B is expected to take: `forwarded`, `<coll>.ll|flat|tree|ll128`,
+// `<coll>.lowp` (every low-precision kernel of the collective, FP8 or INT8, pair or not) or, on
+// a communicator spanning hosts, `allreduce.hier` (low precision on the rails) or the first host
+// step of the exact hierarchy (`reducescatter.ll|flat`; `allreduce.ll|flat` below one element
+// per rank of a host).
 static std::string expectedRoute(CollId coll, const TypeDesc* type, OpId op, size_t count, int root, int nranks) {
   const CollDefaults& d = kCollDefaults[coll];
   const int row = nranks <= 2 ? 0 : nranks <= 4 ? 1 : 2;
@@ -156,6 +161,15 @@ static std::string expectedRoute(CollId coll, const TypeDesc* type, OpId op, siz
   const uint64_t lowpMin = g_model.lowpMin >= 0 ? (uint64_t)g_model.lowpMin : d.lowpMin[row];
   // ncclSum, or op "none" of the data-movement collectives (their calls carry ncclSum).
   const bool sum = op == OP_SUM || op == OP_NONE;
+  const int local = g_model.local;
+  if (local > 0 && local < nranks) {  // several hosts: only AllReduce runs across them
+    if (coll != COLL_AR) return "forwarded";
+    if (g_model.lowpAll && lowpType && sum && bytes >= lowpMin) return "allreduce.hier";
+    if (!g_model.hierExact || local < 2 || (int)type->type > 9 || op == OP_MULSUM) return "forwarded";
+    const size_t shard = count / local;
+    const uint64_t perRank = (shard > 0 ? shard : count) * type->size;
+    return std::string(shard > 0 ? "reducescatter" : "allreduce") + (perRank <= kLlMax[row] ? ".ll" : ".flat");
+  }
   if (d.lowp && g_model.lowpAll && lowpType && sum && bytes >= lowpMin) return std::string(d.name) + ".lowp";
   if (reduces && (int)type->type > 9) return "forwarded";  // no DDA kernel for FP8 reductions
   if (reduces && op == OP_MULSUM) return "forwarded";      // a user-made op (PreMulSum)
@@ -179,6 +193,7 @@ static std::string routeClass(int index) {
   const size_t dot = n.find('.');
   if (dot == std::string::npos) return n;
   const std::string algo = n.substr(dot + 1);
+  if (algo.rfind("hier_", 0) == 0) return n.substr(0, dot) + ".hier";
   if (algo.rfind("lowp", 0) == 0 || algo.rfind("int8", 0) == 0) return n.substr(0, dot) + ".lowp";
   return n;
 }
@@ -231,6 +246,8 @@ static bool routeExpectations(const Lib& B, int proc) {
     g_model.lowpMin = strtoll(v.c_str(), &end, 10);
     if (v.empty() || *end || g_model.lowpMin < 0) return off("RCCLX_LP_MIN_BYTES=" + v + " is not a plain byte count");
   }
+  if (const char* sl = getenv("RCCLX_BENCH_SIM_LOCAL")) g_model.local = atoi(sl);
+  if (envSet(B, "RCCLX_HIER_EXACT", &v)) g_model.hierExact = v == "1";
   if (envSet(B, "RCCLX_LL128_MAX_BYTES", &v)) {
     char* end = nullptr;
     const long long ll128 = strtoll(v.c_str(), &end, 10);
@@ -238,8 +255,10 @@ static bool routeExpectations(const Lib& B, int proc) {
     g_model.ll128Max = (uint64_t)ll128;
   }
   if (proc == 0)
-    printf("# routes: every call of %s checked against the expected route (default crossovers%s%s)\n", B.name.c_str(),
-           g_model.lowpAll ? ", low precision on" : "", g_model.ll128Max ? ", LL128 on" : "");
+    printf("# routes: every call of %s checked against the expected route (default crossovers%s%s%s%s)\n",
+           B.name.c_str(), g_model.lowpAll ? ", low precision on" : "", g_model.ll128Max ? ", LL128 on" : "",
+           g_model.local ? (", " + std::to_string(g_model.local) + " ranks per host").c_str() : "",
+           g_model.hierExact ? ", exact hierarchy on" : "");
   return true;
 }
 

@@ -3,6 +3,21 @@
 
 /// Largest clique rcclx's kernels serve (`RCCLX_MAX_RANKS`).
 pub const MAX_RANKS: usize = 8;
+/// Largest communicator rcclx sets up (one clique of at most [`MAX_RANKS`] per host): the setup
+/// exchanges every rank's record (`record::BYTES`) through one slot of `exchange.rs`.
+pub const MAX_COMM_RANKS: usize = 1024;
+/// Elements of one window of the low-precision rail step (every host's piece of it together,
+/// each piece a whole number of 512-element groups): its codes take 33/32 bytes per element,
+/// once as sent and once as received (34.6 MB of scratch). Large, because every window is two
+/// stock calls and their fixed costs: on loopback sockets, messages of about 4 MB moved half as
+/// fast as 30 MB ones (the multi-host design review's probe, one H100). The windows run one
+/// after another: the stock calls of one rail run in issue order anyway, and the kernels take
+/// microseconds against the transfers' milliseconds.
+pub const RAIL_WINDOW: u64 = 16 << 20;
+/// Bytes of a rank's rail scratch (low precision across hosts only).
+pub const fn rail_scratch_bytes() -> usize {
+    (2 * RAIL_WINDOW * 33 / 32) as usize
+}
 /// Threads per block of every kernel (`RCCLX_THREADS`).
 pub const THREADS: u32 = 512;
 /// Words per block in a flag array (`RCCLX_FLAG_STRIDE`: one 128-byte line per block).

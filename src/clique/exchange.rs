@@ -103,8 +103,8 @@ impl Transport for StockTransport {
     }
 }
 
-/// Largest `len * nranks` an exchange moves (records are a few hundred bytes, 8 ranks at most).
-const SLOT_BYTES: usize = 16 << 10;
+/// Largest `len * nranks` an exchange moves (records of under 1 KiB, `MAX_COMM_RANKS` ranks at most).
+const SLOT_BYTES: usize = 1 << 20;
 
 /// A device buffer pair and a stream, reused by later exchanges on the same device.
 struct Slot {

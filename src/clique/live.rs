@@ -14,10 +14,27 @@ use crate::intercept::CommFacts;
 use crate::types::ncclResult_t;
 
 use super::args::{AllToAllvArgs, KernelArgs, Launch, LaunchArgs};
+use super::rail::Rail;
 use super::teardown::{self, Fence, GraphRefs, Owned};
+
+/// Where a clique sits in its communicator: the whole of it on one host, or one host's ranks of
+/// a communicator spanning hosts, with this rank's rail (`rail.rs`).
+pub struct Span {
+    /// This rank and the rank count in the communicator (the clique's are its host's).
+    pub comm_rank: usize,
+    pub comm_nranks: usize,
+    /// Hosts (1: the clique is the communicator) and this rank's host index (its rail rank).
+    pub hosts: usize,
+    pub host: usize,
+    /// The rail, until the communicator ends.
+    pub rail: Option<Rail>,
+    /// The rail scratch (low precision across hosts): device address and bytes; (0, 0): none.
+    pub scratch: (u64, u64),
+}
 
 /// One communicator's established clique. Dropping it releases it ([`Clique::release`]).
 pub struct Clique {
+    /// This rank and the rank count of the clique (its host's ranks, by local index).
     pub rank: usize,
     pub nranks: usize,
     pub device: i32,
@@ -38,9 +55,38 @@ pub struct Clique {
     pub(super) graphs: Arc<GraphRefs>,
     /// A kernel was launched (eagerly or into a graph).
     pub(super) launched: std::sync::atomic::AtomicBool,
+    pub(super) span: Span,
+    /// Set once the rail has ended ([`Clique::end_rail`]).
+    pub(super) rail_ended: std::sync::atomic::AtomicBool,
 }
 
 impl Clique {
+    /// Where the clique sits in its communicator.
+    pub fn span(&self) -> &Span {
+        &self.span
+    }
+
+    /// The rail, until it has ended.
+    pub fn rail(&self) -> Option<&Rail> {
+        self.span.rail.as_ref().filter(|_| !self.rail_ended.load(Ordering::Acquire))
+    }
+
+    /// The rail's asynchronous error (`ncclSuccess` without one): a peer that died mid-rail.
+    pub fn rail_error(&self) -> ncclResult_t {
+        self.rail().map_or(ncclResult_t::Success, Rail::async_error)
+    }
+
+    /// Ends the rail, before the communicator's own end is forwarded (`abort`: aborted, as the
+    /// communicator is). Once only; nothing is launched on it afterwards (the caller stopped
+    /// this communicator's launches first).
+    pub fn end_rail(&self, abort: bool) {
+        if let Some(rail) = self.rail()
+            && !self.rail_ended.swap(true, Ordering::AcqRel)
+        {
+            rail.end(abort);
+        }
+    }
+
     /// Most blocks of any kernel of this clique (0: no cap beyond the GPU's; `Sharing`).
     pub fn grid_cap(&self) -> u32 {
         self.grid_cap

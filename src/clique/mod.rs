@@ -9,7 +9,9 @@
 //! allocation and mapping) and hands back [`Clique`]s; `live.rs` is an established clique
 //! (kernel lookup, launch, abort, release); `exchange.rs` is setup's transport, `record.rs` what it
 //! exchanges; `lease.rs` and `teardown.rs` say when a clique's memory goes back to the pool;
-//! `args.rs` mirrors the kernels' argument structs. Children import from each other, never from
+//! `args.rs` mirrors the kernels' argument structs; `rankmap.rs` groups a communicator's ranks
+//! by host, and `rail.rs` makes and ends the rails of one spanning hosts, and runs the stock
+//! steps plans take on them. Children import from each other, never from
 //! this file (`tests/layers.rs`).
 
 pub mod args;
@@ -17,6 +19,8 @@ mod exchange;
 pub mod host;
 mod lease;
 mod live;
+pub mod rail;
+mod rankmap;
 mod record;
 mod setup;
 mod teardown;
@@ -24,10 +28,11 @@ mod teardown;
 pub use args::{
     A2AV_CODED, A2AV_HEADER_BYTES, A2AV_RECV_PACKED, A2AV_SEND_PACKED, AllToAllvArgs, Buffers, FLAG_STRIDE, Grid,
     KernelArgs, LL128_MAX_BLOCKS, LL128_MIN_PAYLOAD, LL128_REGION_BYTES, LL128_SLOT_BYTES, LL128_SLOTS, Launch,
-    LaunchArgs, MAX_RANKS, THREADS, Work,
+    LaunchArgs, MAX_RANKS, RAIL_WINDOW, THREADS, Work,
 };
 pub use exchange::{Member, StockTransport, Transport};
-pub use live::{Clique, Kernel};
+pub use live::{Clique, Kernel, Span};
+pub use rail::StockStep;
 pub use setup::{
     DEFAULT_STAGING, DEFAULT_STAGING_LOWP, Fault, Outcome, Setup, Sharing, TIMED_OUT, establish, lacks_stock_calls,
     local_fabric,

@@ -1,8 +1,9 @@
 //! What each rank tells the others at setup, and the verdict every rank draws from the
 //! gathered records alone (so every rank reaches the same one).
 
-use super::args::MAX_RANKS;
-use crate::intercept::Policies;
+use super::args::{MAX_COMM_RANKS, MAX_RANKS};
+use super::rankmap::RankMap;
+use crate::intercept::{Coll, Policies};
 
 /// One rank's record (plain bytes on the wire; identical layout everywhere because every rank
 /// runs the same rcclx build, which the magic checks).
@@ -53,8 +54,8 @@ pub struct Record {
     pub policies: Policies,
 }
 
-/// "rcclx_vd": bumped whenever the layout or meaning of a field, or the exchanges, change.
-pub const MAGIC: u64 = 0x7263_636c_785f_7664;
+/// "rcclx_ve": bumped whenever the layout or meaning of a field, or the exchanges, change.
+pub const MAGIC: u64 = 0x7263_636c_785f_7665;
 pub const BYTES: usize = std::mem::size_of::<Record>();
 const _: () = assert!(BYTES.is_multiple_of(8));
 
@@ -119,14 +120,16 @@ pub fn visible_pids(recs: &[Record], me: &Record) -> Vec<Option<u32>> {
     recs.iter().map(|r| (r.pidns == me.pidns && r.host == me.host).then_some(r.pid)).collect()
 }
 
-/// The verdict: all on one host (and one machine), all capable, same arch and sizes, 2..=8
-/// ranks, each rank on a GPU of its own unless every rank's setup allows sharing
-/// (`super::Sharing`).
-pub fn verdict(rank: usize, nranks: usize, recs: &[Record]) -> Result<(), String> {
-    if recs.len() != nranks || !(2..=MAX_RANKS).contains(&nranks) {
-        return Err(format!("{nranks} ranks (rcclx kernels serve 2..={MAX_RANKS})"));
+/// The verdict, and the map of the ranks it holds for. Every rank capable, same arch and sizes,
+/// and either all on one host (and one machine) with 2..=[`MAX_RANKS`] ranks, or, where the agreed
+/// policies ask for it ([`Policies::across_hosts`]), on several hosts of the same number of ranks
+/// each (at most [`MAX_RANKS`]; one only with low precision, the rail then being the whole step),
+/// each host on one machine. Ranks of one host are each on a GPU of their own unless every
+/// rank's setup allows sharing (`super::Sharing`).
+pub fn verdict(nranks: usize, recs: &[Record]) -> Result<RankMap, String> {
+    if recs.len() != nranks || !(2..=MAX_COMM_RANKS).contains(&nranks) {
+        return Err(format!("{nranks} ranks (rcclx serves 2..={MAX_COMM_RANKS})"));
     }
-    let me = &recs[rank];
     for (p, r) in recs.iter().enumerate() {
         if r.magic != MAGIC {
             return Err(format!("rank {p} runs another rcclx version"));
@@ -137,22 +140,6 @@ pub fn verdict(rank: usize, nranks: usize, recs: &[Record]) -> Result<(), String
         if r.simulated != recs[0].simulated {
             let (set, unset) = if r.simulated == 1 { (p, 0) } else { (0, p) };
             return Err(format!("RCCLX_SIM_HOSTID is set on rank {set} and not on rank {unset}"));
-        }
-        if r.machine != me.machine {
-            return Err(if r.simulated == 1 {
-                "ranks on more than one machine (their boot ids differ), though RCCLX_SIM_HOSTID names one host: \
-                 they cannot map each other's memory"
-                    .into()
-            } else {
-                "ranks on more than one host".into()
-            });
-        }
-        if r.host != me.host {
-            return Err(if r.simulated == 1 {
-                "ranks on more than one simulated host (RCCLX_SIM_HOSTID differs)".into()
-            } else {
-                "ranks on more than one host".into()
-            });
         }
         if r.arch != recs[0].arch
             || r.staging_bytes != recs[0].staging_bytes
@@ -165,13 +152,58 @@ pub fn verdict(rank: usize, nranks: usize, recs: &[Record]) -> Result<(), String
         if r.shared_gpus != recs[0].shared_gpus || r.grid_cap != recs[0].grid_cap {
             return Err(format!("rank {p} differs in GPU sharing or grid cap"));
         }
-        if recs[0].shared_gpus == 0
-            && let Some(q) = recs[..p].iter().position(|o| o.gpu == r.gpu)
-        {
-            return Err(format!("ranks {q} and {p} are on one GPU"));
+    }
+    let map = RankMap::of(&recs.iter().map(|r| r.host).collect::<Vec<_>>());
+    let simulated = recs[0].simulated == 1;
+    if map.hosts() > 1 {
+        let policies = &recs[0].policies;
+        if !policies.across_hosts() {
+            return Err(if simulated {
+                "ranks on more than one simulated host (RCCLX_SIM_HOSTID differs), and nothing runs across hosts \
+                 (RCCL_LOW_PRECISION_ENABLE / RCCLX_HIER_EXACT unset)"
+                    .into()
+            } else {
+                "ranks on more than one host, and nothing runs across hosts (RCCL_LOW_PRECISION_ENABLE / \
+                 RCCLX_HIER_EXACT unset)"
+                    .into()
+            });
+        }
+        let Some(local) = map.uniform() else {
+            return Err(format!(
+                "hosts of different rank counts {:?}: the rails need the same count on every host",
+                map.sizes()
+            ));
+        };
+        if local > MAX_RANKS {
+            return Err(format!("{local} ranks per host (rcclx kernels serve at most {MAX_RANKS})"));
+        }
+        if local == 1 && policies.of(Coll::AllReduce).lowp == 0 {
+            return Err("one rank per host, and low precision off: the exact hierarchy would be the stock call".into());
+        }
+    } else if nranks > MAX_RANKS {
+        return Err(format!("{nranks} ranks on one host (rcclx kernels serve 2..={MAX_RANKS})"));
+    }
+    for h in 0..map.hosts() {
+        let ranks = map.host(h);
+        let first = &recs[ranks[0]];
+        if ranks.iter().any(|&p| recs[p].machine != first.machine) {
+            return Err(if simulated {
+                "ranks on more than one machine (their boot ids differ), though RCCLX_SIM_HOSTID names one host: \
+                 they cannot map each other's memory"
+                    .into()
+            } else {
+                "ranks on more than one host".into()
+            });
+        }
+        if recs[0].shared_gpus == 0 {
+            for (i, &p) in ranks.iter().enumerate() {
+                if let Some(&q) = ranks[..i].iter().find(|&&q| recs[q].gpu == recs[p].gpu) {
+                    return Err(format!("ranks {q} and {p} are on one GPU"));
+                }
+            }
         }
     }
-    Ok(())
+    Ok(map)
 }
 
 /// Whether any rank's host is simulated (`RCCLX_SIM_HOSTID`): then a verdict that does not
@@ -209,9 +241,9 @@ mod tests {
 
     #[test]
     fn every_disagreement_turns_the_kernels_off() {
-        assert!(verdict(0, 2, &recs(2)).is_ok());
-        assert!(verdict(0, 1, &recs(1)).is_err());
-        assert!(verdict(0, 9, &recs(9)).is_err());
+        assert!(verdict(2, &recs(2)).is_ok());
+        assert!(verdict(1, &recs(1)).is_err());
+        assert!(verdict(9, &recs(9)).is_err());
         for change in 0..9 {
             let mut v = recs(3);
             match change {
@@ -226,7 +258,7 @@ mod tests {
                 _ => v[1].magic = 1,
             }
             for rank in 0..3 {
-                assert!(verdict(rank, 3, &v).is_err(), "change {change} rank {rank}");
+                assert!(verdict(3, &v).is_err(), "change {change} rank {rank}");
             }
         }
     }
@@ -336,17 +368,15 @@ mod tests {
         };
         let all_refuse = |v: &[Record], needle: &str| {
             let n = v.len();
-            let first = verdict(0, n, v).expect_err("a wrong simulated host was accepted");
+            let first = verdict(n, v).expect_err("a wrong simulated host was accepted");
             for rank in 0..n {
-                assert_eq!(verdict(rank, n, v).as_ref(), Err(&first), "rank {rank} reached another verdict");
+                assert_eq!(verdict(n, v).as_ref(), Err(&first), "rank {rank} reached another verdict");
             }
             assert!(first.contains(needle), "{needle:?} not in {first:?}");
             assert!(simulated(v), "a refusal of simulated hosts is warned");
         };
         // One id on one machine: 8 ranks on one GPU form one clique.
-        for rank in 0..8 {
-            assert_eq!(verdict(rank, 8, &sim(8)), Ok(()));
-        }
+        assert_eq!(verdict(8, &sim(8)).map(|m| m.hosts()), Ok(1));
         assert!(!simulated(&recs(2)));
         // Different ids on ranks that share memory.
         let mut v = sim(8);
@@ -365,17 +395,52 @@ mod tests {
         all_refuse(&v, "RCCLX_SIM_HOSTID is set on rank 1 and not on rank 0");
     }
 
+    /// Ranks on several hosts form one clique per host when the agreed policies run something
+    /// across hosts (rank 0's), with the same number of ranks on every host.
+    #[test]
+    fn several_hosts_form_a_clique_each_when_something_runs_across_them() {
+        let hosts = |ids: &[u64], lowp: bool| {
+            let mut v = recs(ids.len());
+            for (r, &id) in v.iter_mut().zip(ids) {
+                (r.host, r.machine) = (id, id);
+                r.policies.colls[Coll::AllReduce as usize].lowp = lowp as u64;
+            }
+            v
+        };
+        let refusal = |v: &[Record]| verdict(v.len(), v).expect_err("accepted");
+        assert!(refusal(&hosts(&[1, 1, 2, 2], false)).contains("more than one host, and nothing runs across"));
+        let m = verdict(4, &hosts(&[1, 2, 1, 2], true)).unwrap();
+        assert_eq!((m.hosts(), m.uniform(), m.host(1), m.place(3)), (2, Some(2), &[1, 3][..], (1, 1)));
+        let mut exact = hosts(&[1, 1, 2, 2], false);
+        exact[0].policies.hier_exact = 1;
+        assert_eq!(verdict(4, &exact).map(|m| m.hosts()), Ok(2));
+        assert!(refusal(&hosts(&[1, 1, 2], true)).contains("different rank counts [2, 1]"));
+        assert_eq!(verdict(4, &hosts(&[1, 2, 3, 4], true)).map(|m| m.uniform()), Ok(Some(1)));
+        let mut exact = hosts(&[1, 2, 3, 4], false);
+        exact[0].policies.hier_exact = 1;
+        assert!(refusal(&exact).contains("one rank per host"));
+        assert!(refusal(&hosts(&[[1; 9], [2; 9]].concat(), true)).contains("9 ranks per host"));
+        assert!(verdict(16, &hosts(&[[1; 8], [2; 8]].concat(), true)).is_ok());
+        let mut v = hosts(&[1, 1, 2, 2], true);
+        v[1].machine = 9;
+        assert!(refusal(&v).contains("more than one host"));
+        // A GPU id may repeat on another host, never within one (unless sharing is allowed).
+        let mut v = hosts(&[1, 1, 2, 2], true);
+        v[2].gpu = v[0].gpu;
+        assert!(verdict(4, &v).is_ok());
+        v[1].gpu = v[0].gpu;
+        assert_eq!(refusal(&v), "ranks 0 and 1 are on one GPU");
+    }
+
     #[test]
     fn ranks_share_a_gpu_only_when_every_setup_allows_it() {
         let mut v = recs(4);
         v[3].gpu = v[1].gpu;
-        assert_eq!(verdict(0, 4, &v), Err("ranks 1 and 3 are on one GPU".to_string()));
+        assert_eq!(verdict(4, &v), Err("ranks 1 and 3 are on one GPU".to_string()));
         for r in &mut v {
             r.shared_gpus = 1;
             r.grid_cap = 33;
         }
-        for rank in 0..4 {
-            assert!(verdict(rank, 4, &v).is_ok());
-        }
+        assert!(verdict(4, &v).is_ok());
     }
 }

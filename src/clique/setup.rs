@@ -43,11 +43,15 @@ use crate::intercept::{CommFacts, Policies};
 use crate::types::{ncclComm_t, ncclResult_t};
 use crate::upstream;
 
-use super::args::{FLAG_STRIDE, KernelArgs, LL128_REGION_BYTES, MAX_RANKS, THREADS};
+use super::args::{
+    FLAG_STRIDE, KernelArgs, LL128_REGION_BYTES, MAX_COMM_RANKS, MAX_RANKS, THREADS, rail_scratch_bytes,
+};
 use super::exchange::{Member, StockTransport, Transport};
 use super::host;
 use super::lease::{self, Lease};
-use super::live::{Clique, Kernel};
+use super::live::{Clique, Kernel, Span};
+use super::rail::{self, Rail};
+use super::rankmap::RankMap;
 use super::record::{self, Record};
 use super::teardown::{self, Fence, Owned, Slab};
 
@@ -118,6 +122,25 @@ struct Local {
     published: bool,
     record: Record,
     fault: Fault,
+    /// Where this rank sits once the first verdict held: its host's ranks form its clique.
+    place: Option<Place>,
+    /// Its rail (a communicator spanning hosts), being made, then made.
+    splitting: Option<rail::Pending>,
+    rail: Option<Rail>,
+}
+
+/// A rank's place in a communicator's [`RankMap`].
+struct Place {
+    map: RankMap,
+    host: usize,
+    local: usize,
+}
+
+impl Place {
+    /// The records of this rank's host, by local index.
+    fn host_records(&self, recs: &[Record]) -> Vec<Record> {
+        self.map.host(self.host).iter().map(|&r| recs[r]).collect()
+    }
 }
 
 impl Local {
@@ -132,6 +155,9 @@ impl Local {
             published: false,
             record: Record::zeroed(),
             fault,
+            place: None,
+            splitting: None,
+            rail: None,
         }
     }
 }
@@ -141,6 +167,9 @@ impl Drop for Local {
     /// (the lease says when every peer is done); unpublished ones go straight to the pool.
     /// Nothing is freed (a free waits for the whole device), whatever lock the caller holds.
     fn drop(&mut self) {
+        if let Some(rail) = self.rail.take() {
+            rail.end(false);
+        }
         let peers = std::mem::take(&mut self.peers);
         let lease = self.lease.take();
         let Some(slab) = self.res.take() else { return };
@@ -174,6 +203,9 @@ pub struct Fault {
     ipc: bool,
     /// `peer`: enabling peer access fails (its "mapped" bit is 0): kernels off.
     peer: bool,
+    /// `split`: this rank takes no rail (`NCCL_SPLIT_NOCOLOR`; its "mapped" bit is 0): kernels
+    /// off on every rank of a communicator spanning hosts.
+    split: bool,
     /// `exchange1`..`exchange3`: that exchange cannot be posted (a stock error): the
     /// communicator is in error on this rank, and its peers time out into the same error.
     exchange: u8,
@@ -181,7 +213,7 @@ pub struct Fault {
 
 impl Fault {
     /// The sites, for messages.
-    pub const SITES: &'static str = "describe, alloc, lease, ipc, peer, exchange1, exchange2, exchange3";
+    pub const SITES: &'static str = "describe, alloc, lease, ipc, peer, split, exchange1, exchange2, exchange3";
 
     /// The faults `RCCLX_FAULT_INJECT` asks for on `rank`: only in a build with the cargo
     /// feature `fault-inject` (the GPU test builds, `scripts/gpu-prep.sh`) and in unit tests;
@@ -226,6 +258,7 @@ impl Fault {
             "lease" => set(&mut f.lease),
             "ipc" => set(&mut f.ipc),
             "peer" => set(&mut f.peer),
+            "split" => set(&mut f.split),
             "exchange1" => f.exchange = if on { 1 } else { 0 },
             "exchange2" => f.exchange = if on { 2 } else { 0 },
             "exchange3" => f.exchange = if on { 3 } else { 0 },
@@ -265,6 +298,9 @@ enum Stage {
     Records,
     /// Waiting for the records with the buffers' handles.
     Handles,
+    /// Waiting for the rails' splits (a communicator spanning hosts); rank 0's record and the
+    /// pointers mapped, per member.
+    Rails(Vec<Record>, Vec<Option<Mapped>>),
     /// Waiting for every rank's "mapped" bit; rank 0's record and the pointers mapped, per
     /// member.
     Verdicts(Vec<Record>, Vec<Option<Mapped>>),
@@ -286,14 +322,14 @@ pub fn lacks_stock_calls(e: &Error) -> bool {
 impl Setup {
     /// Starts setting up `comms`, whose stock initialisation is complete, through the stock
     /// communicators: issues the record exchange. Never blocks on a peer. `Err`: nothing was
-    /// posted. Communicators of a size the kernels cannot serve (one rank, more than
-    /// [`MAX_RANKS`]) take no part: that is the same on every one of their ranks, so all of them
+    /// posted. Communicators of a size rcclx cannot serve (one rank, more than
+    /// [`MAX_COMM_RANKS`]) take no part: that is the same on every one of their ranks, so all of them
     /// forward without an exchange; they come back at once as the second value (no clique), and
     /// the setup is `None` when no communicator is left.
     pub fn start(comms: &[ncclComm_t]) -> Result<(Option<Setup>, Outcome), Error> {
         let all = comms.iter().map(|&c| query(c)).collect::<Result<Vec<_>, _>>()?;
         let (members, others): (Vec<Member>, Vec<Member>) =
-            all.into_iter().partition(|m| (2..=MAX_RANKS).contains(&m.nranks));
+            all.into_iter().partition(|m| (2..=MAX_COMM_RANKS).contains(&m.nranks));
         let forward = others.iter().map(|m| (m.comm, None)).collect();
         if members.is_empty() {
             return Ok((None, forward));
@@ -355,8 +391,12 @@ impl Setup {
                 Stage::Records => {
                     let Some(recs) = self.gathered()? else { return self.waiting() };
                     for (l, recs) in self.locals.iter_mut().zip(&recs) {
-                        match record::verdict(l.member.rank, l.member.nranks, recs) {
-                            Ok(()) => allocate_for(l, recs),
+                        match record::verdict(l.member.nranks, recs) {
+                            Ok(map) => {
+                                let (host, local) = map.place(l.member.rank);
+                                l.place = Some(Place { map, host, local });
+                                allocate_for(l, recs)
+                            }
                             Err(why) => {
                                 let (comm, rank) = (l.member.comm, l.member.rank);
                                 // Simulated hosts that do not hold are a test rig set up wrong.
@@ -385,16 +425,37 @@ impl Setup {
                     let Some(recs) = self.gathered()? else { return self.waiting() };
                     let mapped: Vec<Option<Mapped>> =
                         self.locals.iter_mut().zip(&recs).map(|(l, r)| map_clique(l, r)).collect();
+                    start_rails(&mut self.locals, &recs)?;
+                    let rank0 = recs.iter().map(|r| r[0]).collect();
+                    self.stage = Stage::Rails(rank0, mapped);
+                }
+                Stage::Rails(..) => {
+                    for l in &mut self.locals {
+                        if let Some(p) = l.splitting.as_mut() {
+                            match p.poll()? {
+                                None => return self.waiting(),
+                                Some(rail) => {
+                                    l.rail = rail;
+                                    l.splitting = None;
+                                }
+                            }
+                        }
+                    }
                     if self.expired() {
                         return Err(self.timed_out());
                     }
+                    let Stage::Rails(rank0, mapped) = &mut self.stage else { unreachable!() };
                     for l in &self.locals {
                         l.fault.exchange(3)?;
                     }
-                    let bits = mapped.iter().map(|m| (m.is_some() as u64).to_ne_bytes().to_vec()).collect();
+                    // Mapped, and holding its rail where the communicator spans hosts.
+                    let ok = |(l, m): (&Local, &Option<Mapped>)| {
+                        m.is_some() && (l.rail.is_some() || l.place.as_ref().is_none_or(|p| p.map.hosts() == 1))
+                    };
+                    let bits =
+                        self.locals.iter().zip(mapped.iter()).map(|x| (ok(x) as u64).to_ne_bytes().to_vec()).collect();
                     self.transport.start(bits)?;
-                    let rank0 = recs.iter().map(|r| r[0]).collect();
-                    self.stage = Stage::Verdicts(rank0, mapped);
+                    self.stage = Stage::Verdicts(std::mem::take(rank0), std::mem::take(mapped));
                 }
                 Stage::Verdicts(rank0, mapped) => {
                     let Some(oks) = self.transport.poll()? else { return self.waiting() };
@@ -410,13 +471,16 @@ impl Setup {
                             (true, Some(m)) => Some(assemble(l, m, &r0, self.started)),
                             _ => {
                                 if r0.simulated == 1 && r0.capable == 1 {
-                                    // The verdict held: RCCLX_SIM_HOSTID joined ranks that cannot map each other.
+                                    // The verdict held: RCCLX_SIM_HOSTID joined ranks that cannot map each
+                                    // other, or a rank has no rail.
                                     tracing::warn!(
                                         "comm {comm:p}: rcclx kernels off, every call forwards: a rank could not map \
-                                         its peers, though RCCLX_SIM_HOSTID puts them on one host"
+                                         its peers or take its rail, though RCCLX_SIM_HOSTID puts them on simulated hosts"
                                     );
                                 } else {
-                                    tracing::info!("comm {comm:p}: rcclx kernels off (a rank could not map its peers)");
+                                    tracing::info!(
+                                        "comm {comm:p}: rcclx kernels off (a rank could not map its peers or take its rail)"
+                                    );
                                 }
                                 None // `l` is dropped: its published buffers are buried
                             }
@@ -451,11 +515,12 @@ impl Setup {
     /// an exchange in flight (then the batch must end).
     pub fn drop_member(&mut self, comm: ncclComm_t) -> bool {
         let Some(i) = self.locals.iter().position(|l| l.member.comm == comm) else { return true };
-        if !self.transport.drop_member(i) {
+        // A split in flight writes its child later: the batch ends instead.
+        if self.locals[i].splitting.is_some() || !self.transport.drop_member(i) {
             return false;
         }
         drop(self.locals.remove(i));
-        if let Stage::Verdicts(rank0, mapped) = &mut self.stage {
+        if let Stage::Verdicts(rank0, mapped) | Stage::Rails(rank0, mapped) = &mut self.stage {
             rank0.remove(i);
             mapped.remove(i);
         }
@@ -558,8 +623,8 @@ fn describe(l: &mut Local, identity: host::Identity, sharing: Sharing) {
     let staging =
         cfg.dda_sendbuf_bytes.unwrap_or(if policies.any_lowp() { DEFAULT_STAGING_LOWP } else { DEFAULT_STAGING });
     rec.staging_bytes = staging;
-    if !(2..=MAX_RANKS).contains(&m.nranks) {
-        return; // the kernels cannot serve this communicator: nothing to learn about the GPU
+    if !(2..=MAX_COMM_RANKS).contains(&m.nranks) {
+        return; // rcclx cannot serve this communicator: nothing to learn about the GPU
     }
     if l.fault.describe {
         tracing::warn!("comm {:p} rank {}: RCCLX_FAULT_INJECT=describe: no kernels for this GPU", m.comm, m.rank);
@@ -597,9 +662,18 @@ fn describe(l: &mut Local, identity: host::Identity, sharing: Sharing) {
 fn allocate_for(l: &mut Local, recs: &[Record]) {
     let m = l.member;
     l.record.capable = 0;
+    let Some(place) = &l.place else { return };
+    let host = place.host_records(recs);
+    let local = place.local;
+    // Low precision across hosts stages its codes in a buffer of its own.
+    let scratch = if place.map.hosts() > 1 && recs[0].policies.of(crate::intercept::Coll::AllReduce).lowp != 0 {
+        rail_scratch_bytes()
+    } else {
+        0
+    };
     // A peer's pid says whether it is alive only inside our pid namespace.
-    let pids = record::visible_pids(recs, &recs[m.rank]);
-    match Lease::join_with(recs[0].pidns, recs[0].pid, recs[0].nonce, m.rank, pids, l.fault.lease) {
+    let pids = record::visible_pids(&host, &host[local]);
+    match Lease::join_with(host[0].pidns, host[0].pid, host[0].nonce, local, pids, l.fault.lease) {
         Ok(lease) => l.lease = Some(lease),
         Err(e) => {
             tracing::warn!("comm {:p} rank {}: rcclx kernels off: no lease ({e})", m.comm, m.rank);
@@ -611,7 +685,7 @@ fn allocate_for(l: &mut Local, recs: &[Record]) {
         return;
     }
     let rec = &mut l.record;
-    match allocate(m.device, rec.staging_bytes as usize, rec.max_blocks, rec.policies.ll_max) {
+    match allocate(m.device, rec.staging_bytes as usize, rec.max_blocks, rec.policies.ll_max, scratch) {
         Ok(res) => {
             match (res.staging.ipc_handle(), res.flags.ipc_handle(), res.ll.ipc_handle()) {
                 (Ok(s), Ok(f), Ok(ll)) => {
@@ -666,14 +740,20 @@ fn device_kernels(device: i32) -> Result<Arc<Vec<Kernel>>, gpu::Error> {
 }
 
 /// This rank's buffers: an ended clique's of the same sizes, or new ones.
-fn allocate(device: i32, staging_bytes: usize, max_blocks: u64, ll_max: u64) -> Result<Slab, gpu::Error> {
+fn allocate(
+    device: i32,
+    staging_bytes: usize,
+    max_blocks: u64,
+    ll_max: u64,
+    scratch_bytes: usize,
+) -> Result<Slab, gpu::Error> {
     let rt = gpu::runtime()?;
     let info = rt.device_info(device)?;
     let slots = block_slots(max_blocks, info.multiprocessors as u64) as usize;
     // LL inbox: [2 parities][MAX_RANKS sources][units] x 16 bytes, then the LL128 region
     // (`hip_kernels/ll128.cuh`: counters and rings, the same size whatever the message sizes).
     let ll_bytes = 2 * MAX_RANKS as u64 * ll_units(ll_max) * 16 + LL128_REGION_BYTES;
-    let sizes = [staging_bytes, slots * FLAG_STRIDE * 4, ll_bytes as usize, slots * 4];
+    let sizes = [staging_bytes, slots * FLAG_STRIDE * 4, ll_bytes as usize, slots * 4, scratch_bytes];
     if let Some(slab) = teardown::reuse(device, sizes) {
         return Ok(slab);
     }
@@ -688,9 +768,12 @@ fn allocate(device: i32, staging_bytes: usize, max_blocks: u64, ll_max: u64) -> 
     flags.zero()?;
     ll.zero()?;
     seq.zero()?;
+    // Only this rank's kernels and the stock library read it: not shared, cached.
+    let scratch =
+        if scratch_bytes > 0 { Some(Kept::new(rt.alloc(device, scratch_bytes, MemKind::Normal)?)) } else { None };
     let status = rt.alloc_host_mapped(device, 64)?;
     let [staging, flags, ll, seq] = [staging, flags, ll, seq].map(Kept::into_inner);
-    Ok(Slab { staging, flags, ll, seq, status })
+    Ok(Slab { staging, flags, ll, seq, scratch: scratch.map(Kept::into_inner), status })
 }
 
 /// Step 4, given every rank's record with its buffers: the peer mappings (kept in `l`).
@@ -716,10 +799,12 @@ fn map_clique(l: &mut Local, recs: &[Record]) -> Option<Mapped> {
         return None;
     }
     l.res.as_ref()?;
+    let place = l.place.as_ref()?;
+    let (host, local) = (place.host_records(recs), place.local);
     // The mappings opened stay with `l` even if a later one fails: a rank without a clique
     // buries them with its buffers (closed by the reaper, outside any lock of setup's).
     let mut peers = std::mem::take(&mut l.peers);
-    let mapped = map_peers(l, recs, &mut peers);
+    let mapped = map_peers(l, &host, local, &mut peers);
     l.peers = peers;
     match mapped {
         Ok((staging, flags, ll)) => Some(Mapped { staging, flags, ll }),
@@ -732,11 +817,12 @@ fn map_clique(l: &mut Local, recs: &[Record]) -> Option<Mapped> {
 
 type PeerPtrs = ([u64; MAX_RANKS], [u64; MAX_RANKS], [u64; MAX_RANKS]);
 
-/// Maps every peer's staging buffer, flags and LL inbox into this process; each mapping goes to
-/// `maps` as soon as it is open.
-fn map_peers(l: &Local, recs: &[Record], maps: &mut Vec<IpcMapping>) -> Result<PeerPtrs, Error> {
+/// Maps the staging buffer, flags and LL inbox of every peer of this rank's host (`recs`, by
+/// local index; this rank's is `rank`) into this process; each mapping goes to `maps` as soon
+/// as it is open.
+fn map_peers(l: &Local, recs: &[Record], rank: usize, maps: &mut Vec<IpcMapping>) -> Result<PeerPtrs, Error> {
     let rt = gpu::runtime()?;
-    let (rank, device) = (l.member.rank, l.member.device);
+    let device = l.member.device;
     let me = &recs[rank];
     let (mut staging, mut flags, mut ll) = ([0u64; MAX_RANKS], [0u64; MAX_RANKS], [0u64; MAX_RANKS]);
     for (p, r) in recs.iter().enumerate() {
@@ -772,17 +858,55 @@ fn map_peers(l: &Local, recs: &[Record], maps: &mut Vec<IpcMapping>) -> Result<P
     Ok((staging, flags, ll))
 }
 
+/// Step 4b, for the members whose communicator spans hosts: their rails' splits, in one stock
+/// group (one thread may own several ranks). Every rank of such a communicator splits (the
+/// verdict and the second records are the same everywhere), also one that could not map its
+/// peers: the split is collective over the whole communicator. A rank whose fault says so
+/// takes no rail (`NCCL_SPLIT_NOCOLOR`), and the third exchange turns the kernels off.
+fn start_rails(locals: &mut [Local], recs: &[Vec<Record>]) -> Result<(), Error> {
+    let mut splits = Vec::new();
+    let mut who = Vec::new();
+    for (i, (l, recs)) in locals.iter().zip(recs).enumerate() {
+        let Some(p) = &l.place else { continue };
+        if p.map.hosts() == 1 || recs.iter().any(|r| r.capable == 0) {
+            continue;
+        }
+        if l.fault.split {
+            tracing::warn!("comm {:p} rank {}: RCCLX_FAULT_INJECT=split: no rail", l.member.comm, l.member.rank);
+        }
+        splits.push((l.member.comm, (!l.fault.split).then_some(p.local), p.host));
+        who.push(i);
+    }
+    if splits.is_empty() {
+        return Ok(());
+    }
+    for (i, pending) in who.into_iter().zip(rail::split(&splits)?) {
+        locals[i].splitting = Some(pending);
+    }
+    Ok(())
+}
+
 /// The clique of a rank whose every peer mapped everything.
 fn assemble(mut l: Local, m: Mapped, r0: &Record, started: Instant) -> Clique {
     let res = l.res.take().expect("a rank that mapped its peers has its buffers");
     let kernels = l.kernels.take().expect("a rank with buffers has its kernels");
     let (peers, lease) = (std::mem::take(&mut l.peers), l.lease.take());
-    let Member { comm, rank, nranks, device } = l.member;
+    let place = l.place.take().expect("a rank with buffers has its place");
+    let span = Span {
+        comm_rank: l.member.rank,
+        comm_nranks: l.member.nranks,
+        hosts: place.map.hosts(),
+        host: place.host,
+        rail: l.rail.take(),
+        scratch: res.scratch.as_ref().map_or((0, 0), |b| (b.ptr().0, b.len() as u64)),
+    };
+    let (comm, device) = (l.member.comm, l.member.device);
+    let (rank, nranks) = (place.local, place.map.host(place.host).len());
     let slots = block_slots(r0.max_blocks, r0.multiprocessors);
     // Every rank's grid of a call must be the same: the cap is agreed (the verdict checked it).
     let grid_cap = r0.grid_cap;
     let max_blocks = if grid_cap > 0 { r0.max_blocks.min(u64::from(grid_cap)) } else { r0.max_blocks };
-    let facts = CommFacts { nranks, policies: r0.policies };
+    let facts = CommFacts { nranks, hosts: span.hosts, policies: r0.policies };
     let base_args = KernelArgs {
         send: 0,
         recv: 0,
@@ -802,8 +926,16 @@ fn assemble(mut l: Local, m: Mapped, r0: &Record, started: Instant) -> Clique {
         root: 0,
         pad: 0,
     };
+    let across = if span.hosts > 1 {
+        format!(
+            ", rank {} of {}: host {} of {} x {nranks} ranks, rail of {}",
+            span.comm_rank, span.comm_nranks, span.host, span.hosts, span.hosts
+        )
+    } else {
+        String::new()
+    };
     tracing::info!(
-        "comm {comm:p} rank {rank}/{nranks} device {device}: rcclx kernels on (staging {} B, {max_blocks} blocks max{}) in {:?}",
+        "comm {comm:p} rank {rank}/{nranks} device {device}: rcclx kernels on (staging {} B, {max_blocks} blocks max{}{across}) in {:?}",
         r0.staging_bytes,
         if grid_cap > 0 { format!(", every grid at most {grid_cap} blocks") } else { String::new() },
         started.elapsed()
@@ -820,6 +952,8 @@ fn assemble(mut l: Local, m: Mapped, r0: &Record, started: Instant) -> Clique {
         base_args,
         kernels,
         owned: Mutex::new(Some(Owned { peers, lease, slab: res })),
+        span,
+        rail_ended: std::sync::atomic::AtomicBool::new(false),
         graphs: Arc::default(),
         launched: std::sync::atomic::AtomicBool::new(false),
     }

@@ -57,18 +57,21 @@ pub(super) struct Owned {
     pub slab: Slab,
 }
 
-/// One rank's buffers of a clique: staging, flags, LL inbox, window counters, status word.
+/// One rank's buffers of a clique: staging, flags, LL inbox, window counters, the rail
+/// scratch (low precision across hosts only), status word.
 pub(super) struct Slab {
     pub staging: DeviceBuffer,
     pub flags: DeviceBuffer,
     pub ll: DeviceBuffer,
     pub seq: DeviceBuffer,
+    pub scratch: Option<DeviceBuffer>,
     pub status: HostMapped,
 }
 
 impl Slab {
-    fn sizes(&self) -> [usize; 4] {
-        [self.staging.len(), self.flags.len(), self.ll.len(), self.seq.len()]
+    fn sizes(&self) -> [usize; 5] {
+        let scratch = self.scratch.as_ref().map_or(0, DeviceBuffer::len);
+        [self.staging.len(), self.flags.len(), self.ll.len(), self.seq.len(), scratch]
     }
 }
 
@@ -76,8 +79,8 @@ impl Slab {
 static POOL: Mutex<Vec<Slab>> = Mutex::new(Vec::new());
 
 /// A slab of an ended clique on `device` with exactly these sizes (staging, flags, LL inbox,
-/// window counters), its flags, inbox, counters and status zeroed as a new one's are.
-pub(super) fn reuse(device: i32, sizes: [usize; 4]) -> Option<Slab> {
+/// window counters, rail scratch), its flags, inbox, counters and status zeroed as a new one's are.
+pub(super) fn reuse(device: i32, sizes: [usize; 5]) -> Option<Slab> {
     collect();
     let slab = {
         let mut pool = POOL.lock();

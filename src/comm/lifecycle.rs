@@ -49,9 +49,10 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use super::state::{State, insert, lookup, remove};
-use crate::clique::{self, Clique, Launch};
+use crate::clique::{self, Clique};
 use crate::error::Error;
 use crate::intercept::Reason;
+use crate::plan::{Plan, Step};
 use crate::types::{ncclComm_t, ncclResult_t};
 use crate::upstream;
 
@@ -60,7 +61,7 @@ thread_local! {
     /// Communicators this thread created inside the current group, set up at its end.
     static CREATED_IN_GROUP: RefCell<Vec<ncclComm_t>> = const { RefCell::new(Vec::new()) };
     /// rcclx launches of the current group, run at its end.
-    static DEFERRED: RefCell<Vec<(Job, Launch)>> = const { RefCell::new(Vec::new()) };
+    static DEFERRED: RefCell<Vec<(Job, Plan)>> = const { RefCell::new(Vec::new()) };
     /// Communicators with an operation in the current group.
     static TOUCHED: RefCell<Vec<ncclComm_t>> = const { RefCell::new(Vec::new()) };
 }
@@ -69,7 +70,7 @@ thread_local! {
 /// communicator of the group is ready, groups in the order they ended.
 struct Waiting {
     comms: Vec<ncclComm_t>,
-    launches: Vec<(Job, Launch)>,
+    launches: Vec<(Job, Plan)>,
 }
 
 // SAFETY: communicator handles are keys usable from any thread; the jobs' states and cliques
@@ -151,7 +152,7 @@ pub fn group_end(result: ncclResult_t, simulated: bool) -> ncclResult_t {
 
 /// The stock part of a group is on its streams: each communicator's forwarded operations get
 /// their order event, then rcclx's launches run in the group's order. The first failure.
-fn run_group(touched: &[ncclComm_t], launches: Vec<(Job, Launch)>) -> ncclResult_t {
+fn run_group(touched: &[ncclComm_t], launches: Vec<(Job, Plan)>) -> ncclResult_t {
     for s in touched.iter().filter_map(|&c| lookup(c)) {
         if let Some(c) = s.clique()
             && let Err(e) = s.order.after(c.device, true)
@@ -160,8 +161,8 @@ fn run_group(touched: &[ncclComm_t], launches: Vec<(Job, Launch)>) -> ncclResult
         }
     }
     let mut first_failure = ncclResult_t::Success;
-    for (job, launch) in launches {
-        let code = job.run(launch);
+    for (job, plan) in launches {
+        let code = job.run(plan);
         if !code.is_ok() && first_failure.is_ok() {
             first_failure = code;
         }
@@ -211,10 +212,11 @@ pub(super) fn touch(comm: ncclComm_t) {
     }
 }
 
-/// Queues an rcclx launch until the outermost `ncclGroupEnd` of this thread.
-pub(super) fn defer(job: Job, launch: Launch) {
+/// Queues an rcclx plan until the outermost `ncclGroupEnd` of this thread (its stock steps on
+/// the rails then run outside the caller's group).
+pub(super) fn defer(job: Job, plan: Plan) {
     TOUCHED.with(|t| t.borrow_mut().push(job.state.comm()));
-    DEFERRED.with(|d| d.borrow_mut().push((job, launch)));
+    DEFERRED.with(|d| d.borrow_mut().push((job, plan)));
 }
 
 /// After a stock creation call returned `result` with the new handles in `comms`: what the call
@@ -444,22 +446,40 @@ pub fn async_state(comm: ncclComm_t) -> ncclResult_t {
             return ncclResult_t::InProgress;
         }
     }
-    if state.is_closed() { ncclResult_t::Success } else { state.own_error() }
+    if state.is_closed() {
+        return ncclResult_t::Success;
+    }
+    match state.own_error() {
+        // A peer that died mid-rail shows on the rail first.
+        ncclResult_t::Success => state.clique().map_or(ncclResult_t::Success, |c| c.rail_error()),
+        own => own,
+    }
 }
 
 /// `ncclCommFinalize` (before forwarding): rcclx launches nothing more on `comm`, and
-/// operations on it are invalid usage (`State::finalize`).
+/// operations on it are invalid usage (`State::finalize`). Its rail ends first (a child
+/// before its parent).
 pub fn finalized(comm: ncclComm_t) {
     if let Some(s) = lookup(comm) {
         s.finalize();
+        end_rail(&s, false);
     }
 }
 
 /// `ncclCommRevoke`, or `ncclCommShrink` with the abort flag, on `comm` (before forwarding):
-/// rcclx's kernels stop waiting and nothing more is launched.
+/// rcclx's kernels stop waiting, nothing more is launched, and its rail is aborted.
 pub fn revoked(comm: ncclComm_t) {
     if let Some(s) = lookup(comm) {
         s.close(true);
+        end_rail(&s, true);
+    }
+}
+
+/// Ends the rail of a closed communicator once no launch of it is under way.
+fn end_rail(state: &State, abort: bool) {
+    if let Some(c) = state.clique() {
+        state.quiesce();
+        c.end_rail(abort);
     }
 }
 
@@ -502,6 +522,8 @@ pub fn ended(comm: ncclComm_t, abort: bool, forward: impl FnOnce() -> ncclResult
         }
         // A batch dropped here (outside the lock) buries its published buffers.
     }
+    // The rail before its parent (nothing runs on it any more: launches have quiesced).
+    end_rail(&state, abort);
     let r = forward();
     if let Some(c) = state.clique() {
         c.release(state.order.take_fence(c.device));
@@ -509,7 +531,7 @@ pub fn ended(comm: ncclComm_t, abort: bool, forward: impl FnOnce() -> ncclResult
     r
 }
 
-/// A planned rcclx launch with what it needs to run and be counted.
+/// A planned rcclx call with what it needs to run and be counted.
 pub struct Job {
     pub(super) state: Arc<State>,
     pub(super) clique: Arc<Clique>,
@@ -520,20 +542,20 @@ pub struct Job {
 }
 
 impl Job {
-    /// Launches now, or at the end of the caller's group.
-    pub(super) fn start(self, planned: Result<Launch, Error>) -> ncclResult_t {
+    /// Runs the plan now, or at the end of the caller's group.
+    pub(super) fn start(self, planned: Result<Plan, Error>) -> ncclResult_t {
         match planned {
-            Ok(launch) if in_group() => {
-                defer(self, launch);
+            Ok(plan) if in_group() => {
+                defer(self, plan);
                 ncclResult_t::Success
             }
-            Ok(launch) => self.run(launch),
+            Ok(plan) => self.run(plan),
             Err(e) => self.failed(e),
         }
     }
 
-    /// Orders and launches.
-    fn run(self, launch: Launch) -> ncclResult_t {
+    /// Orders and runs.
+    fn run(self, plan: Plan) -> ncclResult_t {
         // Announced before the check (both SeqCst): `ended` either sees this launch under way
         // and waits for it, or this launch sees the communicator closed.
         struct Underway(Arc<State>);
@@ -544,10 +566,10 @@ impl Job {
         }
         self.state.launching.fetch_add(1, SeqCst);
         let _underway = Underway(self.state.clone());
-        self.run_open(launch)
+        self.run_open(plan)
     }
 
-    fn run_open(self, launch: Launch) -> ncclResult_t {
+    fn run_open(self, plan: Plan) -> ncclResult_t {
         if self.state.is_closed() {
             return ncclResult_t::Success; // aborted meanwhile (a deferred launch): nothing runs
         }
@@ -555,8 +577,15 @@ impl Job {
             Ok(c) => c,
             Err(e) => return self.failed(e),
         };
-        let family = launch.family;
-        match self.clique.launch(launch, self.stream, captured) {
+        let family = plan.family;
+        let ran = plan.steps().try_for_each(|step| match step {
+            Step::Kernel(launch) => self.clique.launch(launch, self.stream, captured),
+            Step::Rail(call) => match self.clique.rail() {
+                Some(rail) => call.run(rail, self.stream),
+                None => Err(Error::internal("a rail step after the rail ended")),
+            },
+        });
+        match ran {
             Ok(()) => {
                 let _ = self.state.order.after(self.clique.device, true);
                 self.state.stats.count_family(family, self.bytes);

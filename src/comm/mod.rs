@@ -16,6 +16,7 @@ use crate::clique::{Buffers, Clique};
 use crate::dda::alltoallv::AllToAllvCall;
 use crate::error::Error;
 use crate::intercept::{Algo, CallDesc, Reason, Route};
+use crate::plan::Plan;
 use crate::types::{ncclComm_t, ncclResult_t};
 
 pub mod lifecycle;
@@ -137,9 +138,9 @@ pub fn collective(
         }
     };
     crate::log::set_device(clique.device);
-    let bytes = call.bytes(clique.nranks).unwrap_or(0);
+    let bytes = call.bytes(clique.span().comm_nranks).unwrap_or(0);
     let route = crate::intercept::decide(&call, &clique.facts);
-    let is_root = call.root as usize == clique.rank;
+    let is_root = call.root as usize == clique.span().comm_rank;
     let null =
         crate::intercept::null_buffer(call.coll.spec().root_only, is_root, bufs.send.is_null(), bufs.recv.is_null());
     let route = if null { Route::Upstream(Reason::NullBuffer) } else { route };
@@ -153,13 +154,10 @@ pub fn collective(
         if call.coll.spec().rooted() { format!(" root {}", call.root) } else { String::new() },
         route.describe(call.coll)
     );
-    let algo = match route {
-        Route::Own(algo) => algo,
-        Route::Upstream(_) => {
-            state.stats.count(call.coll, route, bytes);
-            return forward_in_order(&state, &clique, bufs.stream, forward);
-        }
-    };
+    if let Route::Upstream(_) = route {
+        state.stats.count(call.coll, route, bytes);
+        return forward_in_order(&state, &clique, bufs.stream, forward);
+    }
     if crate::log::calls_on() {
         // NCCL's CALL line, which the stock library writes for the calls it runs.
         let op_name = if call.coll == crate::intercept::Coll::AllToAll { "AlltoAll" } else { call.coll.spec().title };
@@ -180,9 +178,11 @@ pub fn collective(
     let part_bytes = call.count.saturating_mul(call.dtype.size().unwrap_or(0));
     let payload = crate::nvtx::Payload::new(call.coll, part_bytes, call.op.0, call.root);
     let _range = crate::nvtx::range(call.coll, payload);
-    let planned = match algo {
-        Algo::Fp8 | Algo::Int8 => crate::lowp::plan(&clique, &call, algo, &bufs),
-        _ => crate::dda::plan(&clique, algo, &call, &bufs),
+    let planned = match route {
+        Route::Own(algo @ (Algo::Fp8 | Algo::Int8)) => crate::lowp::plan(&clique, &call, algo, &bufs).map(Plan::one),
+        Route::Own(algo) => crate::dda::plan(&clique, algo, &call, &bufs).map(Plan::one),
+        Route::AcrossHosts(codec) => crate::plan::across_hosts(&clique, &call, codec, &bufs),
+        Route::Upstream(_) => unreachable!("forwarded above"),
     };
     let job = Job { state, clique, what: call.coll.name(), bytes, stream: bufs.stream };
     job.start(planned)
@@ -214,7 +214,14 @@ pub fn alltoallv_dynamic(
         Err((_, code)) => return code,
     };
     crate::log::set_device(clique.device);
-    let planned = describe(clique.nranks).and_then(|call| crate::dda::alltoallv::plan(&clique, &call));
+    if clique.span().hosts > 1 {
+        crate::upstream::report_error(&format!(
+            "rcclx: rcclxAllToAllvDynamic: comm {comm:p} spans hosts: ncclInvalidUsage (the GPU-resident \
+             AllToAllv runs on one host)"
+        ));
+        return ncclResult_t::InvalidUsage;
+    }
+    let planned = describe(clique.nranks).and_then(|call| crate::dda::alltoallv::plan(&clique, &call)).map(Plan::one);
     if let Err(e) = &planned
         && e.code == ncclResult_t::InvalidArgument
     {

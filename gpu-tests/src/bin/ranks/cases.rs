@@ -427,7 +427,11 @@ mod tests {
     use rcclx::intercept::{Algo, CommFacts, Route, decide};
 
     fn facts(n: usize) -> CommFacts {
-        CommFacts { nranks: n, policies: Policies::for_comm(&Config::default(), n, rcclx::clique::local_fabric()) }
+        CommFacts {
+            nranks: n,
+            hosts: 1,
+            policies: Policies::for_comm(&Config::default(), n, rcclx::clique::local_fabric()),
+        }
     }
 
     /// The routes a dda run must show (`opts::dda_routes`) are the routes its cases take, with the
@@ -442,7 +446,11 @@ mod tests {
                 for proto in [Proto::Window, Proto::Stream] {
                     let c =
                         Config { ll128_max_bytes, proto: Protos::all(proto), stream_min_bytes: 0, ..Config::default() };
-                    let f = CommFacts { nranks: n, policies: Policies::for_comm(&c, n, rcclx::clique::local_fabric()) };
+                    let f = CommFacts {
+                        nranks: n,
+                        hosts: 1,
+                        policies: Policies::for_comm(&c, n, rcclx::clique::local_fabric()),
+                    };
                     for quick in [false, true] {
                         let mut taken: Vec<String> = dda_cases(n, &f.policies, quick, 1)
                             .iter()

@@ -82,6 +82,8 @@ pub fn route_for(facts: &CommFacts, call: &CallDesc) -> (String, String) {
             (route, name)
         }
         Route::Upstream(why) => ("forwarded".into(), format!("(forwarded: {})", why.c_name().to_string_lossy())),
+        // The harness's cliques are one host each.
+        Route::AcrossHosts(_) => unreachable!("a harness clique spans hosts"),
     }
 }
 

@@ -71,7 +71,7 @@ impl Suite {
             // Launched past the statistics (forced families): nothing to count.
             Suite::Bench => Vec::new(),
             Suite::Time | Suite::TimeLowp => {
-                let facts = rcclx::intercept::CommFacts { nranks, policies: p };
+                let facts = rcclx::intercept::CommFacts { nranks, hosts: 1, policies: p };
                 let mut v: Vec<String> = crate::time::cases(self == Suite::TimeLowp, nranks, &p, quick)
                     .iter()
                     .map(|c| crate::device::route_for(&facts, &c.call()).0)

@@ -189,7 +189,11 @@ mod tests {
         for n in 2..=8 {
             for ll128_max_bytes in [0, 4 << 20] {
                 let c = Config { ll128_max_bytes, ..Config::default() };
-                let facts = CommFacts { nranks: n, policies: Policies::for_comm(&c, n, rcclx::clique::local_fabric()) };
+                let facts = CommFacts {
+                    nranks: n,
+                    hosts: 1,
+                    policies: Policies::for_comm(&c, n, rcclx::clique::local_fabric()),
+                };
                 let mut rng = Rng::new(1 ^ 0x0571_2e55);
                 let mut seen = std::collections::HashMap::new();
                 for _ in 0..10_000 {
