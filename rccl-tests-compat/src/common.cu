@@ -559,6 +559,16 @@ void procSetup(Proc& P, int proc, const Topo& topo, Shared* sh, const std::strin
   if (simHosts) {
     CHECK(per == 1, "RCCLX_BENCH_SIM_HOSTS needs one rank per process (-t 1 -g 1), not %d", per);
     setenv("NCCL_HOSTID", (std::string(sim) + "-" + std::to_string(proc)).c_str(), 1);
+    // Hosts of L ranks for rcclx (RCCLX_BENCH_SIM_LOCAL=L; with RCCLX_BENCH_SIM_INTERLEAVE=1
+    // host = rank mod hosts, so hosts are not contiguous in rank order): RCCLX_SIM_HOSTID.
+    if (const char* l = getenv("RCCLX_BENCH_SIM_LOCAL")) {
+      const int local = atoi(l), hosts = local > 0 ? topo.nprocs / local : 0;
+      CHECK(local > 0 && hosts * local == topo.nprocs, "RCCLX_BENCH_SIM_LOCAL=%s does not divide %d ranks", l,
+            topo.nprocs);
+      const char* il = getenv("RCCLX_BENCH_SIM_INTERLEAVE");
+      const int host = il && !strcmp(il, "1") ? proc % hosts : proc / local;
+      setenv("RCCLX_SIM_HOSTID", (std::string(sim) + "-h" + std::to_string(host)).c_str(), 1);
+    }
   }
   P.libs = parseLibs(libSpec);
   for (Lib& L : P.libs) L.load();
