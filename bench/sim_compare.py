@@ -162,7 +162,7 @@ def wrong_rows(out, sim, codes):
     """RCCLX_SIM_HOSTID set wrong: every call forwarded, every case right, a WARN on every rank."""
     rows = []
     for label, warn in (("wrong-ids", "more than one simulated host"),
-                        ("wrong-unmapped", "could not map its peers, though RCCLX_SIM_HOSTID")):
+                        ("wrong-unmapped", "could not map its peers")):
         path = os.path.join(sim, f"torch-cases-{label}-w4.json")
         log = read(os.path.join(out, f"sim-{label}.log")) or ""
         if not os.path.exists(path) and not log:

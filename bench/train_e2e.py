@@ -109,7 +109,7 @@ import rcclx  # noqa: E402
 ENV_PREFIXES = ("RCCL_", "RCCLX_", "NCCL_")
 ENV_NAMES = ("LD_PRELOAD", "CUBLAS_WORKSPACE_CONFIG", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
 #: rcclx route algorithms that are the low-precision kernels
-LOWP_ALGOS = ("lowp", "int8", "lowp_pair", "int8_pair")
+LOWP_ALGOS = ("lowp", "int8", "lowp_pair", "int8_pair", "hier_lowp", "hier_int8")
 
 
 def parse_args(argv=None):

@@ -7,10 +7,12 @@
 # Environment:
 #   NRANKS=2          ranks (GPUs) to use; 4 and 8 need that many GPUs
 #   STEPS="..."       subset of: info selftest check stress graph timeout fidelity lowp lpgraph bench benchsym
-#                     lpbench torch vllm a2av moebench e2e train plots ranks lifecycle time tune x2 sim
-#                     (default: all but time, tune, x2 and sim)
+#                     lpbench torch vllm a2av moebench e2e train plots ranks lifecycle time tune x2 sim hosts
+#                     (default: all but time, tune, x2, sim and hosts)
 #                     sim: simulated hosts on one GPU (issue 46): every program twice, stock alone and
 #                     rcclx preloaded, one process per rank, N ranks on GPU 0 (needs 1 GPU; see the step)
+#                     hosts: communicators spanning simulated hosts (issue 47): the hierarchy, exact and
+#                     low precision, shapes 2x2 .. 4x1 on GPU 0 (needs 1 GPU; see the step)
 #                     x2: issue 41 on 2 GPUs in one 10-minute call (link, protocol sweeps, summary;
 #                     see the step and bench/README.md "2-GPU run")
 #                     ranks: 3-8 ranks on the GPUs present, several per GPU (needs 1 GPU; see below)
@@ -509,30 +511,43 @@ fi
 #          is right (tests/gpu/torch_cases.py --quick, section coll)
 # The 8-rank sizes (OUT/sim/, bench/README.md "Simulated hosts") keep the stock library's runs
 # over loopback sockets short.
-if step sim; then
-  SIM=$OUT/sim
-  mkdir -p "$SIM"
+# Processes of simulated hosts share GPU 0: under MPS when it starts (their kernels run at
+# once), else time-sliced. sim_start DIR starts it (MPS=1) or not (MPS=0); srun is `run` with a
+# fresh MPS server (after a client dies, the old one refuses new clients); sim_stop ends it.
+mps_restart() { echo quit | timeout 10 nvidia-cuda-mps-control; sleep 1; nvidia-cuda-mps-control -d; }
+sim_start() {
+  local dir=$1
+  mkdir -p "$dir"
   MPS=0
-  # A fresh MPS server (a running one quits first).
-  mps_restart() { echo quit | timeout 10 nvidia-cuda-mps-control; sleep 1; nvidia-cuda-mps-control -d; }
   if [ "${SIM_MPS:-1}" = 1 ] && command -v nvidia-cuda-mps-control >/dev/null; then
     export CUDA_MPS_PIPE_DIRECTORY=/tmp/rcclx-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/rcclx-mps-log
     mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-    if mps_restart >"$SIM/mps.log" 2>&1 &&
-      timeout 60 python3 -c 'import torch; assert torch.ones(1, device="cuda").sum().item() == 1' >>"$SIM/mps.log" 2>&1; then
+    if mps_restart >"$dir/mps.log" 2>&1 &&
+      timeout 60 python3 -c 'import torch; assert torch.ones(1, device="cuda").sum().item() == 1' >>"$dir/mps.log" 2>&1; then
       MPS=1
     else
       echo quit | timeout 10 nvidia-cuda-mps-control >/dev/null 2>&1
       unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
     fi
   fi
-  echo "sim: MPS=$MPS (1: kernels of the ranks' processes run at once; 0: time-sliced)" | tee -a "$SUMMARY" "$SIM/mps.log"
-  # Every run gets a fresh MPS server: after a client dies, the old one refuses new clients.
-  srun() {
-    if [ "$MPS" = 1 ]; then mps_restart >>"$SIM/mps.log" 2>&1; fi
-    run "$@"
-  }
+  MPS_LOG=$dir/mps.log
+  echo "$(basename "$dir"): MPS=$MPS (1: kernels of the ranks' processes run at once; 0: time-sliced)" | tee -a "$SUMMARY" "$MPS_LOG"
   export NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1
+}
+srun() {
+  if [ "$MPS" = 1 ]; then mps_restart >>"$MPS_LOG" 2>&1; fi
+  run "$@"
+}
+sim_stop() {
+  if [ "$MPS" = 1 ]; then
+    echo quit | timeout 10 nvidia-cuda-mps-control >/dev/null 2>&1
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  fi
+}
+
+if step sim; then
+  SIM=$OUT/sim
+  sim_start "$SIM"
   # A wait that never ends fails the call in 20 s instead of at the run's timeout.
   RX=(LD_PRELOAD="$LIB" RCCLX_SIM_HOSTID=sim RCCLX_TIMEOUT_MS=20000 NCCL_DEBUG=WARN)
   TR=(python3 -m torch.distributed.run --standalone --no-python)
@@ -597,14 +612,121 @@ if step sim; then
   if part torch; then
     for w in $WORLDS; do if [ "$w" != "$W" ]; then torch_cases $w; fi; done
   fi
-  if [ "$MPS" = 1 ]; then
-    echo quit | timeout 10 nvidia-cuda-mps-control >/dev/null 2>&1
-    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-  fi
+  sim_stop
   # Outside the budget: seconds of Python, so a cut run still leaves its summary.
   timeout 120 python3 bench/sim_compare.py "$OUT" --out "$SIM/summary.md" --mps "$MPS" >"$OUT/sim-compare.log" 2>&1
   rc=$?
   printf '%-28s rc=%-3s %s\n' sim-compare "$rc" "$(tail -1 "$OUT/sim-compare.log")" | tee -a "$SUMMARY"
+fi
+
+# Hosts (issue 47; not in the default STEPS): communicators spanning simulated hosts, N ranks as
+# N processes on GPU 0. The stock library sees N one-rank hosts (NCCL_HOSTID per process: sockets
+# on loopback); rcclx sees H hosts of L ranks (RCCLX_SIM_HOSTID by rank / L; i2x2: rank mod H,
+# hosts interleaved in rank order). Under MPS when it starts. Per shape HxL (HOSTS_SHAPES, default
+# "2x2 2x4 4x2 3x2 i2x2 1x4 4x1"; 1x4 is one host, 4x1 rails only):
+#   exact     RCCLX_HIER_EXACT=1, rcclx_check: AllReduce on the exact hierarchy, AllGather and
+#             ReduceScatter forwarded (routes checked against the model), int32 bitwise, floats
+#             within the model's tolerance, every op, odd counts, in place and out of place
+#   fp8 int8  RCCL_LOW_PRECISION_ENABLE=1 RCCLX_LP_MIN_BYTES=0: AllReduce of bf16, float and half
+#             within 0.2 x sum|inputs| per element (int8: plus 0.035 x N absolute), the same bits on
+#             every rank
+# At 2x2 (HOSTS_PARTS, default all): graph (one CUDA graph of AllReduces, 20 replays, exact and
+# fp8), split (RCCLX_FAULT_INJECT=split:1: every rank forwards, with a WARN each), torch
+# (tests/gpu/torch_cases.py with the exact hierarchy: subgroups made after the rails, coalesced
+# calls, a graph, a non-blocking communicator), kill (tests/gpu/hosts_kill.py: a rank dies, the
+# others end by themselves, stock and rcclx), error (tests/gpu/hosts_error.py: the codecs'
+# error across hosts against one host of the same ranks and the stock library), train (DDP 20
+# steps: stock, rcclx low precision across hosts), perf (AllReduce 1-256 MiB, bf16 and float:
+# stock, the exact hierarchy, FP8 and INT8). bench/hosts_summary.py judges them (OUT/hosts/summary.md).
+if step hosts; then
+  HO=$OUT/hosts
+  sim_start "$HO"
+  BX=(env RCCLX_BENCH_SIM_HOSTS=hostsim RCCLX_TIMEOUT_MS=20000 NCCL_DEBUG=WARN)
+  CK=("$B/rcclx_check" --libs "$LIBS" -g 1)
+  LP=(RCCL_LOW_PRECISION_ENABLE=1 RCCLX_LP_MIN_BYTES=0)
+  for shape in ${HOSTS_SHAPES:-2x2 2x4 4x2 3x2 i2x2 1x4 4x1}; do
+    il=0 s=$shape
+    if [[ $s == i* ]]; then il=1 s=${s#i}; fi
+    h=${s%x*} l=${s#*x}
+    n=$((h * l))
+    HX=("${BX[@]}" RCCLX_BENCH_SIM_LOCAL=$l RCCLX_BENCH_SIM_INTERLEAVE=$il)
+    srun hosts-exact-$shape 150 "${HX[@]}" RCCLX_HIER_EXACT=1 "${CK[@]}" -P $n \
+      --coll all_reduce,all_gather,reduce_scatter -d float,bfloat16,int32 -o all --counts 1,7,1023,16387,262147 --inplace both
+    for codec in fp8 int8; do
+      abs=0
+      if [ $codec = int8 ]; then abs=$(awk "BEGIN { print 0.035 * $n }"); fi
+      srun hosts-$codec-$shape 150 "${HX[@]}" "${LP[@]}" RCCLX_LOW_PRECISION_CODEC=$codec "${CK[@]}" -P $n \
+        --coll all_reduce -d bfloat16,float,half -o sum --counts 1,4095,65536,1048581,3000007 --inplace both \
+        --rel-tol 0.2 --abs-tol $abs
+    done
+  done
+  HPARTS=" ${HOSTS_PARTS:-graph split torch kill error train perf} "
+  hpart() { [[ $HPARTS == *" $1 "* ]]; }
+  H2=("${BX[@]}" RCCLX_BENCH_SIM_LOCAL=2)
+  if hpart graph; then
+    srun hosts-graph-exact 150 "${H2[@]}" RCCLX_HIER_EXACT=1 "${CK[@]}" -P 4 --coll all_reduce -d float,bfloat16 -o sum \
+      --counts 1,1023,65536,1048581 --graph --graph-replays 20
+    srun hosts-graph-fp8 150 "${H2[@]}" "${LP[@]}" "${CK[@]}" -P 4 --coll all_reduce -d float,bfloat16 -o sum \
+      --counts 1,1023,65536,1048581 --graph --graph-replays 20 --rel-tol 0.2
+  fi
+  if hpart split; then
+    # A rank without its rail: every rank forwards (the stock results), each says so.
+    srun hosts-split-fault 150 bash -c '"$@" >"$0" 2>&1; rc=$?; cat "$0"; n=$(grep -c "could not map its peers or take its rail" "$0");
+      echo "ranks that forward with a WARN: $n of 4"; [ $rc = 0 ] && [ "$n" = 4 ]' "$HO/split-fault.out" \
+      "${H2[@]}" "${LP[@]}" RCCLX_FAULT_INJECT=split:1 "${CK[@]}" -P 4 --coll all_reduce -d float -o sum \
+      --counts 1048581 --expect-routes off
+  fi
+  TR=(python3 -m torch.distributed.run --standalone --no-python)
+  RX=(LD_PRELOAD="$LIB" RCCLX_TIMEOUT_MS=20000 NCCL_DEBUG=WARN SIM_LOCAL=2)
+  if hpart torch; then
+    srun hosts-torch-exact 150 env "${RX[@]}" RCCLX_HIER_EXACT=1 "${TR[@]}" --nproc_per_node=4 bash scripts/sim-host.sh \
+      python3 tests/gpu/torch_cases.py --out "$HO" --label rcclx-exact
+  fi
+  if hpart kill; then
+    # The last rank exits before an AllReduce across hosts: the others end within PyTorch's 30 s
+    # collective timeout (an error, or its watchdog), stock alone and with rcclx (low precision).
+    for lib in stock rcclx; do
+      env_=(SIM_LOCAL=2)
+      if [ $lib = rcclx ]; then env_=("${RX[@]}" "${LP[@]}"); fi
+      srun hosts-kill-$lib 150 bash -c 'timeout -k 5 110 "$@"; rc=$?; echo "torchrun exit $rc";
+        [ $rc != 124 ] && [ $rc != 137 ] && echo "PASS ended by itself"' _ env "${env_[@]}" "${TR[@]}" --nproc_per_node=4 \
+        bash scripts/sim-host.sh python3 tests/gpu/hosts_kill.py
+    done
+  fi
+  if hpart error; then
+    HE=(python3 tests/gpu/hosts_error.py --out "$HO")
+    srun hosts-error-stock 150 env SIM_LOCAL=2 "${TR[@]}" --nproc_per_node=4 bash scripts/sim-host.sh "${HE[@]}" --label stock
+    for codec in fp8 int8; do
+      srun hosts-error-$codec 150 env "${RX[@]}" "${LP[@]}" RCCLX_LOW_PRECISION_CODEC=$codec "${TR[@]}" --nproc_per_node=4 \
+        bash scripts/sim-host.sh "${HE[@]}" --label rcclx-$codec
+      srun hosts-error-$codec-1host 150 env "${RX[@]}" SIM_LOCAL=4 "${LP[@]}" RCCLX_LOW_PRECISION_CODEC=$codec "${TR[@]}" \
+        --nproc_per_node=4 bash scripts/sim-host.sh "${HE[@]}" --label rcclx-$codec-1host
+    done
+  fi
+  if hpart train; then
+    TA=(--mode ddp --layers 4 --hidden 384 --heads 6 --vocab 8192 --seq 256 --batch 4 --steps 20 --warmup 5 --bucket-mb 4
+      --out "$HO/train")
+    srun hosts-train-stock 150 env SIM_LOCAL=2 "${TR[@]}" --nproc_per_node=4 bash scripts/sim-host.sh \
+      python3 bench/train_e2e.py --label stock --expect stock "${TA[@]}"
+    srun hosts-train-rcclx-lowp 150 env "${RX[@]}" RCCL_LOW_PRECISION_ENABLE=1 RCCLX_LP_MIN_BYTES=1M \
+      RCCLX_LOW_PRECISION_CODEC=int8 "${TR[@]}" --nproc_per_node=4 bash scripts/sim-host.sh \
+      python3 bench/train_e2e.py --label rcclx-lowp --expect rcclx "${TA[@]}"
+  fi
+  if hpart perf; then
+    PA=(-P 4 -g 1 -b 1M -e 256M -f 4 -n 5 -w 2)
+    for d in bfloat16 float; do
+      srun hosts-perf-exact-$d 150 "${H2[@]}" RCCLX_HIER_EXACT=1 "$B/all_reduce_perf" --libs "$LIBS" "${PA[@]}" -c 1 -d $d \
+        -J "$HO/perf-exact-$d.json"
+      for codec in fp8 int8; do
+        srun hosts-perf-$codec-$d 150 "${H2[@]}" "${LP[@]}" RCCLX_LOW_PRECISION_CODEC=$codec "$B/all_reduce_perf" \
+          --libs "$LIBS" "${PA[@]}" -c 0 -d $d -J "$HO/perf-$codec-$d.json"
+      done
+    done
+  fi
+  sim_stop
+  timeout 120 python3 bench/hosts_summary.py "$OUT" --out "$HO/summary.md" --mps "$MPS" >"$OUT/hosts-summary.log" 2>&1
+  rc=$?
+  printf '%-28s rc=%-3s %s\n' hosts-summary "$rc" "$(tail -1 "$OUT/hosts-summary.log")" | tee -a "$SUMMARY"
 fi
 
 # Plots of the benchmark's JSON files (needs matplotlib).
