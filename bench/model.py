@@ -209,6 +209,61 @@ def proposed_times(platform, coll, n, S):
     return t
 
 
+# ---- across hosts (issue 47) ------------------------------------------------------------------
+
+# H hosts of 8 GPUs (H200), one NIC per GPU, rail-aligned: each rail (one GPU per host) has its
+# own NICs. Bytes per element on the rails: bf16 2, FP8/INT8 codes 1 + 4/128.
+NET = {
+    "B_net": Const(46.0, "GB/s", "assumed: 400 Gb/s per GPU less protocol overhead (NCCL's bus bandwidth on 400G IB/RoCE is 40-48 GB/s); also 23 GB/s (200 Gb/s)"),
+    "a_net": Const(25.0, "us", "assumed: fixed cost of one stock call across hosts (a few network round trips)"),
+}
+L_HOST = 8
+CODE = 1 + 4 / 128
+
+
+def across_hosts(H, S, elem=2, b=None):
+    """{plan: us} of an AllReduce of S bytes per rank (elem-byte elements) on H hosts of 8 GPUs,
+    b GB/s per NIC: stock (a ring over rail-aligned channels, NVLink and NICs busy at once), the
+    exact hierarchy and low precision across hosts as rcclx runs them (host ReduceScatter, rail
+    step, host AllGather one after another), and low precision with the three phases overlapped
+    across windows (not built: the time of the slowest phase)."""
+    N, L = H * L_HOST, L_HOST
+    b = b or NET["B_net"].value
+    a = NET["a_net"].value
+    ring = 2 * (N - 1) / N * S
+    stock_t = a + max(us(ring, H200["B"].value), us(ring / L, b))
+    nvl = us((L - 1) / L * S, H200["B"].value) + H200["a_flat"].value  # one DDA phase in the host
+    rail = 2 * (H - 1) / H * S / L  # the hierarchy's bytes per NIC
+    codec = us(4 * S / L, H200["HBM"].value)  # encode and decode passes over the shard
+    net_lp = 2 * a + us(rail * CODE / elem, b)
+    return {"stock": stock_t, "exact": 2 * nvl + a + us(rail, b), "lowp": 2 * nvl + net_lp + codec,
+            "lowp_overlapped": max(nvl, net_lp) + codec}
+
+
+def hosts_table():
+    out = ["**Across hosts** (issue 47; H hosts of 8 H200, one NIC per GPU; AllReduce of 64 MiB per rank, bf16 "
+           "in; ms: stock / exact hierarchy / low precision as built / low precision with its phases overlapped "
+           "(not built), and stock / each low precision)", "",
+           "| hosts | 400 Gb/s per GPU | 200 Gb/s per GPU |", "|---|---|---|"]
+    S = 64 * MiB
+    for H in (2, 4, 8, 16):
+        cells = []
+        for b in (NET["B_net"].value, NET["B_net"].value / 2):
+            t = across_hosts(H, S, b=b)
+            cells.append(f"{t['stock'] / 1e3:.2f} / {t['exact'] / 1e3:.2f} / {t['lowp'] / 1e3:.2f} / "
+                         f"{t['lowp_overlapped'] / 1e3:.2f} ({t['stock'] / t['lowp']:.2f}x, "
+                         f"{t['stock'] / t['lowp_overlapped']:.2f}x)")
+        out.append(f"| {H} | " + " | ".join(cells) + " |")
+    out += ["", "What it predicts: with a NIC per GPU, a host's ranks move 1/8 of the message each across hosts, "
+            "so the network phase takes about as long as each NVLink phase; run one after another (as built), "
+            "the hierarchy is slower than stock's ring, which keeps NVLink and NICs busy at once, whatever the "
+            "codec. Low precision pays where the network phase dominates (fewer NICs than GPUs, slower links; "
+            "the simulated hosts' loopback is the extreme) or once the phases overlap across windows (the next "
+            "step: the model's last column). Constants:", ""]
+    out += [f"- {k}: {c.value:g} {c.unit} ({c.source})" for k, c in NET.items()]
+    return out + [""]
+
+
 # ---- tables -----------------------------------------------------------------------------------
 
 def fmt(x):
@@ -305,7 +360,7 @@ def section():
              "figure is assumed (no rcclx kernel has run on AMD). \"Today\": this repository's kernels with its "
              "defaults (forwarding where they forward); \"proposed\": issue 39's stream rings and LL128 (LL64 on "
              "AMD), which do not exist yet. Ratios are stock / rcclx.", ""]
-    lines += summary() + constants_table() + check_table() + crossover_table() + tables()
+    lines += summary() + constants_table() + check_table() + crossover_table() + hosts_table() + tables()
     lines.append(END)
     return "\n".join(lines) + "\n"
 
