@@ -644,55 +644,42 @@ if step hosts; then
   BX=(env RCCLX_BENCH_SIM_HOSTS=hostsim RCCLX_TIMEOUT_MS=20000 NCCL_DEBUG=WARN)
   CK=("$B/rcclx_check" --libs "$LIBS" -g 1)
   LP=(RCCL_LOW_PRECISION_ENABLE=1 RCCLX_LP_MIN_BYTES=0)
-  for shape in ${HOSTS_SHAPES:-2x2 2x4 4x2 3x2 i2x2 1x4 4x1}; do
-    il=0 s=$shape
+  hosts_shape() {
+    local il=0 s=$1 h l n abs codec
     if [[ $s == i* ]]; then il=1 s=${s#i}; fi
     h=${s%x*} l=${s#*x}
     n=$((h * l))
-    HX=("${BX[@]}" RCCLX_BENCH_SIM_LOCAL=$l RCCLX_BENCH_SIM_INTERLEAVE=$il)
-    srun hosts-exact-$shape 150 "${HX[@]}" RCCLX_HIER_EXACT=1 "${CK[@]}" -P $n \
+    local HX=("${BX[@]}" RCCLX_BENCH_SIM_LOCAL=$l RCCLX_BENCH_SIM_INTERLEAVE=$il)
+    srun hosts-exact-$1 150 "${HX[@]}" RCCLX_HIER_EXACT=1 "${CK[@]}" -P $n \
       --coll all_reduce,all_gather,reduce_scatter -d float,bfloat16,int32 -o all --counts 1,7,1023,16387,262147 --inplace both
     for codec in fp8 int8; do
       abs=0
       if [ $codec = int8 ]; then abs=$(awk "BEGIN { print 0.035 * $n }"); fi
-      srun hosts-$codec-$shape 150 "${HX[@]}" "${LP[@]}" RCCLX_LOW_PRECISION_CODEC=$codec "${CK[@]}" -P $n \
+      srun hosts-$codec-$1 150 "${HX[@]}" "${LP[@]}" RCCLX_LOW_PRECISION_CODEC=$codec "${CK[@]}" -P $n \
         --coll all_reduce -d bfloat16,float,half -o sum --counts 1,4095,65536,1048581,3000007 --inplace both \
         --rel-tol 0.2 --abs-tol $abs
     done
-  done
-  HPARTS=" ${HOSTS_PARTS:-graph split torch kill error train perf} "
+  }
+  # The first shape, then the parts at 2x2 (their numbers), then the other shapes.
+  SHAPES=(${HOSTS_SHAPES:-2x2 2x4 4x2 3x2 i2x2 1x4 4x1})
+  hosts_shape "${SHAPES[0]}"
+  HPARTS=" ${HOSTS_PARTS:-perf error train graph split torch kill} "
   hpart() { [[ $HPARTS == *" $1 "* ]]; }
   H2=("${BX[@]}" RCCLX_BENCH_SIM_LOCAL=2)
-  if hpart graph; then
-    srun hosts-graph-exact 150 "${H2[@]}" RCCLX_HIER_EXACT=1 "${CK[@]}" -P 4 --coll all_reduce -d float,bfloat16 -o sum \
-      --counts 1,1023,65536,1048581 --graph --graph-replays 20
-    srun hosts-graph-fp8 150 "${H2[@]}" "${LP[@]}" "${CK[@]}" -P 4 --coll all_reduce -d float,bfloat16 -o sum \
-      --counts 1,1023,65536,1048581 --graph --graph-replays 20 --rel-tol 0.2
-  fi
-  if hpart split; then
-    # A rank without its rail: every rank forwards (the stock results), each says so.
-    srun hosts-split-fault 150 bash -c '"$@" >"$0" 2>&1; rc=$?; cat "$0"; n=$(grep -c "could not map its peers or take its rail" "$0");
-      echo "ranks that forward with a WARN: $n of 4"; [ $rc = 0 ] && [ "$n" = 4 ]' "$HO/split-fault.out" \
-      "${H2[@]}" "${LP[@]}" RCCLX_FAULT_INJECT=split:1 "${CK[@]}" -P 4 --coll all_reduce -d float -o sum \
-      --counts 1048581 --expect-routes off
-  fi
   TR=(python3 -m torch.distributed.run --standalone --no-python)
   RX=(LD_PRELOAD="$LIB" RCCLX_TIMEOUT_MS=20000 NCCL_DEBUG=WARN SIM_LOCAL=2)
-  if hpart torch; then
-    srun hosts-torch-exact 150 env "${RX[@]}" RCCLX_HIER_EXACT=1 "${TR[@]}" --nproc_per_node=4 bash scripts/sim-host.sh \
-      python3 tests/gpu/torch_cases.py --out "$HO" --label rcclx-exact
-  fi
-  if hpart kill; then
-    # The last rank exits before an AllReduce across hosts: the others end within PyTorch's 30 s
-    # collective timeout (an error, or its watchdog), stock alone and with rcclx (low precision).
-    for lib in stock rcclx; do
-      env_=(SIM_LOCAL=2)
-      if [ $lib = rcclx ]; then env_=("${RX[@]}" "${LP[@]}"); fi
-      srun hosts-kill-$lib 150 bash -c 'timeout -k 5 110 "$@"; rc=$?; echo "torchrun exit $rc";
-        [ $rc != 124 ] && [ $rc != 137 ] && echo "PASS ended by itself"' _ env "${env_[@]}" "${TR[@]}" --nproc_per_node=4 \
-        bash scripts/sim-host.sh python3 tests/gpu/hosts_kill.py
+  if hpart perf; then
+    PA=(-P 4 -g 1 -b 1M -e 256M -f 4 -n 5 -w 2)
+    for d in bfloat16 float; do
+      srun hosts-perf-exact-$d 150 "${H2[@]}" RCCLX_HIER_EXACT=1 "$B/all_reduce_perf" --libs "$LIBS" "${PA[@]}" -c 1 -d $d \
+        -J "$HO/perf-exact-$d.json"
+      for codec in fp8 int8; do
+        srun hosts-perf-$codec-$d 150 "${H2[@]}" "${LP[@]}" RCCLX_LOW_PRECISION_CODEC=$codec "$B/all_reduce_perf" \
+          --libs "$LIBS" "${PA[@]}" -c 0 -d $d -J "$HO/perf-$codec-$d.json"
+      done
     done
   fi
+
   if hpart error; then
     HE=(python3 tests/gpu/hosts_error.py --out "$HO")
     srun hosts-error-stock 150 env SIM_LOCAL=2 "${TR[@]}" --nproc_per_node=4 bash scripts/sim-host.sh "${HE[@]}" --label stock
@@ -712,17 +699,35 @@ if step hosts; then
       RCCLX_LOW_PRECISION_CODEC=int8 "${TR[@]}" --nproc_per_node=4 bash scripts/sim-host.sh \
       python3 bench/train_e2e.py --label rcclx-lowp --expect rcclx "${TA[@]}"
   fi
-  if hpart perf; then
-    PA=(-P 4 -g 1 -b 1M -e 256M -f 4 -n 5 -w 2)
-    for d in bfloat16 float; do
-      srun hosts-perf-exact-$d 150 "${H2[@]}" RCCLX_HIER_EXACT=1 "$B/all_reduce_perf" --libs "$LIBS" "${PA[@]}" -c 1 -d $d \
-        -J "$HO/perf-exact-$d.json"
-      for codec in fp8 int8; do
-        srun hosts-perf-$codec-$d 150 "${H2[@]}" "${LP[@]}" RCCLX_LOW_PRECISION_CODEC=$codec "$B/all_reduce_perf" \
-          --libs "$LIBS" "${PA[@]}" -c 0 -d $d -J "$HO/perf-$codec-$d.json"
-      done
+  if hpart graph; then
+    srun hosts-graph-exact 150 "${H2[@]}" RCCLX_HIER_EXACT=1 "${CK[@]}" -P 4 --coll all_reduce -d float,bfloat16 -o sum \
+      --counts 1,1023,65536,1048581 --graph --graph-replays 20
+    srun hosts-graph-fp8 150 "${H2[@]}" "${LP[@]}" "${CK[@]}" -P 4 --coll all_reduce -d float,bfloat16 -o sum \
+      --counts 1,1023,65536,1048581 --graph --graph-replays 20 --rel-tol 0.2
+  fi
+  if hpart split; then
+    # A rank without its rail: every rank forwards (the stock results), each says so.
+    srun hosts-split-fault 150 bash -c '"$@" >"$0" 2>&1; rc=$?; cat "$0"; n=$(grep -c "could not map its peers or take its rail" "$0");
+      echo "ranks that forward with a WARN: $n of 4"; [ $rc = 0 ] && [ "$n" = 4 ]' "$HO/split-fault.out" \
+      "${H2[@]}" "${LP[@]}" RCCLX_FAULT_INJECT=split:1 "${CK[@]}" -P 4 --coll all_reduce -d float -o sum \
+      --counts 1048581 --expect-routes off
+  fi
+  if hpart torch; then
+    srun hosts-torch-exact 150 env "${RX[@]}" RCCLX_HIER_EXACT=1 "${TR[@]}" --nproc_per_node=4 bash scripts/sim-host.sh \
+      python3 tests/gpu/torch_cases.py --out "$HO" --label rcclx-exact
+  fi
+  if hpart kill; then
+    # The last rank exits before an AllReduce across hosts: the others end within PyTorch's 30 s
+    # collective timeout (an error, or its watchdog), stock alone and with rcclx (low precision).
+    for lib in ${HOSTS_KILL_LIBS:-stock rcclx}; do
+      env_=(SIM_LOCAL=2)
+      if [ $lib = rcclx ]; then env_=("${RX[@]}" "${LP[@]}"); fi
+      srun hosts-kill-$lib 150 bash -c 'timeout -k 5 110 "$@"; rc=$?; echo "torchrun exit $rc";
+        [ $rc != 124 ] && [ $rc != 137 ] && echo "PASS ended by itself"' _ env "${env_[@]}" "${TR[@]}" --nproc_per_node=4 \
+        bash scripts/sim-host.sh python3 tests/gpu/hosts_kill.py
     done
   fi
+  for shape in "${SHAPES[@]:1}"; do hosts_shape "$shape"; done
   sim_stop
   timeout 120 python3 bench/hosts_summary.py "$OUT" --out "$HO/summary.md" --mps "$MPS" >"$OUT/hosts-summary.log" 2>&1
   rc=$?
