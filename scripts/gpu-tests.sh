@@ -629,7 +629,7 @@ fi
 #             within the model's tolerance, every op, odd counts, in place and out of place
 #   fp8 int8  RCCL_LOW_PRECISION_ENABLE=1 RCCLX_LP_MIN_BYTES=0: AllReduce of bf16, float and half
 #             within 0.2 x sum|inputs| per element (int8: plus 0.035 x N absolute), the same bits on
-#             every rank
+#             every rank (HOSTS_PERF_MAX: the largest AllReduce of the perf part, 256M)
 # At 2x2 (HOSTS_PARTS, default all): graph (one CUDA graph of AllReduces, 20 replays, exact and
 # fp8), split (RCCLX_FAULT_INJECT=split:1: every rank forwards, with a WARN each), torch
 # (tests/gpu/torch_cases.py with the exact hierarchy: subgroups made after the rails, coalesced
@@ -669,7 +669,7 @@ if step hosts; then
   TR=(python3 -m torch.distributed.run --standalone --no-python)
   RX=(LD_PRELOAD="$LIB" RCCLX_TIMEOUT_MS=20000 NCCL_DEBUG=WARN SIM_LOCAL=2)
   if hpart perf; then
-    PA=(-P 4 -g 1 -b 1M -e 256M -f 4 -n 5 -w 2)
+    PA=(-P 4 -g 1 -b 1M -e "${HOSTS_PERF_MAX:-256M}" -f 4 -n 5 -w 2)
     for d in bfloat16 float; do
       srun hosts-perf-exact-$d 150 "${H2[@]}" RCCLX_HIER_EXACT=1 "$B/all_reduce_perf" --libs "$LIBS" "${PA[@]}" -c 1 -d $d \
         -J "$HO/perf-exact-$d.json"
