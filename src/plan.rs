@@ -78,72 +78,122 @@ fn lowp_group(hosts: u64, local: u64) -> u64 {
     hosts * local * 512
 }
 
-/// The AllReduce `call` across hosts, with `codec` on the rails (or exact).
+/// A buffer of the call and an element offset in it (the send and receive buffers may be one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum At {
+    Send(u64),
+    Recv(u64),
+}
+
+impl At {
+    /// Its address, with the call's buffers at `send` and `recv` and `elem`-byte elements.
+    fn address(self, send: u64, recv: u64, elem: u64) -> u64 {
+        match self {
+            At::Send(i) => send + i * elem,
+            At::Recv(i) => recv + i * elem,
+        }
+    }
+}
+
+/// One step of an AllReduce across hosts, in elements of the call: what [`across_hosts`]
+/// launches, and what the tests run on the CPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// An exact rcclx collective in the host: `coll` of `count` elements as `coll` counts them.
+    Host { coll: Coll, count: u64, from: At, to: At },
+    /// The stock AllReduce of `count` elements on the rail.
+    RailSum { count: u64, from: At, to: At },
+    /// One window of the low-precision rail step: `hosts` pieces of `piece` elements at `from`,
+    /// their sums over hosts at `to`.
+    RailWindow { piece: u64, from: At, to: At },
+}
+
+/// The steps of an AllReduce of `count` elements on this rank, local rank `rank` of a host of
+/// `local` ranks, `hosts` hosts; low precision on the rails (`lowp`) or exact. The same list on
+/// every rank but for the offsets of its own shard.
+pub fn layout(count: u64, hosts: u64, local: u64, rank: u64, lowp: bool) -> Vec<Layout> {
+    layout_in_windows(count, hosts, local, rank, lowp, RAIL_WINDOW)
+}
+
+/// [`layout`] with low-precision windows of at most `window_max` elements.
+fn layout_in_windows(count: u64, hosts: u64, local: u64, rank: u64, lowp: bool, window_max: u64) -> Vec<Layout> {
+    let group = if lowp { lowp_group(hosts, local) } else { local };
+    let body = count - count % group;
+    let shard = body / local;
+    let mine = At::Recv(rank * shard);
+    let mut steps = Vec::new();
+    if body > 0 && local > 1 {
+        steps.push(Layout::Host { coll: Coll::ReduceScatter, count: shard, from: At::Send(0), to: mine });
+    }
+    // The rail step reads the host's sum of this rank's shard (or, alone on its host, its input)
+    // and leaves the sum over hosts in place of it.
+    let (from, to) = if local > 1 { (mine, mine) } else { (At::Send(0), At::Recv(0)) };
+    if body > 0 && lowp {
+        let unit = hosts * 512;
+        let window = (window_max / unit).max(1) * unit;
+        let mut at = 0;
+        while at < shard {
+            let n = window.min(shard - at);
+            let shift = |x: At| match x {
+                At::Send(i) => At::Send(i + at),
+                At::Recv(i) => At::Recv(i + at),
+            };
+            steps.push(Layout::RailWindow { piece: n / hosts, from: shift(from), to: shift(to) });
+            at += n;
+        }
+    } else if body > 0 {
+        steps.push(Layout::RailSum { count: shard, from, to });
+    }
+    if body > 0 && local > 1 {
+        steps.push(Layout::Host { coll: Coll::AllGather, count: shard, from: mine, to: At::Recv(0) });
+    }
+    let tail = count - body;
+    if tail > 0 {
+        let from = if local > 1 {
+            steps.push(Layout::Host { coll: Coll::AllReduce, count: tail, from: At::Send(body), to: At::Recv(body) });
+            At::Recv(body)
+        } else {
+            At::Send(body)
+        };
+        steps.push(Layout::RailSum { count: tail, from, to: At::Recv(body) });
+    }
+    steps
+}
+
+/// The AllReduce `call` across hosts, with `codec` on the rails (or exact): its [`layout`],
+/// launched. Counted under the rail kernels' family with low precision, else under its first
+/// kernel (`exact_counted_as`).
 pub fn across_hosts(clique: &Clique, call: &CallDesc, codec: Option<LowpCodec>, bufs: &Buffers) -> Result<Plan, Error> {
     let span = clique.span();
     let (hosts, local) = (span.hosts as u64, clique.nranks as u64);
     let elem = call.dtype.size().ok_or_else(|| Error::internal("a type without a size"))? as u64;
-    let count = call.count as u64;
-    let group = match codec {
-        Some(_) => lowp_group(hosts, local),
-        None => local,
-    };
-    let body = count - count % group;
-    let shard = body / local;
     let (send, recv) = (bufs.send as u64, bufs.recv as u64);
-    let mine = recv + clique.rank as u64 * shard * elem;
+    let addr = |x: At| x.address(send, recv, elem);
+    let rail_family = codec.map(|c| family_of(FamilyKey::Rail(c))).transpose()?;
     let mut steps = Vec::new();
-    let mut family = None;
-    if body > 0 && local > 1 {
-        let rs = host_step(clique, Coll::ReduceScatter, shard, call, send, mine, bufs)?;
-        family = Some(rs.family);
-        steps.push(Step::Kernel(rs));
-    }
-    // The rail step reads the host's sum of this rank's shard (or, alone on its host, its input)
-    // and leaves the sum over hosts in place of it.
-    let (input, output) = if local > 1 { (mine, mine) } else { (send, recv) };
-    match codec {
-        Some(codec) if body > 0 => {
-            let f = family_of(FamilyKey::Rail(codec))?;
-            family = Some(f);
-            rail_lowp(clique, f, call, input, output, shard, elem, &mut steps)?;
+    let mut first_kernel = None;
+    for step in layout(call.count as u64, hosts, local, clique.rank as u64, codec.is_some()) {
+        match step {
+            Layout::Host { coll, count, from, to } => {
+                let launch = host_step(clique, coll, count, call, addr(from), addr(to), bufs)?;
+                first_kernel.get_or_insert(launch.family);
+                steps.push(Step::Kernel(launch));
+            }
+            Layout::RailSum { count, from, to } => steps.push(Step::Rail(StockStep::AllReduce {
+                send: addr(from),
+                recv: addr(to),
+                count: count as usize,
+                dtype: call.dtype,
+                op: call.op,
+            })),
+            Layout::RailWindow { piece, from, to } => {
+                let family = rail_family.ok_or_else(|| Error::internal("a low-precision window, exact"))?;
+                rail_window(clique, family, call, addr(from), addr(to), piece, &mut steps)?;
+            }
         }
-        None if body > 0 => steps.push(Step::Rail(StockStep::AllReduce {
-            send: mine,
-            recv: mine,
-            count: shard as usize,
-            dtype: call.dtype,
-            op: call.op,
-        })),
-        _ => {}
     }
-    if body > 0 && local > 1 {
-        steps.push(Step::Kernel(host_step(clique, Coll::AllGather, shard, call, mine, recv, bufs)?));
-    }
-    let tail = count - body;
-    if tail > 0 {
-        let (s, r) = (send + body * elem, recv + body * elem);
-        let from = if local > 1 {
-            let ar = host_step(clique, Coll::AllReduce, tail, call, s, r, bufs)?;
-            family.get_or_insert(ar.family);
-            steps.push(Step::Kernel(ar));
-            r
-        } else {
-            s
-        };
-        steps.push(Step::Rail(StockStep::AllReduce {
-            send: from,
-            recv: r,
-            count: tail as usize,
-            dtype: call.dtype,
-            op: call.op,
-        }));
-    }
-    let family = match (family, codec) {
-        (Some(f), _) => f,
-        (None, Some(codec)) => family_of(FamilyKey::Rail(codec))?,
-        (None, None) => return Err(Error::internal("an exact plan across hosts without a kernel")),
-    };
+    let family =
+        rail_family.or(first_kernel).ok_or_else(|| Error::internal("an exact plan across hosts without a kernel"))?;
     let mut steps = steps.into_iter();
     let first = steps.next().ok_or_else(|| Error::internal("a plan without a step"))?;
     Ok(Plan { first, rest: steps.collect(), family })
@@ -186,17 +236,16 @@ fn host_step(
     crate::dda::plan(clique, algo, &step, &b)
 }
 
-/// The low-precision rail step over the shard at `input` (`shard` elements, a whole number of
-/// groups), its sum over hosts to `output`, window by window through the rail scratch.
-#[allow(clippy::too_many_arguments)]
-fn rail_lowp(
+/// One window of the low-precision rail step (`hosts` pieces of `piece` elements at `input`,
+/// their sums over hosts to `output`) through the rail scratch: encode, all-to-all of the codes,
+/// reduce, AllGather of the codes, decode.
+fn rail_window(
     clique: &Clique,
     family: usize,
     call: &CallDesc,
     input: u64,
     output: u64,
-    shard: u64,
-    elem: u64,
+    piece: u64,
     steps: &mut Vec<Step>,
 ) -> Result<(), Error> {
     let span = clique.span();
@@ -205,13 +254,12 @@ fn rail_lowp(
     let kernel = clique
         .kernel(family, call.dtype.0, 0)
         .ok_or_else(|| Error::internal(format!("no rail kernel for {}", call.dtype.name())))?;
-    let unit = hosts * 512;
-    let window = (RAIL_WINDOW / unit).max(1) * unit;
-    if scratch == 0 || 2 * coded_bytes(window) > scratch_bytes {
+    let piece_bytes = coded_bytes(piece);
+    if scratch == 0 || 2 * hosts * piece_bytes > scratch_bytes {
         return Err(Error::internal("no rail scratch for the low-precision step"));
     }
     let cap = clique.resident_blocks(kernel);
-    let launch = |stage: Stage, send: u64, recv: u64, piece: u64| {
+    let launch = |stage: Stage, send: u64, recv: u64| {
         let mut args = clique.args();
         (args.send, args.recv, args.count, args.window_elems) = (send, recv, piece, 0);
         (args.rank, args.nranks, args.root) = (me as i32, hosts as i32, stage as i32);
@@ -219,27 +267,13 @@ fn rail_lowp(
         let blocks = (hosts * piece / 128).div_ceil(4 * u64::from(THREADS / 32)).clamp(1, u64::from(cap)) as u32;
         Step::Kernel(Launch { family, func: kernel.func, grid: (blocks, THREADS), args: LaunchArgs::Collective(args) })
     };
-    let mut at = 0;
-    while at < shard {
-        let n = window.min(shard - at);
-        let piece = n / hosts;
-        let piece_bytes = coded_bytes(piece);
-        let (sent, received) = (scratch, scratch + hosts * piece_bytes);
-        let (inp, out) = (input + at * elem, output + at * elem);
-        steps.push(launch(Stage::Encode, inp, sent, piece));
-        let bytes = piece_bytes as usize;
-        steps.push(Step::Rail(StockStep::AllToAll {
-            send: sent,
-            recv: received,
-            bytes,
-            nranks: hosts as usize,
-            rank: me,
-        }));
-        steps.push(launch(Stage::Reduce, inp, sent, piece));
-        steps.push(Step::Rail(StockStep::AllGather { send: sent + me as u64 * piece_bytes, recv: received, bytes }));
-        steps.push(launch(Stage::Decode, received, out, piece));
-        at += n;
-    }
+    let (sent, received) = (scratch, scratch + hosts * piece_bytes);
+    let bytes = piece_bytes as usize;
+    steps.push(launch(Stage::Encode, input, sent));
+    steps.push(Step::Rail(StockStep::AllToAll { send: sent, recv: received, bytes, nranks: hosts as usize, rank: me }));
+    steps.push(launch(Stage::Reduce, input, sent));
+    steps.push(Step::Rail(StockStep::AllGather { send: sent + me as u64 * piece_bytes, recv: received, bytes }));
+    steps.push(launch(Stage::Decode, received, output));
     Ok(())
 }
 
@@ -259,5 +293,160 @@ mod tests {
             }
         }
         assert_eq!(coded_bytes(512), 528);
+    }
+
+    /// One rank's call buffers: send and receive, or one buffer for both (in place).
+    struct Mem {
+        send: Vec<f64>,
+        recv: Vec<f64>,
+        in_place: bool,
+    }
+
+    impl Mem {
+        fn buf(&mut self, at: At) -> (&mut Vec<f64>, u64) {
+            match at {
+                At::Send(i) if !self.in_place => (&mut self.send, i),
+                At::Send(i) | At::Recv(i) => (&mut self.recv, i),
+            }
+        }
+        fn get(&mut self, at: At, j: u64) -> f64 {
+            let (b, i) = self.buf(at);
+            b[(i + j) as usize]
+        }
+        fn set(&mut self, at: At, j: u64, v: f64) {
+            let (b, i) = self.buf(at);
+            b[(i + j) as usize] = v;
+        }
+    }
+
+    /// Runs every rank's layout on the CPU, all ranks step by step (each step reads everything
+    /// it reads before anything is written, as the staged kernels and the stock calls do), with
+    /// exact values; every rank's output, the sum of every rank's input.
+    fn simulate(count: u64, hosts: u64, local: u64, lowp: bool, window: u64, in_place: bool) {
+        let n = hosts * local;
+        let input = |r: u64, i: u64| ((r * 131 + i * 7) % 17) as f64 - 8.0;
+        let mut mem: Vec<Mem> = (0..n)
+            .map(|r| {
+                let x: Vec<f64> = (0..count).map(|i| input(r, i)).collect();
+                Mem { send: x.clone(), recv: if in_place { x } else { vec![f64::NAN; count as usize] }, in_place }
+            })
+            .collect();
+        // Rank h * local + l: hosts contiguous (a plan sees local indices only).
+        let plans: Vec<Vec<Layout>> =
+            (0..n).map(|r| layout_in_windows(count, hosts, local, r % local, lowp, window)).collect();
+        let what = format!("count {count} {hosts}x{local} lowp {lowp} window {window} in place {in_place}");
+        for p in &plans {
+            assert_eq!(p.len(), plans[0].len(), "{what}: ranks with different step counts");
+        }
+        let host = |h: u64| (0..local).map(move |l| h * local + l);
+        let rail = |l: u64| (0..hosts).map(move |h| h * local + l);
+        for k in 0..plans[0].len() {
+            let mut writes: Vec<(u64, At, u64, f64)> = Vec::new();
+            match plans[0][k] {
+                Layout::Host { coll, count: c, .. } => {
+                    for h in 0..hosts {
+                        let ranks: Vec<u64> = host(h).collect();
+                        for (l, &r) in ranks.iter().enumerate() {
+                            let Layout::Host { coll: c2, count: c3, to, .. } = plans[r as usize][k] else { panic!() };
+                            assert_eq!((c2, c3), (coll, c), "{what}");
+                            for j in 0..if coll == Coll::AllGather { c * local } else { c } {
+                                let v = match coll {
+                                    Coll::ReduceScatter => ranks
+                                        .iter()
+                                        .map(|&m| {
+                                            let Layout::Host { from, .. } = plans[m as usize][k] else { panic!() };
+                                            mem[m as usize].get(from, l as u64 * c + j)
+                                        })
+                                        .sum(),
+                                    Coll::AllReduce => ranks
+                                        .iter()
+                                        .map(|&m| {
+                                            let Layout::Host { from, .. } = plans[m as usize][k] else { panic!() };
+                                            mem[m as usize].get(from, j)
+                                        })
+                                        .sum(),
+                                    Coll::AllGather => {
+                                        let m = ranks[(j / c) as usize];
+                                        let Layout::Host { from, .. } = plans[m as usize][k] else { panic!() };
+                                        mem[m as usize].get(from, j % c)
+                                    }
+                                    _ => panic!("{coll:?} in a plan"),
+                                };
+                                writes.push((r, to, j, v));
+                            }
+                        }
+                    }
+                }
+                Layout::RailSum { count: c, .. } | Layout::RailWindow { piece: c, .. } => {
+                    let per = if matches!(plans[0][k], Layout::RailWindow { .. }) { hosts } else { 1 };
+                    for l in 0..local {
+                        for j in 0..c * per {
+                            let v: f64 = rail(l)
+                                .map(|m| {
+                                    let (Layout::RailSum { from, .. } | Layout::RailWindow { from, .. }) =
+                                        plans[m as usize][k]
+                                    else {
+                                        panic!()
+                                    };
+                                    mem[m as usize].get(from, j)
+                                })
+                                .sum();
+                            for r in rail(l) {
+                                let (Layout::RailSum { to, .. } | Layout::RailWindow { to, .. }) = plans[r as usize][k]
+                                else {
+                                    panic!()
+                                };
+                                writes.push((r, to, j, v));
+                            }
+                        }
+                    }
+                }
+            }
+            for (r, to, j, v) in writes {
+                mem[r as usize].set(to, j, v);
+            }
+        }
+        for i in 0..count {
+            let want: f64 = (0..n).map(|r| input(r, i)).sum();
+            for (r, m) in mem.iter().enumerate() {
+                assert_eq!(m.recv[i as usize], want, "{what}: rank {r} element {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_layout_sums_every_element_on_every_rank() {
+        for hosts in 2..=4u64 {
+            for local in 1..=4u64 {
+                for lowp in [false, true] {
+                    if !lowp && local < 2 {
+                        continue; // the exact hierarchy needs ranks to reduce over in the host
+                    }
+                    let group = if lowp { lowp_group(hosts, local) } else { local };
+                    let unit = hosts * 512;
+                    for count in [1, group - 1, group, group + 1, 3 * group + 7, 5 * group] {
+                        for window in [unit, 2 * unit, RAIL_WINDOW] {
+                            for in_place in [false, true] {
+                                simulate(count.max(1), hosts, local, lowp, window, in_place);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn low_precision_pieces_are_whole_groups_of_512() {
+        for (hosts, local) in [(2, 2), (3, 2), (4, 1), (2, 8)] {
+            for count in [5 * lowp_group(hosts, local) + 3, 1 << 26] {
+                let steps = layout(count, hosts, local, 1 % local, true);
+                let pieces: Vec<u64> = steps
+                    .iter()
+                    .filter_map(|s| if let Layout::RailWindow { piece, .. } = s { Some(*piece) } else { None })
+                    .collect();
+                assert!(!pieces.is_empty() && pieces.iter().all(|p| p % 512 == 0 && hosts * p <= RAIL_WINDOW));
+            }
+        }
     }
 }
