@@ -426,7 +426,8 @@ fn across_hosts(call: &CallDesc, comm: &CommFacts, bytes: u64) -> Route {
     if !dda_dtype(call.dtype) {
         return Up(Reason::Dtype);
     }
-    if !dda_op(call.op) {
+    // An integer average divides in each step (truncating): across hosts it would divide twice.
+    if !dda_op(call.op) || (call.op == ncclRedOp_t::Avg && call.dtype.0 <= ncclDataType_t::Uint64.0) {
         return Up(Reason::Op);
     }
     Route::AcrossHosts(None)
@@ -607,10 +608,13 @@ mod tests {
             call(Coll::AllReduce, 1000, ncclDataType_t::Bfloat16, 0),
             call(Coll::AllReduce, 64 << 20, ncclDataType_t::Float32, 2),
             call(Coll::AllReduce, 64 << 20, ncclDataType_t::Int32, 0),
+            call(Coll::AllReduce, 64 << 20, ncclDataType_t::Float32, 4),
         ] {
             assert_eq!(decide(&c, &across(2, true, true, false)), Route::AcrossHosts(None), "{c:?}");
             assert_eq!(decide(&c, &across(2, true, false, false)), Route::Upstream(Reason::MultiHost), "{c:?}");
         }
+        let int_avg = call(Coll::AllReduce, 4096, ncclDataType_t::Int32, 4);
+        assert_eq!(decide(&int_avg, &across(2, true, true, false)), Route::Upstream(Reason::Op));
         let fp8 = call(Coll::AllReduce, 64 << 20, ncclDataType_t(10), 0);
         assert_eq!(decide(&fp8, &across(2, true, true, false)), Route::Upstream(Reason::Dtype));
         for coll in Coll::ALL.into_iter().filter(|&c| c != Coll::AllReduce) {

@@ -340,9 +340,9 @@ mod tests {
         }
         let host = |h: u64| (0..local).map(move |l| h * local + l);
         let rail = |l: u64| (0..hosts).map(move |h| h * local + l);
-        for k in 0..plans[0].len() {
+        for (k, &step) in plans[0].iter().enumerate() {
             let mut writes: Vec<(u64, At, u64, f64)> = Vec::new();
-            match plans[0][k] {
+            match step {
                 Layout::Host { coll, count: c, .. } => {
                     for h in 0..hosts {
                         let ranks: Vec<u64> = host(h).collect();
@@ -378,7 +378,7 @@ mod tests {
                     }
                 }
                 Layout::RailSum { count: c, .. } | Layout::RailWindow { piece: c, .. } => {
-                    let per = if matches!(plans[0][k], Layout::RailWindow { .. }) { hosts } else { 1 };
+                    let per = if matches!(step, Layout::RailWindow { .. }) { hosts } else { 1 };
                     for l in 0..local {
                         for j in 0..c * per {
                             let v: f64 = rail(l)

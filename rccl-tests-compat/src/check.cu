@@ -166,6 +166,7 @@ static std::string expectedRoute(CollId coll, const TypeDesc* type, OpId op, siz
     if (coll != COLL_AR) return "forwarded";
     if (g_model.lowpAll && lowpType && sum && bytes >= lowpMin) return "allreduce.hier";
     if (!g_model.hierExact || local < 2 || (int)type->type > 9 || op == OP_MULSUM) return "forwarded";
+    if (op == OP_AVG && (int)type->type <= 5) return "forwarded";  // integers would be divided twice
     const size_t shard = count / local;
     const uint64_t perRank = (shard > 0 ? shard : count) * type->size;
     return std::string(shard > 0 ? "reducescatter" : "allreduce") + (perRank <= kLlMax[row] ? ".ll" : ".flat");

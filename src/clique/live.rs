@@ -26,8 +26,9 @@ pub struct Span {
     /// Hosts (1: the clique is the communicator) and this rank's host index (its rail rank).
     pub hosts: usize,
     pub host: usize,
-    /// The rail, until the communicator ends.
-    pub rail: Option<Rail>,
+    /// The rail, until the communicator ends ([`Clique::end_rail`] takes it under the write
+    /// lock, so no reader holds its handle while it is freed).
+    pub rail: parking_lot::RwLock<Option<Rail>>,
     /// The rail scratch (low precision across hosts): device address and bytes; (0, 0): none.
     pub scratch: (u64, u64),
 }
@@ -56,8 +57,6 @@ pub struct Clique {
     /// A kernel was launched (eagerly or into a graph).
     pub(super) launched: std::sync::atomic::AtomicBool,
     pub(super) span: Span,
-    /// Set once the rail has ended ([`Clique::end_rail`]).
-    pub(super) rail_ended: std::sync::atomic::AtomicBool,
 }
 
 impl Clique {
@@ -66,23 +65,22 @@ impl Clique {
         &self.span
     }
 
-    /// The rail, until it has ended.
-    pub fn rail(&self) -> Option<&Rail> {
-        self.span.rail.as_ref().filter(|_| !self.rail_ended.load(Ordering::Acquire))
+    /// `f` of the rail, until it has ended (`None` after).
+    pub fn with_rail<R>(&self, f: impl FnOnce(&Rail) -> R) -> Option<R> {
+        self.span.rail.read().as_ref().map(f)
     }
 
     /// The rail's asynchronous error (`ncclSuccess` without one): a peer that died mid-rail.
     pub fn rail_error(&self) -> ncclResult_t {
-        self.rail().map_or(ncclResult_t::Success, Rail::async_error)
+        self.with_rail(Rail::async_error).unwrap_or(ncclResult_t::Success)
     }
 
     /// Ends the rail, before the communicator's own end is forwarded (`abort`: aborted, as the
     /// communicator is). Once only; nothing is launched on it afterwards (the caller stopped
     /// this communicator's launches first).
     pub fn end_rail(&self, abort: bool) {
-        if let Some(rail) = self.rail()
-            && !self.rail_ended.swap(true, Ordering::AcqRel)
-        {
+        let rail = self.span.rail.write().take();
+        if let Some(rail) = rail {
             rail.end(abort);
         }
     }

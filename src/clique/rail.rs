@@ -1,9 +1,10 @@
 //! Rails: the hidden stock communicators of a clique whose communicator spans hosts. Rail `l`
 //! holds the ranks of local index `l` of every host (rank = host index), made by
 //! `ncclCommSplit` of the user's communicator on every rank at the same point of its setup
-//! (every rank or none: the verdict decides, from the gathered records). The child shares the
-//! parent's resources (`splitShare`) and is blocking, so that rcclx's steps on it never return
-//! `ncclInProgress`. It is destroyed (or aborted) before its parent.
+//! (every rank or none: the verdict decides, from the gathered records). The child is blocking,
+//! so that rcclx's steps on it never return `ncclInProgress`; it shares the parent's resources
+//! only where the parent's own configuration says so (NCCL decides sharing from the parent's
+//! `splitShare`). It is destroyed (or aborted) before its parent.
 
 use std::ffi::c_int;
 
@@ -36,9 +37,9 @@ fn missing(name: &str) -> Error {
     Error::new(ncclResult_t::InvalidUsage, format!("stock library lacks {name}"))
 }
 
-/// The child's configuration: blocking, sharing the parent's resources. Sized and versioned as
-/// NCCL 2.18's struct (the fields up to `splitShare`), as a program built against its header
-/// passes it: every later stock library reads the rest as unset.
+/// The child's configuration: blocking. Sized and versioned as NCCL 2.18's struct (the fields up
+/// to `splitShare`), as a program built against its header passes it: every later stock library
+/// reads the rest as unset.
 fn config() -> ncclConfig_t {
     // SAFETY: ncclConfig_t is plain integers and pointers; all-zero is a valid value.
     let mut c: ncclConfig_t = unsafe { std::mem::zeroed() };
@@ -49,7 +50,7 @@ fn config() -> ncclConfig_t {
         *f = NCCL_CONFIG_UNDEF_INT;
     }
     c.blocking = 1;
-    c.splitShare = 1;
+    c.splitShare = NCCL_CONFIG_UNDEF_INT;
     c
 }
 
@@ -105,25 +106,27 @@ pub struct Pending {
 unsafe impl Send for Pending {}
 
 impl Pending {
-    /// `None` while the parent is still splitting; then the rail, or `Ok(None)` when this
+    /// `None` while the parent is still splitting; then the rail, or `Some(None)` when this
     /// rank took none or the split failed (logged).
-    pub fn poll(&mut self) -> Result<Option<Option<Rail>>, Error> {
+    pub fn poll(&mut self) -> Option<Option<Rail>> {
         if self.child.is_null() {
-            return Ok(Some(None)); // polled to its end before
+            return Some(None); // polled to its end before
         }
-        let u = stock()?;
-        let get = u.fns.ncclCommGetAsyncError.ok_or_else(|| missing("ncclCommGetAsyncError"))?;
+        let Some(get) = upstream::get().ok().and_then(|u| u.fns.ncclCommGetAsyncError) else {
+            self.child = std::ptr::null_mut(); // leaked: nothing says the split has ended
+            return Some(None);
+        };
         let mut state = ncclResult_t::InProgress;
         // SAFETY: the parent is a live stock communicator; the out-pointer is a local.
         let r = upstream::guarded(|| unsafe { get(self.parent, &mut state) });
         match (r, state) {
-            (ncclResult_t::Success, ncclResult_t::InProgress) => return Ok(None),
+            (ncclResult_t::Success, ncclResult_t::InProgress) => return None,
             (ncclResult_t::Success, ncclResult_t::Success) => {}
             _ => {
                 // The box stays leaked: nothing says the stock library is done with it.
                 tracing::warn!("comm {:p}: the rail's split failed ({} {})", self.parent, r.0, state.0);
                 self.child = std::ptr::null_mut();
-                return Ok(Some(None));
+                return Some(None);
             }
         }
         // SAFETY: the split has ended: the stock library wrote the child (or nothing) and
@@ -133,9 +136,9 @@ impl Pending {
             if self.wanted {
                 tracing::warn!("comm {:p}: ncclCommSplit gave no rail", self.parent);
             }
-            return Ok(Some(None));
+            return Some(None);
         }
-        Ok(Some(Some(Rail { comm: child })))
+        Some(Some(Rail { comm: child }))
     }
 }
 

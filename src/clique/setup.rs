@@ -425,14 +425,14 @@ impl Setup {
                     let Some(recs) = self.gathered()? else { return self.waiting() };
                     let mapped: Vec<Option<Mapped>> =
                         self.locals.iter_mut().zip(&recs).map(|(l, r)| map_clique(l, r)).collect();
-                    start_rails(&mut self.locals, &recs)?;
+                    start_rails(&mut self.locals, &recs);
                     let rank0 = recs.iter().map(|r| r[0]).collect();
                     self.stage = Stage::Rails(rank0, mapped);
                 }
                 Stage::Rails(..) => {
                     for l in &mut self.locals {
                         if let Some(p) = l.splitting.as_mut() {
-                            match p.poll()? {
+                            match p.poll() {
                                 None => return self.waiting(),
                                 Some(rail) => {
                                     l.rail = rail;
@@ -518,6 +518,10 @@ impl Setup {
         // A split in flight writes its child later: the batch ends instead.
         if self.locals[i].splitting.is_some() || !self.transport.drop_member(i) {
             return false;
+        }
+        // Aborted (or destroyed) during setup: its rail is aborted, never waited for.
+        if let Some(rail) = self.locals[i].rail.take() {
+            rail.end(true);
         }
         drop(self.locals.remove(i));
         if let Stage::Verdicts(rank0, mapped) | Stage::Rails(rank0, mapped) = &mut self.stage {
@@ -863,7 +867,7 @@ fn map_peers(l: &Local, recs: &[Record], rank: usize, maps: &mut Vec<IpcMapping>
 /// verdict and the second records are the same everywhere), also one that could not map its
 /// peers: the split is collective over the whole communicator. A rank whose fault says so
 /// takes no rail (`NCCL_SPLIT_NOCOLOR`), and the third exchange turns the kernels off.
-fn start_rails(locals: &mut [Local], recs: &[Vec<Record>]) -> Result<(), Error> {
+fn start_rails(locals: &mut [Local], recs: &[Vec<Record>]) {
     let mut splits = Vec::new();
     let mut who = Vec::new();
     for (i, (l, recs)) in locals.iter().zip(recs).enumerate() {
@@ -878,12 +882,14 @@ fn start_rails(locals: &mut [Local], recs: &[Vec<Record>]) -> Result<(), Error> 
         who.push(i);
     }
     if splits.is_empty() {
-        return Ok(());
+        return;
     }
-    for (i, pending) in who.into_iter().zip(rail::split(&splits)?) {
-        locals[i].splitting = Some(pending);
+    // A stock library without ncclCommSplit is the same on every rank: none splits. Any other
+    // failure leaves this rank without its rails, and the third exchange turns the kernels off.
+    match rail::split(&splits) {
+        Ok(pending) => who.into_iter().zip(pending).for_each(|(i, p)| locals[i].splitting = Some(p)),
+        Err(e) => tracing::warn!("rcclx: no rails ({e}); communicators spanning hosts forward"),
     }
-    Ok(())
 }
 
 /// The clique of a rank whose every peer mapped everything.
@@ -897,7 +903,7 @@ fn assemble(mut l: Local, m: Mapped, r0: &Record, started: Instant) -> Clique {
         comm_nranks: l.member.nranks,
         hosts: place.map.hosts(),
         host: place.host,
-        rail: l.rail.take(),
+        rail: parking_lot::RwLock::new(l.rail.take()),
         scratch: res.scratch.as_ref().map_or((0, 0), |b| (b.ptr().0, b.len() as u64)),
     };
     let (comm, device) = (l.member.comm, l.member.device);
@@ -953,7 +959,6 @@ fn assemble(mut l: Local, m: Mapped, r0: &Record, started: Instant) -> Clique {
         kernels,
         owned: Mutex::new(Some(Owned { peers, lease, slab: res })),
         span,
-        rail_ended: std::sync::atomic::AtomicBool::new(false),
         graphs: Arc::default(),
         launched: std::sync::atomic::AtomicBool::new(false),
     }

@@ -578,18 +578,31 @@ impl Job {
             Err(e) => return self.failed(e),
         };
         let family = plan.family;
-        let ran = plan.steps().try_for_each(|step| match step {
-            Step::Kernel(launch) => self.clique.launch(launch, self.stream, captured),
-            Step::Rail(call) => match self.clique.rail() {
-                Some(rail) => call.run(rail, self.stream),
-                None => Err(Error::internal("a rail step after the rail ended")),
-            },
+        let mut enqueued = 0;
+        let ran = plan.steps().try_for_each(|step| {
+            match step {
+                Step::Kernel(launch) => self.clique.launch(launch, self.stream, captured),
+                Step::Rail(call) => self
+                    .clique
+                    .with_rail(|rail| call.run(rail, self.stream))
+                    .unwrap_or_else(|| Err(Error::internal("a rail step after the rail ended"))),
+            }?;
+            enqueued += 1;
+            Ok(())
         });
         match ran {
             Ok(()) => {
                 let _ = self.state.order.after(self.clique.device, true);
                 self.state.stats.count_family(family, self.bytes);
                 ncclResult_t::Success
+            }
+            Err(e) if enqueued > 0 => {
+                // Part of the plan is on the stream: its peers wait on this rank's missing steps,
+                // and the rail's calls are out of step. The communicator is in error.
+                let _ = self.state.order.after(self.clique.device, true);
+                self.state.break_off();
+                let code = self.failed(e);
+                if code == ncclResult_t::RemoteError { code } else { ncclResult_t::RemoteError }
             }
             Err(e) => self.failed(e),
         }

@@ -65,6 +65,8 @@ fn usable(comm: ncclComm_t) -> Usable {
                 "its setup heard from no peer within RCCLX_SETUP_TIMEOUT_MS={} ms",
                 crate::config::get().setup_timeout_ms
             )
+        } else if state.broken.load(Relaxed) {
+            "a call across hosts failed after part of it was enqueued (its peers wait for the rest)".into()
         } else {
             format!(
                 "an rcclx kernel waited longer than RCCLX_TIMEOUT_MS={} ms for a peer (it died, or stopped \

@@ -30,6 +30,8 @@ pub struct State {
     pub(super) finalized: AtomicBool,
     /// Setup never heard from a peer (`RCCLX_SETUP_TIMEOUT_MS`): every call is `ncclRemoteError`.
     pub(super) setup_failed: AtomicBool,
+    /// A call's plan failed part-way (some of its steps enqueued): the communicator is in error.
+    pub(super) broken: AtomicBool,
     /// Its asynchronous error was logged (once; `ncclGetLastError` has it at every call).
     pub(super) error_reported: AtomicBool,
     pub(crate) order: order::Order,
@@ -45,6 +47,7 @@ impl State {
             launching: std::sync::atomic::AtomicUsize::new(0),
             finalized: AtomicBool::new(false),
             setup_failed: AtomicBool::new(false),
+            broken: AtomicBool::new(false),
             error_reported: AtomicBool::new(false),
             order: order::Order::default(),
         }
@@ -76,10 +79,15 @@ impl State {
     /// (A call that fails before anything was enqueued returns its error and leaves the
     /// communicator usable, as the stock library's does: [`Job::failed`](super::Job::failed).)
     pub fn own_error(&self) -> ncclResult_t {
-        if self.setup_failed.load(Relaxed) {
+        if self.setup_failed.load(Relaxed) || self.broken.load(Relaxed) {
             return ncclResult_t::RemoteError;
         }
         self.clique().map_or(ncclResult_t::Success, |c| c.kernel_error())
+    }
+
+    /// A call's plan failed after some of its steps were enqueued: the communicator is in error.
+    pub(super) fn break_off(&self) {
+        self.broken.store(true, Relaxed);
     }
 
     /// Setup gave up on a silent peer: no clique, and the communicator is in error.
