@@ -372,7 +372,7 @@ pub fn decide(call: &CallDesc, comm: &CommFacts) -> Route {
     let spec = call.coll.spec();
     let policy = comm.policies.of(call.coll);
     // Low precision first (as RCCLX): large messages of float types, op sum.
-    if policy.lowp != 0 && lowp_dtype(call.dtype) && call.op == ncclRedOp_t::Sum && bytes >= policy.lowp_min {
+    if takes_lowp(call, policy, bytes) {
         return Route::Own(if comm.policies.int8 != 0 { Algo::Int8 } else { Algo::Fp8 });
     }
     if policy.dda == 0 {
@@ -407,6 +407,12 @@ pub fn decide(call: &CallDesc, comm: &CommFacts) -> Route {
     }
 }
 
+/// Whether `call` of `bytes` takes low precision under `policy`: switched on, a float type, a
+/// sum, from the policy's size up (on one host and across hosts alike).
+fn takes_lowp(call: &CallDesc, policy: &Policy, bytes: u64) -> bool {
+    policy.lowp != 0 && lowp_dtype(call.dtype) && call.op == ncclRedOp_t::Sum && bytes >= policy.lowp_min
+}
+
 /// [`decide`] on a communicator spanning hosts: AllReduce takes the hierarchy, with low
 /// precision on the rails where it would take it on one host, else exact where
 /// `RCCLX_HIER_EXACT` asks for it (and each host has ranks to reduce over); everything else
@@ -417,7 +423,7 @@ fn across_hosts(call: &CallDesc, comm: &CommFacts, bytes: u64) -> Route {
         return Up(Reason::MultiHost);
     }
     let policy = comm.policies.of(call.coll);
-    if policy.lowp != 0 && lowp_dtype(call.dtype) && call.op == ncclRedOp_t::Sum && bytes >= policy.lowp_min {
+    if takes_lowp(call, policy, bytes) {
         return Route::AcrossHosts(Some(if comm.policies.int8 != 0 { LowpCodec::Int8 } else { LowpCodec::Fp8 }));
     }
     if comm.policies.hier_exact == 0 || comm.nranks < 2 {

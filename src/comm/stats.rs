@@ -114,12 +114,8 @@ impl Stats {
                 Some(f) => self.count_family(f, bytes),
                 None => self.count_forwarded(Reason::Failed, bytes),
             },
-            Route::AcrossHosts(Some(codec)) => match crate::intercept::family(FamilyKey::Rail(codec)) {
-                Some(f) => self.count_family(f, bytes),
-                None => self.count_forwarded(Reason::Failed, bytes),
-            },
-            // Counted by its plan (`plan::Plan::family`).
-            Route::AcrossHosts(None) => self.count_forwarded(Reason::Failed, bytes),
+            // A plan counts itself, under its family (`plan::Plan::family`): not through here.
+            Route::AcrossHosts(_) => self.count_forwarded(Reason::Failed, bytes),
             Route::Upstream(reason) => self.count_forwarded(reason, bytes),
         }
     }
