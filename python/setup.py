@@ -43,6 +43,9 @@ except ImportError:  # setuptools < 70.1
 HERE = os.path.dirname(os.path.abspath(__file__))
 # Relative: setuptools-rust resolves it against the build's working directory (this folder).
 CARGO_TOML = os.path.join(os.pardir, "Cargo.toml")
+# pyproject.toml sends setuptools' scratch folders here; setuptools checks that egg-base exists
+# before it builds anything, and on a fresh clone nothing has made target/ yet.
+os.makedirs(os.path.join(HERE, os.pardir, "target", "python-build"), exist_ok=True)
 LIB_NAME = "librcclx.so"
 GLIBC = "2.28"
 
