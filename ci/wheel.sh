@@ -363,11 +363,14 @@ for b in bad:
 sys.exit(1 if bad else 0)
 ' || return 1
 
-  # RCCLX_UPSTREAM_LIB naming a missing file: info reports that path with an error, env passes it
-  # through, both warn on stderr.
+  # RCCLX_UPSTREAM_LIB naming a missing file: info reports that path with an error and exits 1
+  # (every NCCL call would fail), env passes it through, both warn on stderr.
   local missing=/nonexistent/libnccl.so.2
   out="$(cd "$WORK" && env -u LD_PRELOAD RCCLX_UPSTREAM_LIB=$missing "$VPY" -m rcclx info 2>"$WORK/info.err")" || rc=$?
-  [ "$rc" = 0 ] || { echo "  FAIL: info with a missing RCCLX_UPSTREAM_LIB: exit status $rc"; return 1; }
+  [ "$rc" = 1 ] || { echo "  FAIL: info with a missing RCCLX_UPSTREAM_LIB: exit status $rc (want 1)"; return 1; }
+  grep -q "the stock library did not load" "$WORK/info.err" \
+    || { echo "  FAIL: info with a missing RCCLX_UPSTREAM_LIB: no line saying the stock library did not load"; return 1; }
+  rc=0
   echo "$out" | "$VPY" -c "import json, sys; s = json.load(sys.stdin)['stock_library']; sys.exit(not (s['path'] == '$missing' and 'error' in s and 'version' not in s))" \
     || { echo "  FAIL: info with RCCLX_UPSTREAM_LIB=$missing: stock_library is not {path, error}"; return 1; }
   grep -q "RCCLX_UPSTREAM_LIB names $missing, which does not exist" "$WORK/info.err" \

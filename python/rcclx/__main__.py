@@ -135,7 +135,8 @@ def _info(args):
     """Prints, as JSON, what the package knows (version, paths, the activation variables) merged
     with what the library says about itself (``rcclxGetInfo``: commit, GPU targets, the stock
     library it loads and its version, the settings in effect). Exit status 1 when the library is
-    missing or cannot be loaded (what is known is still printed)."""
+    missing or cannot be loaded, or when it cannot load the stock library (every NCCL call of a job
+    would fail): what is known is still printed."""
     try:
         lib = library_path()
     except FileNotFoundError as e:
@@ -187,7 +188,12 @@ def _info(args):
             elif key != "stock_library":
                 info[key] = value
     print(json.dumps(info, indent=2))
-    return 0 if loaded is not None else 1
+    if loaded is None:
+        return 1
+    if "version" not in stock:
+        print(f"rcclx: the stock library did not load: {stock.get('error', 'unknown error')}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def main(argv=None):
