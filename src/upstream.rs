@@ -216,16 +216,17 @@ pub fn symbol<F: Copy>(lib: &libloading::Library, name: &str) -> Option<F> {
     unsafe { lib.get::<F>(name.as_bytes()).ok().map(|s| *s) }
 }
 
-/// Logs once per name that the stock library lacks `name`; returns `ncclInvalidUsage`.
+/// The stock library lacks `name`: logs it once per name, makes it the text `ncclGetLastError`
+/// returns (every time, as each call fails), and returns `ncclInvalidUsage`.
 pub fn missing_symbol(name: &'static str) -> ncclResult_t {
     static SEEN: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
+    let path = UPSTREAM.get().and_then(|r| r.as_ref().ok()).map(|u| u.path.display().to_string());
+    let text =
+        format!("{name}: not provided by the stock library {}; returning ncclInvalidUsage", path.unwrap_or_default());
     if SEEN.lock().get_or_insert_with(HashSet::new).insert(name) {
-        let path = UPSTREAM.get().and_then(|r| r.as_ref().ok()).map(|u| u.path.display().to_string());
-        tracing::warn!(
-            "{name}: not provided by the stock library {}; returning ncclInvalidUsage",
-            path.unwrap_or_default()
-        );
+        tracing::warn!("{text}");
     }
+    set_last_error(&format!("rcclx: {text}"));
     ncclResult_t::InvalidUsage
 }
 

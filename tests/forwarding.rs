@@ -127,6 +127,11 @@ fn assert_rcclx_present(r: &Run, upstream: &Path, disabled: bool) {
         r.dump()
     );
     assert_eq!(r.get("rcclxLastError(stock's again)"), "AllReduce : comm argument is NULL", "{}", r.dump());
+    // A function the stock library lacks: ncclInvalidUsage, and ncclGetLastError says why (with
+    // rcclx disabled, its text is the stock library's alone).
+    assert_eq!(r.get("rcclxMissing(ncclAllToAllv)"), "5", "{}", r.dump());
+    let missing = r.get("rcclxLastError(missing)");
+    assert!(disabled || missing.starts_with("rcclx: ncclAllToAllv: not provided by the stock library"), "{}", r.dump());
     let said = r.rcclx_log().into_iter().filter(|l| *l == common::PROBE_A2AV_WIRE_WARNING).count();
     assert_eq!(said, 1, "one WARN line for the unknown wire:\n{}", r.dump());
     let path = r.get("rcclxGetUpstreamPath");

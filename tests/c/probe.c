@@ -256,6 +256,15 @@ int main(int argc, char **argv) {
       plain.ncclAllReduce(NULL, NULL, 16, ncclFloat32, ncclSum, NULL, NULL);
       str_line("rcclxLastError(stock's again)", plain.ncclGetLastError(NULL));
     }
+    /* RCCL's ncclAllToAllv, which no NCCL has: rcclx exports it (RCCL's symbol set) and
+     * returns ncclInvalidUsage, with ncclGetLastError saying why. */
+    ncclResult_t (*alltoallv)(const void *, const size_t *, const size_t *, void *, const size_t *,
+                              const size_t *, ncclDataType_t, ncclComm_t, cudaStream_t) = NULL;
+    set_fn(&alltoallv, dlsym(h, "ncclAllToAllv"));
+    if (alltoallv) {
+      fprintf(out, "rcclxMissing(ncclAllToAllv)=%d\n", alltoallv(NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, NULL));
+      str_line("rcclxLastError(missing)", plain.ncclGetLastError(NULL));
+    }
   } else if (strcmp(argv[2], "reset") == 0) {
     /* Calls that log under the environment's NCCL_DEBUG, then NCCL_DEBUG=WARN and
      * ncclResetDebugInit, then the same calls again (tests/logs.rs). */

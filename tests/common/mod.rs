@@ -350,13 +350,14 @@ impl Run {
     }
 
     /// rcclx's log lines other than its bare version line, those the probe provokes on purpose
-    /// ([`PROBE_A2AV_WARNING`], [`PROBE_A2AV_WIRE_WARNING`]) and, in a build without kernels
+    /// ([`PROBE_A2AV_WARNING`], [`PROBE_A2AV_WIRE_WARNING`], [`PROBE_MISSING_WARNING`]) and, in a build without kernels
     /// (`RCCLX_NO_KERNELS=1`), the warning that says so.
     pub fn rcclx_log_unprovoked(&self) -> Vec<(&str, &str)> {
         let no_kernels = rcclx::kernels::CODE_OBJECTS.is_empty();
         self.rcclx_log()
             .into_iter()
             .filter(|l| *l != PROBE_A2AV_WARNING && *l != PROBE_A2AV_WIRE_WARNING)
+            .filter(|(level, m)| !(*level == "WARN" && m.starts_with(PROBE_MISSING_WARNING)))
             .filter(|(level, _)| *level != "VERSION")
             .filter(|(_, m)| !(no_kernels && m.starts_with("this librcclx.so was built without GPU kernels")))
             .collect()
@@ -576,6 +577,10 @@ pub const PROBE_A2AV_WARNING: (&str, &str) = (
     "rcclxAllToAllvDynamic: comm 0x7f00 is not a communicator rcclx knows: ncclInvalidUsage (the counts are in \
      device memory, so the stock library cannot stand in)",
 );
+
+/// The start of the WARN line of the probe's call of RCCL's `ncclAllToAllv`, which no stock NCCL has
+/// (the line goes on with the stock library's path).
+pub const PROBE_MISSING_WARNING: &str = "ncclAllToAllv: not provided by the stock library ";
 
 /// The WARN line of the probe's AllToAllv with an unknown `rcclxAllToAllvOptions::wire`.
 pub const PROBE_A2AV_WIRE_WARNING: (&str, &str) = (
