@@ -626,7 +626,9 @@ const READ_ELSEWHERE: &[(&str, &str, &str)] = &[
 ];
 
 /// `RCCLX_*` names of the build, the tests and the scripts: never a typo of a library variable.
-const TOOL_NAMES: &[&str] = &[
+/// (tests/readme.rs finds every name the repository's programs read and checks it is here or a
+/// library variable.)
+pub const TOOL_NAMES: &[&str] = &[
     "RCCLX_TARGETS",
     "RCCLX_REQUIRE_KERNELS",
     "RCCLX_NO_KERNELS",
@@ -641,6 +643,10 @@ const TOOL_NAMES: &[&str] = &[
     "RCCLX_LIB",
     "RCCLX_BENCH_LIBS",
     "RCCLX_BENCH_SIM_HOSTS",
+    "RCCLX_BENCH_SIM_LOCAL",
+    "RCCLX_BENCH_SIM_INTERLEAVE",
+    "RCCLX_BENCH_TAG",
+    "RCCLX_CUOBJDUMP",
     "RCCLX_ARTIFACTS",
     "RCCLX_LP_FORCE",
     // The wheel's and the zig link's build variables (python/README.md).

@@ -79,3 +79,53 @@ fn ci_runs_the_readme_test_command() {
     let run = std::fs::read_to_string(common::repo().join(".ci/run")).expect(".ci/run");
     assert!(run.lines().any(|l| l.trim() == "exec bash ci/test.sh"), ".ci/run must run `bash ci/test.sh`:\n{run}");
 }
+
+/// Every `RCCLX_*` variable the repository's own programs, scripts and documents set or read
+/// (`NAME=`, `$NAME`, `${NAME`, `var("NAME"`, `env("NAME"`, `getenv("NAME"`, `environ["NAME"`,
+/// `environ.get("NAME"`, `rerun-if-env-changed=NAME`) is a library variable or one of
+/// `rcclx::config::TOOL_NAMES`: rcclx never calls the repository's own names unknown, and the
+/// list cannot drift from the tree.
+#[test]
+fn the_repositorys_own_variables_are_never_called_unknown() {
+    let vars = rcclx::config::variables();
+    let known = |name: &str| {
+        vars.iter().any(|v| v.name == name)
+            || rcclx::config::TOOL_NAMES.contains(&name)
+            || name.starts_with("RCCLX_TEST_")
+    };
+    let repo = common::repo();
+    let out = std::process::Command::new("git").arg("ls-files").current_dir(&repo).output().expect("git ls-files");
+    assert!(out.status.success(), "git ls-files failed");
+    let files = String::from_utf8(out.stdout).expect("file names");
+    let exts = [".rs", ".sh", ".py", ".c", ".h", ".cu", ".cuh", ".toml", ".md", "run"];
+    let reads =
+        ["$", "${", "var(\"", "var_os(\"", "env(\"", "getenv(\"", "environ[\"", "environ.get(\"", "env-changed="];
+    let mut unknown = std::collections::BTreeSet::new();
+    let mut seen = 0;
+    for file in files.lines().filter(|f| exts.iter().any(|e| f.ends_with(e))) {
+        let Ok(text) = std::fs::read_to_string(repo.join(file)) else { continue };
+        let b = text.as_bytes();
+        let word = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+        for (at, _) in text.match_indices("RCCLX_") {
+            if at > 0 && word(b[at - 1]) {
+                continue;
+            }
+            let end = at + b[at..].iter().take_while(|&&c| word(c)).count();
+            let name = &text[at..end];
+            let set = b.get(end) == Some(&b'=') && b.get(end + 1) != Some(&b'=');
+            if set || reads.iter().any(|r| text[..at].ends_with(r)) {
+                seen += 1;
+                if !known(name) {
+                    unknown.insert(format!("{name} ({file})"));
+                }
+            }
+        }
+    }
+    assert!(seen > 100, "found only {seen} uses of RCCLX_ variables: the scan is broken");
+    assert!(
+        unknown.is_empty(),
+        "names the repository sets or reads that rcclx would warn about (add them to TOOL_NAMES in \
+         src/config.rs, or make them library variables):\n  {}",
+        unknown.into_iter().collect::<Vec<_>>().join("\n  ")
+    );
+}

@@ -60,7 +60,7 @@ fi
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 [ -f "$RCCLX_LIB" ] || echo "run.sh: warning: $RCCLX_LIB not found (set RCCLX_LIB)" >&2
 [ -f "$STOCK_NCCL" ] || echo "run.sh: warning: stock NCCL '$STOCK_NCCL' not found (set STOCK_NCCL)" >&2
-RCCLX_ENV=(LD_PRELOAD="$RCCLX_LIB" RCCLX_UPSTREAM_LIB="$STOCK_NCCL")
+WITH_RCCLX=(LD_PRELOAD="$RCCLX_LIB" RCCLX_UPSTREAM_LIB="$STOCK_NCCL")
 LAUNCH=("$PY" -m torch.distributed.run --standalone --nproc_per_node="$NPROC" bench/e2e/tp_model.py)
 
 {
@@ -104,7 +104,7 @@ REF=$REF_DIR/stock-prefill.pt
 # --compare-output only when stock saved the reference (it may have failed or not be in RUNS).
 cmp_ref() { CMP=(); [ -f "$REF" ] && CMP=(--compare-output "$REF"); }
 LOWP=(RCCL_LOW_PRECISION_ENABLE=1)
-has check && run check "${RCCLX_ENV[@]}" -- --check
+has check && run check "${WITH_RCCLX[@]}" -- --check
 has check-stock && run check-stock -- --check
 for ((i = 1; i <= REPEATS; i++)); do
   sfx=""
@@ -121,11 +121,11 @@ for ((i = 1; i <= REPEATS; i++)); do
       printf '%-16s skipped: no reference output (stock failed or not in RUNS)\n' "stock-perturb$sfx" | tee -a "$OUT/status.txt"
     fi
   fi
-  has rcclx && run "rcclx$sfx" "${RCCLX_ENV[@]}" -- --mode decode,prefill "${CMP[@]}" "$@"
+  has rcclx && run "rcclx$sfx" "${WITH_RCCLX[@]}" -- --mode decode,prefill "${CMP[@]}" "$@"
   if has rcclx-fp8 || has rcclx-lowp; then
-    run "rcclx-fp8$sfx" "${RCCLX_ENV[@]}" "${LOWP[@]}" -- --mode prefill "${CMP[@]}" "$@"
+    run "rcclx-fp8$sfx" "${WITH_RCCLX[@]}" "${LOWP[@]}" -- --mode prefill "${CMP[@]}" "$@"
   fi
-  has rcclx-int8 && run "rcclx-int8$sfx" "${RCCLX_ENV[@]}" "${LOWP[@]}" RCCLX_LOW_PRECISION_CODEC=int8 -- \
+  has rcclx-int8 && run "rcclx-int8$sfx" "${WITH_RCCLX[@]}" "${LOWP[@]}" RCCLX_LOW_PRECISION_CODEC=int8 -- \
     --mode prefill "${CMP[@]}" "$@"
 done
 
