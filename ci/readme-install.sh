@@ -27,7 +27,7 @@ echo "$INFO" | python -c '
 import json, sys
 d = json.load(sys.stdin)
 stock = d.get("stock_library") or {}
-print(f"  installed: {d.get(\"library\")}, kernels {d.get(\"gpu_targets\")}, stock {stock.get(\"version\")}")
+print("  installed:", d.get("library"), "kernels", d.get("gpu_targets"), "stock", stock.get("version"))
 sys.exit(not (d.get("gpu_targets") == ["sm_90"] and stock.get("version") == "2.28.9"))
 ' || { echo "ci/readme-install.sh: the installed package is not the README's (sm_90 kernels, stock 2.28.9)" >&2; exit 1; }
 echo "ci/readme-install.sh: PASS"
