@@ -220,6 +220,27 @@ impl ncclConfig_t {
     }
 }
 
+/// The `maxCTAs` a caller's config sets (above 0), or `None` (no config, unset, or not above 0).
+///
+/// # Safety
+/// `config` is NULL or points to a config the stock library accepted: `size` bytes of it are
+/// readable, and its first fields (`size`, `magic`) are in every version's struct.
+pub unsafe fn max_ctas_of(config: *const ncclConfig_t) -> Option<u32> {
+    if config.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's promise: `size` and `magic` are readable; then only the covered field.
+    let (size, magic) =
+        unsafe { (std::ptr::addr_of!((*config).size).read(), std::ptr::addr_of!((*config).magic).read()) };
+    let off = std::mem::offset_of!(ncclConfig_t, maxCTAs);
+    if magic != NCCL_API_MAGIC || size < off + 4 {
+        return None;
+    }
+    // SAFETY: covered by `size` (checked above).
+    let v = unsafe { std::ptr::addr_of!((*config).maxCTAs).read() };
+    (v > 0).then_some(v as u32)
+}
+
 /// `ncclCollConfig_t` (NCCL 2.31): only passed through, never read.
 #[repr(C)]
 pub struct ncclCollConfig_t {
@@ -276,3 +297,30 @@ pub type ncclTeam = ncclTeam_t;
 pub type size_t = usize;
 pub type cudaStream_t = Stream;
 pub type unsigned_int = c_uint;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_ctas_is_read_only_where_the_callers_struct_sets_it() {
+        // SAFETY: all-zero is a valid value of this struct of integers and pointers.
+        let mut c: ncclConfig_t = unsafe { std::mem::zeroed() };
+        c.size = std::mem::size_of::<ncclConfig_t>();
+        c.magic = NCCL_API_MAGIC;
+        let read = |c: &ncclConfig_t| unsafe { max_ctas_of(c) };
+        assert_eq!(unsafe { max_ctas_of(std::ptr::null()) }, None);
+        c.maxCTAs = 8;
+        assert_eq!(read(&c), Some(8));
+        for unset in [NCCL_CONFIG_UNDEF_INT, 0, -3] {
+            c.maxCTAs = unset;
+            assert_eq!(read(&c), None, "{unset}");
+        }
+        c.maxCTAs = 8;
+        c.size = std::mem::offset_of!(ncclConfig_t, maxCTAs); // an older, shorter struct
+        assert_eq!(read(&c), None);
+        c.size = std::mem::size_of::<ncclConfig_t>();
+        c.magic = 0;
+        assert_eq!(read(&c), None);
+    }
+}

@@ -204,7 +204,7 @@ impl World {
             .iter()
             .zip(&devices)
             .zip(&comms)
-            .map(|((&rank, &device), &comm)| Member { comm, rank, nranks: placement.nranks, device })
+            .map(|((&rank, &device), &comm)| Member { comm, rank, nranks: placement.nranks, device, max_ctas: 0 })
             .collect();
         let transport = FileTransport::new(dir, ranks.to_vec(), placement.nranks);
         let mut setup = Setup::with(members, Box::new(transport), sharing).map_err(|e| Fail(format!("setup: {e}")))?;

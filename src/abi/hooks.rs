@@ -13,14 +13,32 @@ use std::ffi::{c_char, c_int, c_void};
 /// `ncclCommShrink` flag: abort the parent's operations first (`NCCL_SHRINK_ABORT`).
 const NCCL_SHRINK_ABORT: c_int = 0x01;
 
-/// Tells the side table about the handle a stock creation call wrote to `out`; what the call
-/// returns. The out-pointer is read only when the call succeeded (or is in progress).
-unsafe fn created(out: *const ncclComm_t, r: ncclResult_t) -> ncclResult_t {
+/// Tells the side table about the handle a stock creation call wrote to `out`, with its SM
+/// budget `max_ctas` ([`budget`]); what the call returns. The out-pointer is read only when the call
+/// succeeded (or is in progress).
+unsafe fn created(out: *const ncclComm_t, r: ncclResult_t, max_ctas: u32) -> ncclResult_t {
     if r.is_ok_or_in_progress() && !out.is_null() {
         // SAFETY: non-null out-pointer the caller gave the stock call, which wrote it.
-        return lifecycle::created(&[unsafe { out.read() }], r);
+        return lifecycle::created(&[unsafe { out.read() }], r, max_ctas);
     }
     r
+}
+
+/// The SM budget of a new communicator (NCCL's `maxCTAs`: most blocks of any grid; 0: none), as
+/// the stock library decides it: `NCCL_MAX_CTAS` above 0 overrides the config's `maxCTAs` above
+/// 0; a split or shrink without a config inherits its parent's (`parent`).
+///
+/// # Safety
+/// `config` is NULL or the config the stock library just accepted (see [`max_ctas_of`]).
+unsafe fn budget(config: *const ncclConfig_t, parent: Option<ncclComm_t>) -> u32 {
+    if let Some(n) = crate::config::get().nccl_max_ctas.filter(|&n| n > 0) {
+        return n.min(u64::from(u32::MAX)) as u32;
+    }
+    if config.is_null() {
+        return parent.map_or(0, lifecycle::max_ctas);
+    }
+    // SAFETY: the caller's promise.
+    unsafe { max_ctas_of(config) }.unwrap_or(0)
 }
 
 pub unsafe fn ncclGetErrorString(result: ncclResult_t) -> *const c_char {
@@ -61,8 +79,8 @@ pub unsafe fn ncclCommInitRank(
     rank: c_int,
 ) -> ncclResult_t {
     let r = forward!(ncclCommInitRank(comm, nranks, commId, rank));
-    // SAFETY: `comm` is the caller's out-pointer of this very call.
-    unsafe { created(comm, r) }
+    // SAFETY: `comm` is the caller's out-pointer of this very call; no config.
+    unsafe { created(comm, r, budget(std::ptr::null(), None)) }
 }
 
 pub unsafe fn ncclCommInitRankConfig(
@@ -73,8 +91,8 @@ pub unsafe fn ncclCommInitRankConfig(
     config: *mut ncclConfig_t,
 ) -> ncclResult_t {
     let r = forward!(ncclCommInitRankConfig(comm, nranks, commId, rank, config));
-    // SAFETY: as above.
-    unsafe { created(comm, r) }
+    // SAFETY: as above; `config` is the one the stock call accepted.
+    unsafe { created(comm, r, budget(config, None)) }
 }
 
 pub unsafe fn ncclCommInitAll(comm: *mut ncclComm_t, ndev: c_int, devlist: *const c_int) -> ncclResult_t {
@@ -82,7 +100,8 @@ pub unsafe fn ncclCommInitAll(comm: *mut ncclComm_t, ndev: c_int, devlist: *cons
     if r.is_ok() && !comm.is_null() && ndev > 0 {
         // SAFETY: on success upstream wrote `ndev` handles into the caller's array.
         let comms = unsafe { std::slice::from_raw_parts(comm, ndev as usize) };
-        return lifecycle::created(comms, r);
+        // SAFETY: no config.
+        return lifecycle::created(comms, r, unsafe { budget(std::ptr::null(), None) });
     }
     r
 }
@@ -97,7 +116,7 @@ pub unsafe fn ncclCommInitRankScalable(
 ) -> ncclResult_t {
     let r = forward!(ncclCommInitRankScalable(newcomm, nranks, myrank, nId, commIds, config));
     // SAFETY: as above.
-    unsafe { created(newcomm, r) }
+    unsafe { created(newcomm, r, budget(config, None)) }
 }
 
 pub unsafe fn ncclCommSplit(
@@ -109,7 +128,7 @@ pub unsafe fn ncclCommSplit(
 ) -> ncclResult_t {
     let r = forward!(ncclCommSplit(comm, color, key, newcomm, config));
     // SAFETY: as above; NCCL_SPLIT_NOCOLOR leaves NULL there, which `created` skips.
-    unsafe { created(newcomm, r) }
+    unsafe { created(newcomm, r, budget(config, Some(comm))) }
 }
 
 pub unsafe fn ncclCommShrink(
@@ -125,7 +144,7 @@ pub unsafe fn ncclCommShrink(
     }
     let r = forward!(ncclCommShrink(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags));
     // SAFETY: as above.
-    unsafe { created(newcomm, r) }
+    unsafe { created(newcomm, r, budget(config, Some(comm))) }
 }
 
 pub unsafe fn ncclCommGrow(
@@ -138,7 +157,7 @@ pub unsafe fn ncclCommGrow(
 ) -> ncclResult_t {
     let r = forward!(ncclCommGrow(comm, nRanks, uniqueId, rank, newcomm, config));
     // SAFETY: as above.
-    unsafe { created(newcomm, r) }
+    unsafe { created(newcomm, r, budget(config, (!comm.is_null()).then_some(comm))) }
 }
 
 pub unsafe fn ncclCommFinalize(comm: ncclComm_t) -> ncclResult_t {

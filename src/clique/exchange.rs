@@ -23,6 +23,9 @@ pub struct Member {
     pub rank: usize,
     pub nranks: usize,
     pub device: i32,
+    /// NCCL's SM budget of the communicator (`maxCTAs`, `NCCL_MAX_CTAS`): most blocks of any
+    /// grid (0: none).
+    pub max_ctas: u32,
 }
 
 /// The all-gather through which a setup exchanges its records, then the records with the

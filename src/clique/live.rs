@@ -127,6 +127,10 @@ impl Clique {
             LaunchArgs::AllToAllv(a) => a as *mut AllToAllvArgs as *mut c_void,
         };
         let (blocks, threads) = launch.grid;
+        // The cap is the user's SM budget (NCCL_MAX_CTAS, maxCTAs) or the GPU's share: never over it.
+        if self.grid_cap > 0 && blocks > self.grid_cap {
+            return Err(Error::internal(format!("a grid of {blocks} blocks over the cap of {}", self.grid_cap)));
+        }
         // SAFETY: every rcclx kernel takes one argument struct by value, `RcclxArgs` or (the
         // AllToAllv families) `RcclxA2avArgs`, whose layouts the two variants mirror (sizes
         // asserted on both sides); the variant is the one of the kernel's family (checked

@@ -150,8 +150,12 @@ pub fn verdict(nranks: usize, recs: &[Record]) -> Result<RankMap, String> {
             return Err(format!("rank {p} differs in GPU arch, multiprocessor count or buffer sizes"));
         }
         if r.shared_gpus != recs[0].shared_gpus || r.grid_cap != recs[0].grid_cap {
-            return Err(format!("rank {p} differs in GPU sharing or grid cap"));
+            return Err(format!("rank {p} differs in GPU sharing or grid cap (NCCL_MAX_CTAS, maxCTAs)"));
         }
+    }
+    // The stream kernels run in pairs of blocks: a budget of one block is below every route's.
+    if recs[0].grid_cap == 1 {
+        return Err("its SM budget is one block per grid (NCCL_MAX_CTAS / maxCTAs = 1): rcclx's kernels need 2".into());
     }
     let map = RankMap::of(&recs.iter().map(|r| r.host).collect::<Vec<_>>());
     let simulated = recs[0].simulated == 1;
@@ -260,6 +264,15 @@ mod tests {
             for rank in 0..3 {
                 assert!(verdict(3, &v).is_err(), "change {change} rank {rank}");
             }
+        }
+    }
+
+    #[test]
+    fn an_sm_budget_of_one_block_forwards_and_two_do_not() {
+        for (cap, ok) in [(0, true), (1, false), (2, true), (64, true)] {
+            let mut v = recs(2);
+            v.iter_mut().for_each(|r| r.grid_cap = cap);
+            assert_eq!(verdict(2, &v).is_ok(), ok, "grid cap {cap}");
         }
     }
 

@@ -94,6 +94,14 @@ pub struct Sharing {
 /// library's). With the whole share (`multiprocessors / nranks`, what suffices for streams of
 /// one process), low-precision AllReduce at 8 ranks waited forever under MPS while a DDP
 /// backward ran (one H100, issue 46).
+/// The grid cap `cap` (0: none) within NCCL's SM budget `max_ctas` (0: none).
+fn within_budget(cap: u32, max_ctas: u32) -> u32 {
+    match (cap, max_ctas) {
+        (0, m) | (m, 0) => m,
+        (c, m) => c.min(m),
+    }
+}
+
 pub fn per_rank_cap(multiprocessors: u32, nranks: usize) -> u32 {
     (multiprocessors / (2 * nranks as u32)).max(1)
 }
@@ -326,8 +334,8 @@ impl Setup {
     /// [`MAX_COMM_RANKS`]) take no part: that is the same on every one of their ranks, so all of them
     /// forward without an exchange; they come back at once as the second value (no clique), and
     /// the setup is `None` when no communicator is left.
-    pub fn start(comms: &[ncclComm_t]) -> Result<(Option<Setup>, Outcome), Error> {
-        let all = comms.iter().map(|&c| query(c)).collect::<Result<Vec<_>, _>>()?;
+    pub fn start(comms: &[(ncclComm_t, u32)]) -> Result<(Option<Setup>, Outcome), Error> {
+        let all = comms.iter().map(|&(c, max_ctas)| query(c, max_ctas)).collect::<Result<Vec<_>, _>>()?;
         let (members, others): (Vec<Member>, Vec<Member>) =
             all.into_iter().partition(|m| (2..=MAX_COMM_RANKS).contains(&m.nranks));
         let forward = others.iter().map(|m| (m.comm, None)).collect();
@@ -564,8 +572,8 @@ pub fn establish(mut setup: Setup, stop: impl Fn() -> bool, limit: Option<Durati
     }
 }
 
-/// Rank, size and device of `comm`, from the stock library.
-fn query(comm: ncclComm_t) -> Result<Member, Error> {
+/// Rank, size and device of `comm`, from the stock library; its SM budget is the caller's.
+fn query(comm: ncclComm_t, max_ctas: u32) -> Result<Member, Error> {
     let u = upstream::get().map_err(|code| Error::new(code, "no stock library"))?;
     let (Some(count), Some(user_rank), Some(cu_device)) =
         (u.fns.ncclCommCount, u.fns.ncclCommUserRank, u.fns.ncclCommCuDevice)
@@ -579,7 +587,7 @@ fn query(comm: ncclComm_t) -> Result<Member, Error> {
     Error::check("ncclCommUserRank", upstream::guarded(|| unsafe { user_rank(comm, &mut r) }))?;
     // SAFETY: as above.
     Error::check("ncclCommCuDevice", upstream::guarded(|| unsafe { cu_device(comm, &mut d) }))?;
-    Ok(Member { comm, rank: r as usize, nranks: n as usize, device: d })
+    Ok(Member { comm, rank: r as usize, nranks: n as usize, device: d, max_ctas })
 }
 
 /// The fabric between this process's GPUs, as the default crossovers see it: NVLink through
@@ -647,6 +655,7 @@ fn describe(l: &mut Local, identity: host::Identity, sharing: Sharing) {
             if sharing.cap_per_rank {
                 rec.grid_cap = per_rank_cap(info.multiprocessors, m.nranks);
             }
+            rec.grid_cap = within_budget(rec.grid_cap, m.max_ctas);
             if let Some(tuned) = cfg.tuning.limits_for(&info.name, m.nranks) {
                 rec.policies = policies.tuned(cfg, tuned); // rank 0's are adopted by every rank
             }
@@ -991,6 +1000,15 @@ mod tests {
     use std::collections::HashMap;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
+    #[test]
+    fn the_sm_budget_caps_the_grid_cap() {
+        assert_eq!(within_budget(0, 0), 0);
+        assert_eq!(within_budget(0, 24), 24);
+        assert_eq!(within_budget(16, 0), 16);
+        assert_eq!(within_budget(16, 24), 16);
+        assert_eq!(within_budget(16, 8), 8);
+    }
+
     /// An all-gather whose peers never answer (they died, or run without rcclx).
     struct Silent;
     impl Transport for Silent {
@@ -1067,7 +1085,7 @@ mod tests {
     }
 
     fn member(clique: usize, rank: usize, nranks: usize) -> Member {
-        Member { comm: (0x7200_0000 + clique * 4096 + rank * 64) as ncclComm_t, rank, nranks, device: 0 }
+        Member { comm: (0x7200_0000 + clique * 4096 + rank * 64) as ncclComm_t, rank, nranks, device: 0, max_ctas: 0 }
     }
 
     fn members(n: usize) -> Vec<Member> {

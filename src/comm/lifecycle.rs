@@ -219,14 +219,20 @@ pub(super) fn defer(job: Job, plan: Plan) {
     DEFERRED.with(|d| d.borrow_mut().push((job, plan)));
 }
 
-/// After a stock creation call returned `result` with the new handles in `comms`: what the call
-/// returns (`result`, or the error of rcclx's setup: [`set_up_now`]).
-pub fn created(comms: &[ncclComm_t], result: ncclResult_t) -> ncclResult_t {
+/// The SM budget `comm` was created with (0: none, or not a communicator rcclx knows).
+pub fn max_ctas(comm: ncclComm_t) -> u32 {
+    lookup(comm).map_or(0, |s| s.max_ctas())
+}
+
+/// After a stock creation call returned `result` with the new handles in `comms`, each with the
+/// SM budget `max_ctas` (0: none): what the call returns (`result`, or the error of rcclx's
+/// setup: [`set_up_now`]).
+pub fn created(comms: &[ncclComm_t], result: ncclResult_t, max_ctas: u32) -> ncclResult_t {
     if !result.is_ok_or_in_progress() {
         return result;
     }
     let comms: Vec<ncclComm_t> = comms.iter().copied().filter(|c| !c.is_null()).collect();
-    let states: Vec<Arc<State>> = comms.iter().map(|&c| insert(c)).collect();
+    let states: Vec<Arc<State>> = comms.iter().map(|&c| insert(c, max_ctas)).collect();
     if in_group() {
         CREATED_IN_GROUP.with(|p| p.borrow_mut().extend(comms));
     } else if result == ncclResult_t::InProgress {
@@ -242,7 +248,7 @@ pub fn created(comms: &[ncclComm_t], result: ncclResult_t) -> ncclResult_t {
 /// stock library refuses, through rcclx's own path (`super::collective`, statistics, `ended`
 /// with a `forward` of its own). Nothing the stock library does is involved.
 pub fn adopt(comm: ncclComm_t, clique: Option<clique::Clique>) {
-    insert(comm).finish_setup(clique);
+    insert(comm, 0).finish_setup(clique);
 }
 
 /// Registers `comm` with a setup its caller started (`clique::Setup::with`) as a pending
@@ -250,7 +256,7 @@ pub fn adopt(comm: ncclComm_t, clique: Option<clique::Clique>) {
 /// a setup pending past its first exchange without the stock library (as [`adopt`] does for a
 /// finished one).
 pub fn pend(comm: ncclComm_t, setup: clique::Setup) {
-    let state = insert(comm);
+    let state = insert(comm, 0);
     PENDING.lock().push(Batch { states: vec![state], setup: Some(setup) });
 }
 
@@ -261,7 +267,7 @@ fn set_up_now(states: &[Arc<State>]) -> ncclResult_t {
     if states.is_empty() {
         return ncclResult_t::Success;
     }
-    let comms: Vec<ncclComm_t> = states.iter().map(|s| s.comm()).collect();
+    let comms: Vec<(ncclComm_t, u32)> = states.iter().map(|s| (s.comm(), s.max_ctas)).collect();
     let setup = match clique::Setup::start(&comms) {
         Ok((setup, forward)) => {
             adopt_outcome(states, forward);
@@ -390,7 +396,7 @@ fn step(b: &mut Batch) -> bool {
             }
             None => {}
         }
-        let comms: Vec<ncclComm_t> = b.states.iter().map(|s| s.comm()).collect();
+        let comms: Vec<(ncclComm_t, u32)> = b.states.iter().map(|s| (s.comm(), s.max_ctas)).collect();
         match clique::Setup::start(&comms) {
             Ok((setup, forward)) => {
                 adopt_outcome(&b.states, forward);
@@ -653,8 +659,8 @@ mod tests {
     fn setup_is_not_polled_inside_an_open_group() {
         let _turn = WAITING_TURN.lock();
         let polls = Arc::new(AtomicUsize::new(0));
-        let s = insert(fake(1));
-        let member = Member { comm: fake(1), rank: 0, nranks: 2, device: 0 };
+        let s = insert(fake(1), 0);
+        let member = Member { comm: fake(1), rank: 0, nranks: 2, device: 0, max_ctas: 0 };
         let setup = Setup::with(vec![member], Box::new(Counting(polls.clone())), Sharing::default()).unwrap();
         PENDING.lock().push(Batch { states: vec![s.clone()], setup: Some(setup) });
         group_start();
@@ -700,7 +706,7 @@ mod tests {
         assert!(!waiting_for(fake(6)));
         // A group without rcclx launches or communicators with kernels leaves nothing waiting,
         // blocking or not.
-        let s = insert(fake(8));
+        let s = insert(fake(8), 0);
         s.finish_setup(None);
         for stock in [ncclResult_t::InProgress, ncclResult_t::Success] {
             group_start();

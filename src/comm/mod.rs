@@ -275,7 +275,7 @@ mod tests {
     fn a_comm_whose_setup_heard_no_peer_is_in_error() {
         let _turn = LAST_ERROR.lock();
         let _waiting = lifecycle::WAITING_TURN.lock();
-        let s = insert(fake(7));
+        let s = insert(fake(7), 0);
         lifecycle::timed_out(std::slice::from_ref(&s));
         // ncclGetLastError gives rcclx's text until the stock library reports a newer error.
         assert!(last(c"").contains("RCCLX_SETUP_TIMEOUT_MS"));
@@ -292,7 +292,7 @@ mod tests {
 
     #[test]
     fn a_closed_comm_forwards_to_the_stock_library() {
-        let s = insert(fake(3));
+        let s = insert(fake(3), 0);
         s.finish_setup(None);
         s.close(true);
         // The stock library answers for a finalized / revoked communicator.
@@ -304,7 +304,7 @@ mod tests {
     #[test]
     fn a_finalized_comm_answers_invalid_usage() {
         let _turn = LAST_ERROR.lock();
-        let s = insert(fake(6));
+        let s = insert(fake(6), 0);
         s.finish_setup(None);
         s.finalize();
         let never = || -> ncclResult_t { panic!("forwarded an operation after ncclCommFinalize") };
@@ -317,7 +317,7 @@ mod tests {
     #[test]
     fn a_comm_still_setting_up_answers_invalid_usage() {
         let _turn = LAST_ERROR.lock();
-        let s = insert(fake(4));
+        let s = insert(fake(4), 0);
         let never = || -> ncclResult_t { panic!("forwarded before setup ended") };
         assert_eq!(collective(fake(4), call(), bufs(), never), ncclResult_t::InvalidUsage);
         assert!(last(c"").contains("poll ncclCommGetAsyncError"), "{}", last(c""));
@@ -330,7 +330,7 @@ mod tests {
     #[test]
     fn the_gpu_resident_alltoallv_without_kernels_says_why() {
         let _turn = LAST_ERROR.lock();
-        let s = insert(fake(8));
+        let s = insert(fake(8), 0);
         s.finish_setup(None);
         let describe = |_| -> Result<AllToAllvCall, Error> { panic!("described a call rcclx cannot run") };
         assert_eq!(alltoallv_dynamic(fake(8), bufs().stream, describe), ncclResult_t::InvalidUsage);
@@ -343,7 +343,7 @@ mod tests {
     #[test]
     fn a_comm_created_in_a_simulated_group_forwards() {
         lifecycle::group_start();
-        lifecycle::created(&[fake(5)], ncclResult_t::Success);
+        lifecycle::created(&[fake(5)], ncclResult_t::Success, 0);
         let s = lookup(fake(5)).unwrap();
         assert!(!s.set_up(), "set up only when the group ends");
         lifecycle::group_end(ncclResult_t::Success, true);

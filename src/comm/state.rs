@@ -35,11 +35,15 @@ pub struct State {
     /// Its asynchronous error was logged (once; `ncclGetLastError` has it at every call).
     pub(super) error_reported: AtomicBool,
     pub(crate) order: order::Order,
+    /// NCCL's SM budget for this communicator (`maxCTAs`, `NCCL_MAX_CTAS`): most blocks of any
+    /// rcclx grid; 0: none. Set at creation, read by its setup.
+    pub(super) max_ctas: u32,
 }
 
 impl State {
-    pub(super) fn new(comm: ncclComm_t) -> Self {
+    pub(super) fn new(comm: ncclComm_t, max_ctas: u32) -> Self {
         Self {
+            max_ctas,
             comm: comm as usize,
             stats: Stats::default(),
             clique: OnceLock::new(),
@@ -51,6 +55,11 @@ impl State {
             error_reported: AtomicBool::new(false),
             order: order::Order::default(),
         }
+    }
+
+    /// The SM budget it was created with (0: none).
+    pub fn max_ctas(&self) -> u32 {
+        self.max_ctas
     }
 
     pub fn comm(&self) -> ncclComm_t {
@@ -139,13 +148,13 @@ pub fn lookup(comm: ncclComm_t) -> Option<Arc<State>> {
     table().read().get(&(comm as usize)).cloned()
 }
 
-pub(super) fn insert(comm: ncclComm_t) -> Arc<State> {
+pub(super) fn insert(comm: ncclComm_t, max_ctas: u32) -> Arc<State> {
     static AT_EXIT: std::sync::Once = std::sync::Once::new();
     // SAFETY: registers a plain `extern "C" fn` that catches every panic.
     AT_EXIT.call_once(|| unsafe {
         libc::atexit(log_at_exit);
     });
-    let s = Arc::new(State::new(comm));
+    let s = Arc::new(State::new(comm, max_ctas));
     table().write().insert(comm as usize, s.clone());
     s
 }

@@ -658,7 +658,7 @@ fn fault_child(rt: &'static Runtime, o: &Opts, _site: &str, ranks: &[usize], dir
     for &r in ranks {
         // A handle of our own: a unique address, never dereferenced (leaked on purpose).
         let comm = Box::into_raw(Box::new(0u64)) as ncclComm_t;
-        let member = Member { comm, rank: r, nranks: o.nranks, device: 0 };
+        let member = Member { comm, rank: r, nranks: o.nranks, device: 0, max_ctas: 0 };
         let t = FileTransport::new(dir, vec![r], o.nranks);
         match Setup::with(vec![member], Box::new(t), p.sharing(mps)) {
             Ok(mut s) => {
@@ -740,7 +740,7 @@ fn shm_residue() -> Result<Outcome, Fail> {
     let mut victim = Children::spawn([["--shm-victim", d.as_str()]])?;
     // Rank 1 takes part in the first exchange only: rank 0 then joins the lease and waits.
     let t = FileTransport::new(&dir, vec![1], 2);
-    let member = Member { comm: 0x5eed as ncclComm_t, rank: 1, nranks: 2, device: 0 };
+    let member = Member { comm: 0x5eed as ncclComm_t, rank: 1, nranks: 2, device: 0, max_ctas: 0 };
     let setup = Setup::with(vec![member], Box::new(t), Sharing { shared_gpus: true, ..Sharing::default() })
         .map_err(|e| Fail(format!("rank 1's setup: {e}")))?;
     let pid: u32 =
@@ -767,7 +767,7 @@ fn shm_residue() -> Result<Outcome, Fail> {
 fn shm_victim(rt: &'static Runtime, dir: &Path) -> Result<(), Fail> {
     let _ = rt;
     let t = FileTransport::new(dir, vec![0], 2);
-    let member = Member { comm: 0x5eed as ncclComm_t, rank: 0, nranks: 2, device: 0 };
+    let member = Member { comm: 0x5eed as ncclComm_t, rank: 0, nranks: 2, device: 0, max_ctas: 0 };
     let mut setup = Setup::with(vec![member], Box::new(t), Sharing { shared_gpus: true, ..Sharing::default() })
         .map_err(|e| Fail(format!("rank 0's setup: {e}")))?;
     let me = std::process::id();
@@ -835,7 +835,7 @@ fn abort_pending_setup(rt: &'static Runtime) -> Result<Outcome, Fail> {
     let silent_comm = Box::into_raw(Box::new(0u64)) as ncclComm_t;
     let setup = |rank: usize, comm: ncclComm_t| {
         let t = FileTransport::new(&pend_dir, vec![rank], 2);
-        let member = Member { comm, rank, nranks: 2, device: 0 };
+        let member = Member { comm, rank, nranks: 2, device: 0, max_ctas: 0 };
         Setup::with(vec![member], Box::new(t), sharing).map_err(|e| Fail(format!("rank {rank}'s setup: {e}")))
     };
     let mut silent = setup(1, silent_comm)?;
