@@ -549,6 +549,14 @@ pub fn get() -> &'static Config {
                  collectives rcclx runs itself (those have NVTX ranges and rcclx's statistics)"
             );
         }
+        for name in ["NCCL_ALGO", "NCCL_PROTO"] {
+            if let Some(value) = env(name).filter(|v| !v.is_empty()) {
+                tracing::info!(
+                    "{name}={value}: steers the stock library's own algorithms only; rcclx's routes follow its \
+                     limits and RCCLX_PROTO (NCCL_P2P_DISABLE=1 or RCCLX_DISABLE=1 leave every call to the stock library)"
+                );
+            }
+        }
         c
     })
 }
@@ -599,6 +607,12 @@ const READ_ELSEWHERE: &[(&str, &str, &str)] = &[
         "unset",
         "below `SYS` (`LOC`, `NVL`, ..., `PHB`, or `0`-`3`): rcclx's kernels are off, as for `NCCL_P2P_DISABLE=1`",
     ),
+    (
+        "NCCL_ALGO",
+        "unset",
+        "the stock library's algorithms (also `NCCL_PROTO`): they steer only the calls it runs, not rcclx's routes (its limits and `RCCLX_PROTO` do), which rcclx says in one INFO line",
+    ),
+    ("NCCL_PROTO", "unset", "as `NCCL_ALGO`: the stock library's protocols, not rcclx's"),
     (
         "NCCL_PROFILER_PLUGIN",
         "unset",

@@ -361,6 +361,20 @@ fn profiler_plugin_limit_is_said_once() {
     assert_eq!(said, 1, "{}", r.dump());
 }
 
+/// NCCL_ALGO / NCCL_PROTO steer the stock library only: one INFO line each says so.
+#[test]
+fn nccl_algo_and_proto_are_said_not_to_steer_rcclx() {
+    let Some(s) = Setup::new("algo") else { return };
+    let r = s.run(
+        "all",
+        &[("NCCL_DEBUG", "INFO".as_ref()), ("NCCL_ALGO", "Ring".as_ref()), ("NCCL_PROTO", "Simple".as_ref())],
+    );
+    for want in ["NCCL_ALGO=Ring: steers the stock library's", "NCCL_PROTO=Simple: steers the stock library's"] {
+        let said = r.rcclx_log().iter().filter(|(l, m)| *l == "INFO" && m.starts_with(want)).count();
+        assert_eq!(said, 1, "{want}\n{}", r.dump());
+    }
+}
+
 /// A tuning file another rcclx version wrote, or one that does not parse: one WARN line in
 /// NCCL's format names the file and why, and the file is ignored (`src/tuning.rs`).
 #[test]
