@@ -194,6 +194,24 @@ def wrong_rows(out, sim, codes):
     return rows
 
 
+def budget_rows(out, codes):
+    """NCCL's SM budget (NCCL_MAX_CTAS=4, =1): the script's own check (its exit status) and how
+    many ranks said so."""
+    rows = []
+    for b, what in ((4, "grids capped at 4 blocks"), (1, "forwarded")):
+        log = read(os.path.join(out, f"sim-budget-{b}.log"))
+        if log is None:
+            continue
+        m = re.search(r"ranks saying .*: (\d+) of 4", log)
+        said = int(m.group(1)) if m else 0
+        why = [f"{said} of 4 ranks said so"] if said != 4 else []
+        if codes.get(f"sim-budget-{b}", 1):
+            why.append(f"exit status {codes.get(f'sim-budget-{b}', 'missing')}")
+        rows.append({"program": f"rcclx_check, NCCL_MAX_CTAS={b}", "world": 4, "cases": "-", "wrong": "-",
+                     "routes": what, "error": f"{said} of 4 ranks", "why": why})
+    return rows
+
+
 def train_rows(sim, codes):
     rows = []
     tdir = os.path.join(sim, "train")
@@ -338,7 +356,7 @@ def compare(out):
     sim = os.path.join(out, "sim")
     codes = exit_codes(out)
     rows = torch_rows(sim, codes) + train_rows(sim, codes) + tp_rows(out, codes) + bench_rows(out, codes)
-    rows += wrong_rows(out, sim, codes)
+    rows += budget_rows(out, codes) + wrong_rows(out, sim, codes)
     return rows, bool(rows) and all(not r["why"] for r in rows)
 
 

@@ -83,6 +83,20 @@ class SimCompare(unittest.TestCase):
         passed = int(re.search(r"^(\d+) passed, 0 failed", text, re.M).group(1))
         self.assertEqual(check["cases"], passed)
 
+    def test_the_sm_budget_rows_need_every_rank_and_the_exit_status(self):
+        def plant(said, rc):
+            def change(out):
+                with open(os.path.join(out, "sim-budget-4.log"), "w") as f:
+                    f.write(f'ranks saying "every grid at most 4 blocks": {said} of 4\n')
+                with open(os.path.join(out, "summary.txt"), "a") as f:
+                    f.write(f"sim-budget-4                 rc={rc}\n")
+            return change
+        rows = self.planted(plant(4, 0))[0]
+        row = next(r for r in rows if r["program"] == "rcclx_check, NCCL_MAX_CTAS=4")
+        self.assertEqual(row["why"], [])
+        self.failed(self.planted(plant(3, 1))[0], "3 of 4 ranks said so")
+        self.failed(self.planted(plant(4, 1))[0], "exit status 1")
+
     def test_a_wrong_case_fails(self):
         def plant(out):
             path = os.path.join(out, "sim", "torch-cases-rcclx-w6.json")

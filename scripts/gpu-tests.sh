@@ -505,6 +505,9 @@ fi
 #          bf16 step (the model's own sensitivity) and rcclx compare theirs with it
 #   bench  rccl-tests-compat at the largest world size: rcclx_check (stock against rcclx, routes
 #          checked against the model) and every *_perf with its checks on (-c 1)
+#   budget NCCL's SM budget, 4 ranks, rcclx_check: NCCL_MAX_CTAS=4 (every rank's INFO line says
+#          its grids are capped at 4 blocks; rcclx's routes, right results) and NCCL_MAX_CTAS=1
+#          (every rank forwards and says why)
 #   wrong  RCCLX_SIM_HOSTID set wrong, 4 ranks: a different id per rank (ranks that share memory),
 #          and one id with rank 1 unable to open its peers' IPC handles (RCCLX_FAULT_INJECT=ipc:1:
 #          ranks that cannot map each other): every rank forwards, with a WARN, and every case
@@ -553,7 +556,7 @@ if step sim; then
   TR=(python3 -m torch.distributed.run --standalone --no-python)
   WORLDS=${SIM_WORLDS:-8 4 2 6 3}
   W=$(echo $WORLDS | tr ' ' '\n' | sort -n | tail -1)
-  PARTS=" ${SIM_PARTS:-torch train tp bench wrong} "
+  PARTS=" ${SIM_PARTS:-torch train tp bench budget wrong} "
   part() { [[ $PARTS == *" $1 "* ]]; }
   lib_env() { if [ "$1" = rcclx ]; then echo "${RX[@]}"; fi; }
   # The largest world size first, then the other parts, then the other world sizes.
@@ -600,6 +603,21 @@ if step sim; then
     for c in all_reduce all_gather reduce_scatter alltoall broadcast reduce; do
       srun sim-perf-$c-w$W 120 "${BX[@]}" "$B/${c}_perf" --libs "$LIBS" -P "$W" -g 1 -b 1K -e 4M -f 4 -n 5 -w 2 -c 1 \
         -d float -J "$SIM/perf-$c-w$W.json"
+    done
+  fi
+  if part budget; then
+    # NCCL's SM budget at 4 ranks: NCCL_MAX_CTAS=4 caps every rank's grids at 4 blocks (its INFO
+    # line), with rcclx's routes and right results; NCCL_MAX_CTAS=1 forwards every rank.
+    BG=(env RCCLX_BENCH_SIM_HOSTS=simbench RCCLX_SIM_HOSTID=sim RCCLX_TIMEOUT_MS=20000 NCCL_DEBUG=INFO
+      NCCL_DEBUG_SUBSYS=INIT)
+    BC=("$B/rcclx_check" --libs "$LIBS" -P 4 -g 1 --coll all_reduce,all_gather,reduce_scatter,alltoall
+      -d float,bfloat16 -o sum --counts 1,1023,262147,4194311 --inplace both)
+    for b in 4 1; do
+      want="every grid at most 4 blocks" routes=()
+      if [ $b = 1 ]; then want="SM budget is one block per grid" routes=(--expect-routes off); fi
+      srun sim-budget-$b 150 bash -c 'out=$0 want=$1; shift 2; "$@" >"$out" 2>&1; rc=$?; cat "$out"
+        n=$(grep -c "$want" "$out"); echo "ranks saying \"$want\": $n of 4"; [ $rc = 0 ] && [ "$n" = 4 ]' \
+        "$SIM/budget-$b.out" "$want" "${BG[@]}" NCCL_MAX_CTAS=$b "${BC[@]}" "${routes[@]}"
     done
   fi
   if part wrong; then
