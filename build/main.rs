@@ -13,8 +13,9 @@
 //!    finding fails the build.
 //!
 //! The compiles are skipped when nothing they depend on changed since the last run (a stamp of
-//! the translation unit, `hip_kernels/` and the compiler settings): the script also re-runs when
-//! the git commit changes, to embed the commit hash (`RCCLX_GIT_HASH`) in the library.
+//! the translation unit, `hip_kernels/` and the compiler settings), and copied from
+//! `cache.rs` when another run of this target directory made them (clippy's): the script also
+//! re-runs when the git commit changes, to embed the commit hash (`RCCLX_GIT_HASH`) in the library.
 //!
 //! Environment (besides the compiler paths of `toolchain.rs`):
 //! * `RCCLX_REQUIRE_KERNELS=1` (CI): a missing compiler or a failed compile is an error.
@@ -25,6 +26,7 @@ use std::env;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
+mod cache;
 mod isa_check;
 #[path = "../src/kernel_table.rs"]
 #[allow(dead_code)]
@@ -74,7 +76,7 @@ fn main() {
         include_str!("toolchain.rs"),
         include_str!("isa_check.rs")
     );
-    let stamp = stamp(&inputs, &repo.join("hip_kernels"), require);
+    let stamp = cache::digest(&inputs, &[&repo.join("hip_kernels")], require);
     let stamp_file = out_dir.join("kernels.stamp");
     if let Ok(old) = std::fs::read_to_string(&stamp_file)
         && let Some((first, tools)) = old.split_once('\n')
@@ -85,6 +87,12 @@ fn main() {
         for tool in tools.lines() {
             println!("cargo:rerun-if-changed={tool}");
         }
+        return;
+    }
+    // Compiled before in another OUT_DIR of this target directory (clippy's, the other profile's
+    // run of the same settings): a copy.
+    if let Some(tools) = cache::restore(&out_dir, "rcclx", &stamp) {
+        report::write_if_changed(&stamp_file, &format!("{stamp}\n{}", tools.join("\n")));
         return;
     }
     let unit = toolchain::Unit {
@@ -109,6 +117,9 @@ fn main() {
         })
         .collect();
     report::write_if_changed(&stamp_file, &format!("{stamp}\n{}", tools.join("\n")));
+    let mut files: Vec<String> = ["kernels.rs", "kernel-resources.txt", "isa-check.txt"].map(String::from).into();
+    files.extend(built.iter().filter_map(|(_, p)| p.file_name()?.to_str().map(String::from)));
+    cache::store(&out_dir, "rcclx", &stamp, &files, &tools);
 }
 
 /// The short hash of the checked-out commit (`unknown` outside a git checkout). The script
@@ -134,27 +145,6 @@ fn git_hash(repo: &std::path::Path) -> String {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "unknown".into())
-}
-
-/// A digest of everything the kernel compiles depend on: the translation unit, every file of
-/// `hip_kernels/`, the compiler settings and whether kernels are required.
-fn stamp(tu: &str, kernels: &std::path::Path, require: bool) -> String {
-    let mut text = String::from(tu);
-    let mut files: Vec<PathBuf> =
-        std::fs::read_dir(kernels).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
-    files.sort();
-    for f in files {
-        text.push_str(&f.display().to_string());
-        text.push_str(&std::fs::read_to_string(&f).unwrap_or_default());
-    }
-    // PATH itself is left out: the compilers it resolves to are in the stamp (`available`), and
-    // pip's isolated builds put a fresh temporary folder on it every time.
-    for var in toolchain::ENV_VARS.iter().filter(|v| **v != "PATH") {
-        text.push_str(&format!("{var}={:?}\n", env::var_os(var)));
-    }
-    text.push_str(&format!("require={require}"));
-    let h = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3));
-    format!("{h:016x}")
 }
 
 /// The translation unit: the device code, then one instantiation per kernel of the table.

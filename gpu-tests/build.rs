@@ -11,6 +11,8 @@
 use std::env;
 use std::path::PathBuf;
 
+#[path = "../build/cache.rs"]
+mod cache;
 #[path = "../build/isa_check.rs"]
 mod isa_check;
 #[path = "../build/report.rs"]
@@ -74,6 +76,15 @@ fn main() {
             report::write_if_changed(&resources, "kernels disabled by RCCLX_NO_KERNELS=1\n");
             continue;
         }
+        // Every input of the compile: the unit, the kernel sources, the build helpers, the compilers.
+        let digest = cache::digest(
+            &format!("{}\n{}", u.src, toolchain::available(&repo)),
+            &[&repo.join("hip_kernels"), &repo.join("build")],
+            require,
+        );
+        if cache::restore(&out_dir, u.stem, &digest).is_some() {
+            continue;
+        }
         let unit = toolchain::Unit {
             src: &repo.join(u.src),
             include: &repo.join("hip_kernels"),
@@ -88,5 +99,20 @@ fn main() {
         report::write_if_changed(&out_dir.join(format!("{}-isa-check.txt", u.stem)), &isa_report);
         report::write_if_changed(&table, &report::code_object_table(&built));
         report::write_if_changed(&resources, &resource_report);
+        let mut files: Vec<String> = [
+            format!("{}_kernels.rs", u.stem),
+            format!("{}-resources.txt", u.stem),
+            format!("{}-isa-check.txt", u.stem),
+        ]
+        .into();
+        files.extend(built.iter().filter_map(|(_, p)| p.file_name()?.to_str().map(String::from)));
+        let tools: Vec<String> = outcomes
+            .iter()
+            .filter_map(|(_, o)| match o {
+                toolchain::Outcome::Built { tool, .. } => Some(tool.path().display().to_string()),
+                _ => None,
+            })
+            .collect();
+        cache::store(&out_dir, u.stem, &digest, &files, &tools);
     }
 }

@@ -308,7 +308,9 @@ mod tests {
         let mut c: ncclConfig_t = unsafe { std::mem::zeroed() };
         c.size = std::mem::size_of::<ncclConfig_t>();
         c.magic = NCCL_API_MAGIC;
+        // SAFETY: a whole struct, or (below) one whose `size` says it is shorter.
         let read = |c: &ncclConfig_t| unsafe { max_ctas_of(c) };
+        // SAFETY: NULL is allowed.
         assert_eq!(unsafe { max_ctas_of(std::ptr::null()) }, None);
         c.maxCTAs = 8;
         assert_eq!(read(&c), Some(8));
