@@ -3,7 +3,8 @@
 
 Not a measurement. The stock curves at 2 ranks and a few rcclx constants are measured on 2x H200
 (each constant below names its run); everything at 4 and 8 ranks, everything on MI300X and every
-"proposed" time (issue 39's pipelined "stream" kernels and LL128, which do not exist yet) is
+"proposed" time (issue 39's pipelined "stream" kernels and LL128: built, off by default, not yet
+timed on 2 GPUs) is
 derived or assumed as the constant's source says. Times in microseconds (kernel time, as in a
 CUDA graph), sizes in bytes (AllReduce: the message; AllGather / ReduceScatter: the whole
 buffer, S/n per rank).
@@ -359,7 +360,7 @@ def section():
              "curve at the same bytes per rank plus the ring's extra steps (NVLS off), +-30 %; every MI300X "
              "figure is assumed (no rcclx kernel has run on AMD). \"Today\": this repository's kernels with its "
              "defaults (forwarding where they forward); \"proposed\": issue 39's stream rings and LL128 (LL64 on "
-             "AMD), which do not exist yet. Ratios are stock / rcclx.", ""]
+             "AMD), built but off by default and not yet timed on 2 GPUs. Ratios are stock / rcclx.", ""]
     lines += summary() + constants_table() + check_table() + crossover_table() + hosts_table() + tables()
     lines.append(END)
     return "\n".join(lines) + "\n"

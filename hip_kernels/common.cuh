@@ -308,7 +308,7 @@ struct RcclxNoPhase {
 template <typename P> struct RcclxIsPhase { static constexpr bool value = true; };
 template <> struct RcclxIsPhase<RcclxNoPhase> { static constexpr bool value = false; };
 
-// The work loop of every windowed DDA kernel (flat, tree, Broadcast), which is then only its
+// The work loop of every windowed DDA kernel (flat, tree, Broadcast, Reduce), which is then only its
 // copy/reduce lines, one RCCLX_PHASE per phase, separated by barriers:
 //   rcclx_windows(a, copy_in, reduce)          window: copy_in; barrier seq*4+1; reduce
 //   rcclx_windows(a, copy_in, reduce, gather)  ...; barrier seq*4+2; gather

@@ -1,5 +1,5 @@
 // stream.cuh - the "stream" protocol: pipelined per-block rings through the staging buffers,
-// no barrier per window and none at the end of a call (host side: src/dda/mod.rs `stream_grid`,
+// no barrier per window and none at the end of a call (host side: src/dda/grid.rs `stream_grid`,
 // selected by RCCLX_PROTO=stream; design: docs/ARCHITECTURE.md "The stream protocol").
 //
 // Grid: 2G blocks. Blocks [0, G) produce, blocks [G, 2G) consume; producer b and consumer G+b

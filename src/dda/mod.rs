@@ -28,7 +28,8 @@ fn grid_fn(coll: Coll) -> fn(Algo, &Work) -> Grid {
     }
 }
 
-/// The launch of `call` on `algo` (LL, flat or two-shot).
+/// The launch of `call` on `algo` (one of the DDA algorithms of `call.coll`: LL, LL128, flat,
+/// two-shot, stream).
 pub fn plan(clique: &Clique, algo: Algo, call: &CallDesc, bufs: &Buffers) -> Result<Launch, Error> {
     let family = crate::intercept::family(FamilyKey::Coll(call.coll, algo))
         .ok_or_else(|| Error::internal(format!("no DDA kernels for {}.{}", call.coll.name(), algo.name())))?;
