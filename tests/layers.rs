@@ -89,15 +89,20 @@ fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
     }
 }
 
-/// Module -> the other top-level modules it refers to.
+/// Module -> the other top-level modules it refers to, of the library (`src/`).
 fn graph() -> BTreeMap<String, BTreeSet<String>> {
-    let src = common::repo().join("src");
+    crate_graph(&common::repo().join("src"), "lib.rs", &[])
+}
+
+/// Module -> the other top-level modules it refers to (`crate::m`), of the crate whose root file
+/// is `root_file` in `src`; folders of `skip` (other crates: `bin/`) are left out.
+fn crate_graph(src: &Path, root_file: &str, skip: &[&str]) -> BTreeMap<String, BTreeSet<String>> {
     let mut files = Vec::new();
-    rust_files(&src, &mut files);
+    rust_files(src, &mut files);
     let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for f in files {
-        let rel = f.strip_prefix(&src).unwrap();
-        if rel == Path::new("lib.rs") {
+        let rel = f.strip_prefix(src).unwrap();
+        if rel == Path::new(root_file) || skip.iter().any(|s| rel.starts_with(s)) {
             continue;
         }
         let m = module_of(rel);
@@ -159,6 +164,27 @@ fn cycle(g: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
 fn modules_form_no_cycle() {
     if let Some(c) = cycle(&graph()) {
         panic!("modules refer to each other in a cycle: {}", c.join(" -> "));
+    }
+}
+
+/// The other crates of the tree: the GPU test programs' library and each program of several
+/// files. (`lib.rs`'s layers are the library's alone; here only cycles are refused.)
+#[test]
+fn no_crate_of_the_tree_has_a_module_cycle() {
+    let gpu = common::repo().join("gpu-tests").join("src");
+    let mut crates = vec![(gpu.clone(), "lib.rs", vec!["bin"])];
+    for e in std::fs::read_dir(gpu.join("bin")).unwrap().flatten() {
+        if e.path().is_dir() {
+            crates.push((e.path(), "main.rs", vec![]));
+        }
+    }
+    assert!(crates.len() >= 3, "gpu-tests/src and its programs of several files (ranks, lowp_accuracy)");
+    for (src, root, skip) in crates {
+        let g = crate_graph(&src, root, &skip);
+        assert!(g.len() > 2, "{}: no modules found", src.display());
+        if let Some(c) = cycle(&g) {
+            panic!("{}: modules refer to each other in a cycle: {}", src.display(), c.join(" -> "));
+        }
     }
 }
 

@@ -25,4 +25,5 @@ pub mod results;
 pub mod watchdog;
 pub mod world;
 
-pub use results::{EXIT_FAILED, EXIT_NO_GPU, EXIT_STALL, Fail, Outcome, Tally, options_or_exit};
+pub use results::{EXIT_FAILED, EXIT_NO_GPU, Fail, Outcome, Tally, options_or_exit};
+pub use watchdog::EXIT_STALL;

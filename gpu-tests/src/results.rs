@@ -10,8 +10,6 @@ use std::time::Instant;
 pub const EXIT_FAILED: u8 = 1;
 /// Exit status: no GPU runtime, too few GPUs, or bad arguments.
 pub const EXIT_NO_GPU: u8 = 2;
-/// Exit status: the [`crate::watchdog`] saw no progress for its stall limit.
-pub const EXIT_STALL: u8 = 3;
 
 /// The program's options parsed from its arguments, or (bad arguments, `-h`) the error and the
 /// usage on stderr and the exit status [`EXIT_NO_GPU`]. `parse` returns an empty error for `-h`.

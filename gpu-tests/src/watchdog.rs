@@ -11,7 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::results::EXIT_STALL;
+/// Exit status: the watchdog saw no progress for its stall limit (beside `results`'
+/// `EXIT_FAILED` and `EXIT_NO_GPU`).
+pub const EXIT_STALL: u8 = 3;
 
 /// How often the watchdog looks.
 const POLL: Duration = Duration::from_secs(2);

@@ -79,11 +79,6 @@ const TWINS: &[(&str, &str)] = &[
     ("allgather.ll128", "rcclx_twin_allgather_ll128_bytes"),
 ];
 
-/// Parts run when `--parts` is not given.
-pub const DEFAULT_PARTS: &[&str] = &["families", "micro"];
-/// Every part, in the order they run.
-pub const PARTS: &[&str] = &["families", "sweep", "micro"];
-
 /// Message sizes of the `families` part (bytes as `CallDesc::bytes` counts them: the whole
 /// buffer); `quick`: fewer.
 fn sizes(quick: bool) -> &'static [u64] {
@@ -554,9 +549,9 @@ fn twin_functions(dev: &Ranks, kernels: &[(i32, Kernels)]) -> Result<Vec<Twin>, 
 pub fn run(dev: &mut Ranks, opts: &Opts) -> Result<(), Fail> {
     let n = dev.nranks();
     let parts: Vec<&str> = if opts.parts.is_empty() {
-        DEFAULT_PARTS.to_vec()
+        crate::opts::DEFAULT_PARTS.to_vec()
     } else {
-        PARTS.iter().copied().filter(|p| opts.parts.iter().any(|q| q == p)).collect()
+        crate::opts::PARTS.iter().copied().filter(|p| opts.parts.iter().any(|q| q == p)).collect()
     };
     say(&format!("BENCH {COLUMNS}"));
     let mut kernels: Vec<(i32, Kernels)> = Vec::new();

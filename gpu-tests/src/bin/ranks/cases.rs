@@ -434,42 +434,6 @@ mod tests {
         }
     }
 
-    /// The routes a dda run must show (`opts::dda_routes`) are the routes its cases take, with the
-    /// default settings, with LL128 on at sizes around the one-shot limits (`--ll128-max`), and
-    /// with the stream protocol: none missing (the run would fail it) and none unlisted.
-    #[test]
-    fn dda_routes_are_the_routes_of_the_cases() {
-        use rcclx::config::{Proto, Protos};
-        let ll128 = [0u64, 300 << 10, 1 << 20, 4 << 20, 64 << 20];
-        for n in 2..=8 {
-            for &ll128_max_bytes in &ll128 {
-                for proto in [Proto::Window, Proto::Stream] {
-                    let c =
-                        Config { ll128_max_bytes, proto: Protos::all(proto), stream_min_bytes: 0, ..Config::default() };
-                    let f = CommFacts {
-                        nranks: n,
-                        hosts: 1,
-                        policies: Policies::for_comm(&c, n, rcclx::clique::local_fabric()),
-                    };
-                    for quick in [false, true] {
-                        let mut taken: Vec<String> = dda_cases(n, &f.policies, quick, 1)
-                            .iter()
-                            .map(|c| match decide(&c.call(), &f) {
-                                Route::Own(a) => format!("{}.{}", c.coll.name(), a.name()),
-                                r => panic!("n={n} {}: {r:?}", c.name()),
-                            })
-                            .collect();
-                        taken.sort();
-                        taken.dedup();
-                        let mut want = crate::opts::dda_routes(&f.policies, n);
-                        want.sort();
-                        assert_eq!(taken, want, "n={n} ll128 {ll128_max_bytes} {proto:?} quick {quick}");
-                    }
-                }
-            }
-        }
-    }
-
     /// At every rank count the cases reach every DDA algorithm of every collective, and none is
     /// forwarded (with the default thresholds of that rank count).
     #[test]

@@ -62,7 +62,7 @@ pub fn kernel_for(clique: &Clique, call: &CallDesc) -> (String, String) {
     route_for(&clique.facts, call)
 }
 
-/// [`kernel_for`] from a communicator's facts (no clique needed: `--list`, `Suite::routes`).
+/// [`kernel_for`] from a communicator's facts (no clique needed: `--list`, `routes::of_suite`).
 pub fn route_for(facts: &CommFacts, call: &CallDesc) -> (String, String) {
     match rcclx::intercept::decide(call, facts) {
         Route::Own(algo) => {

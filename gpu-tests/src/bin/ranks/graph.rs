@@ -35,7 +35,7 @@ fn calls(dev: &Ranks, seed: u64) -> Result<Vec<(String, Call)>, Fail> {
     for coll in Coll::ALL {
         let q = *p.of(coll);
         let per_rank = if coll.spec().shape == Shape::Whole { 1 } else { n as u64 };
-        let mut targets = crate::opts::dda_algos(&p, coll, n);
+        let mut targets = crate::routes::dda_algos(&p, coll, n);
         if q.lowp != 0 {
             targets.push(lp);
         }

@@ -68,6 +68,7 @@ mod cases;
 mod device;
 mod graph;
 mod opts;
+mod routes;
 mod stress;
 mod time;
 
@@ -320,7 +321,7 @@ fn run_parent(opts: &Opts, rt: &'static Runtime) -> ExitCode {
         tally.count_failures(pending.len());
     }
     // The routes: every family the suite exercises ran on every rank, nothing was forwarded.
-    let want = opts.suite.routes(&opts.codec, n, opts.quick);
+    let want = routes::of_suite(opts.suite, &opts.codec, n, opts.quick);
     for (r, got) in routes.iter().enumerate() {
         let line: Vec<String> = got.iter().filter(|(_, c)| **c > 0).map(|(k, c)| format!("{k}={c}")).collect();
         println!("ROUTES rank {r}: {}", line.join(" "));

@@ -44,81 +44,12 @@ impl Suite {
             Suite::Bench => "bench",
         }
     }
-
-    /// The statistics routes (`<coll>.<algo>`) the suite must run on every rank: each collective's LL, flat where its limit
-    /// passes LL's and two-shot where it has one, at this rank count with this environment's
-    /// settings; the graph suite adds the low-precision families and the AllToAllv; the time
-    /// suites want the routes of the calls they time (`quick`: of their `--quick` cases).
-    pub fn routes(self, codec: &str, nranks: usize, quick: bool) -> Vec<String> {
-        use rcclx::intercept::{Coll, Policies};
-        let p = Policies::for_comm(rcclx::config::get(), nranks, rcclx::clique::local_fabric());
-        let dda = dda_routes(&p, nranks);
-        match self {
-            Suite::Dda | Suite::Stress => dda,
-            Suite::Graph => {
-                let lp = if codec == "int8" { "int8" } else { "lowp" };
-                let lowp = Coll::ALL.into_iter().filter(|c| c.spec().lowp_var.is_some()).map(|c| {
-                    // At 2 ranks AllReduce has a low-precision kernel of its own (`<codec>_pair`).
-                    if c == Coll::AllReduce && nranks == 2 {
-                        format!("allreduce.{lp}_pair")
-                    } else {
-                        format!("{}.{lp}", c.name())
-                    }
-                });
-                dda.into_iter().chain(lowp).chain(["alltoallv.dynamic".to_string()]).collect()
-            }
-            Suite::A2av => vec!["alltoallv.dynamic".into()],
-            // Launched past the statistics (forced families): nothing to count.
-            Suite::Bench => Vec::new(),
-            Suite::Time | Suite::TimeLowp => {
-                let facts = rcclx::intercept::CommFacts { nranks, hosts: 1, policies: p };
-                let mut v: Vec<String> = crate::time::cases(self == Suite::TimeLowp, nranks, &p, quick)
-                    .iter()
-                    .map(|c| crate::device::route_for(&facts, &c.call()).0)
-                    .collect();
-                v.sort();
-                v.dedup();
-                v
-            }
-        }
-    }
 }
 
-/// The DDA routes every rank must run with policies `p` at `nranks` ranks: each collective's
-/// [`dda_algos`].
-pub fn dda_routes(p: &rcclx::intercept::Policies, nranks: usize) -> Vec<String> {
-    rcclx::intercept::Coll::ALL
-        .into_iter()
-        .flat_map(|coll| dda_algos(p, coll, nranks).into_iter().map(move |algo| format!("{}.{algo}", coll.name())))
-        .collect()
-}
-
-/// The DDA algorithms (`Algo::name`) of `coll` that some size reaches with policies `p` at
-/// `nranks` ranks: LL, flat (or the stream protocol's one-shot) where its sizes pass LL's and,
-/// with LL128 on, LL128's limit, LL128 where its limit passes LL's, and the two-shot where it has
-/// one.
-pub fn dda_algos(p: &rcclx::intercept::Policies, coll: rcclx::intercept::Coll, nranks: usize) -> Vec<&'static str> {
-    use rcclx::collective::Shape;
-    let q = p.of(coll);
-    let per_rank = if coll.spec().shape == Shape::Whole { 1 } else { nranks as u64 };
-    let mut algos = vec!["ll"];
-    // The stream protocol (`--proto stream`, from 0 bytes) takes every call the windowed
-    // kernels would: its one-shot the flat sizes, its two-shot the tree sizes.
-    let (flat, tree) = if q.stream != 0 { ("stream", "stream_tree") } else { ("flat", "tree") };
-    // LL128 (`--ll128-max`) takes the one-shot's sizes above LL up to its limit; the
-    // one-shot keeps what lies above that.
-    let one_shot = if coll.spec().two_shot { q.one_shot_max } else { q.max };
-    if q.max > p.ll_max * per_rank && q.ll128_max > p.ll_max * per_rank {
-        algos.push("ll128");
-    }
-    if q.max > p.ll_max * per_rank && one_shot > q.ll128_max {
-        algos.push(flat);
-    }
-    if coll.spec().two_shot && q.one_shot_max < q.max {
-        algos.push(tree);
-    }
-    algos
-}
+/// `bench` parts run when `--parts` is not given.
+pub const DEFAULT_PARTS: &[&str] = &["families", "micro"];
+/// Every part of `bench`, in the order they run.
+pub const PARTS: &[&str] = &["families", "sweep", "micro"];
 
 #[derive(Clone, Debug)]
 pub struct Opts {
@@ -181,8 +112,8 @@ pub fn parse_args(args: Vec<String>) -> Result<Opts, String> {
             "--parts" => {
                 let v = it.next().unwrap_or_default();
                 o.parts = v.split(',').filter(|p| !p.is_empty()).map(String::from).collect();
-                if let Some(bad) = o.parts.iter().find(|p| !crate::bench::PARTS.contains(&p.as_str())) {
-                    return Err(format!("--parts: unknown part {bad:?} (parts: {})", crate::bench::PARTS.join(",")));
+                if let Some(bad) = o.parts.iter().find(|p| !PARTS.contains(&p.as_str())) {
+                    return Err(format!("--parts: unknown part {bad:?} (parts: {})", PARTS.join(",")));
                 }
             }
             "--seed" => o.seed = num(it.next(), "--seed")?,

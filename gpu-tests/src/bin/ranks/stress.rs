@@ -183,7 +183,7 @@ mod tests {
     use rcclx::intercept::Policies;
 
     /// 10,000 draws at every rank count, LL128 off and on, reach every route the run asserts
-    /// (`opts::dda_routes`: the parent fails a run in which a route never ran), and none forwards.
+    /// (`routes::dda_routes`: the parent fails a run in which a route never ran), and none forwards.
     #[test]
     fn random_calls_reach_every_algorithm() {
         for n in 2..=8 {
@@ -201,7 +201,7 @@ mod tests {
                     let Route::Own(a) = decide(&c.call(), &facts) else { panic!("{}", c.name()) };
                     *seen.entry(format!("{}.{}", c.coll.name(), a.name())).or_insert(0) += 1;
                 }
-                for route in crate::opts::dda_routes(&facts.policies, n) {
+                for route in crate::routes::dda_routes(&facts.policies, n) {
                     let least = if route.ends_with(".ll") { 100 } else { 20 };
                     let got = seen.get(&route).copied().unwrap_or(0);
                     assert!(got > least, "n={n} ll128 {ll128_max_bytes}: {route} {got} times: {seen:?}");
