@@ -5,8 +5,9 @@
 //! Layer: above `gpu`, `error`, `upstream`, `intercept`, `kernels`; below `dda`, `lowp`, `comm`.
 //! It never looks into `comm`: [`Setup`] hands the finished [`Clique`]s back to the caller.
 //!
-//! Files, one job each: `setup.rs` runs the setup state machine (the three exchanges, the verdict,
-//! allocation and mapping) and hands back [`Clique`]s; `live.rs` is an established clique
+//! Files, one job each: `setup.rs` runs the setup state machine (the three exchanges, the verdict)
+//! and hands back [`Clique`]s; `local.rs` is one rank's work at each step (its record, buffers,
+//! mappings, rail, and the clique it ends with); `fault.rs` the setup sites tests make fail; `live.rs` is an established clique
 //! (kernel lookup, launch, abort, release); `exchange.rs` is setup's transport, `record.rs` what it
 //! exchanges; `lease.rs` and `teardown.rs` say when a clique's memory goes back to the pool;
 //! `args.rs` mirrors the kernels' argument structs; `rankmap.rs` groups a communicator's ranks
@@ -16,9 +17,11 @@
 
 pub mod args;
 mod exchange;
+mod fault;
 pub mod host;
 mod lease;
 mod live;
+mod local;
 pub mod rail;
 mod rankmap;
 mod record;
@@ -31,12 +34,11 @@ pub use args::{
     LaunchArgs, MAX_RANKS, RAIL_WINDOW, THREADS, Work,
 };
 pub use exchange::{Member, StockTransport, Transport};
+pub use fault::Fault;
 pub use live::{Clique, Kernel, Span};
+pub use local::{DEFAULT_STAGING, DEFAULT_STAGING_LOWP, Sharing, local_fabric};
 pub use rail::StockStep;
-pub use setup::{
-    DEFAULT_STAGING, DEFAULT_STAGING_LOWP, Fault, Outcome, Setup, Sharing, TIMED_OUT, establish, lacks_stock_calls,
-    local_fabric,
-};
+pub use setup::{Outcome, Setup, TIMED_OUT, establish, lacks_stock_calls};
 pub use teardown::{
     Counts as TeardownCounts, Fence, counts as teardown_counts, pending as ended_not_pooled, wait_pooled,
 };
