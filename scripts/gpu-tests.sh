@@ -615,7 +615,7 @@ if step sim; then
     for b in 4 1; do
       want="every grid at most 4 blocks" routes=()
       if [ $b = 1 ]; then want="SM budget is one block per grid" routes=(--expect-routes off); fi
-      srun sim-budget-$b 150 bash -c 'out=$0 want=$1; shift 2; "$@" >"$out" 2>&1; rc=$?; cat "$out"
+      srun sim-budget-$b 150 bash -c 'out=$0 want=$1; shift; "$@" >"$out" 2>&1; rc=$?; cat "$out"
         n=$(grep -c "$want" "$out"); echo "ranks saying \"$want\": $n of 4"; [ $rc = 0 ] && [ "$n" = 4 ]' \
         "$SIM/budget-$b.out" "$want" "${BG[@]}" NCCL_MAX_CTAS=$b "${BC[@]}" "${routes[@]}"
     done
