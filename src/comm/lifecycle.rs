@@ -78,6 +78,8 @@ struct Waiting {
 unsafe impl Send for Waiting {}
 
 static WAITING: Mutex<Vec<Waiting>> = Mutex::new(Vec::new());
+/// Held by the one thread running the waiting groups ([`flush_waiting`]).
+static FLUSHING: Mutex<()> = Mutex::new(());
 
 /// The tests that use the process's waiting groups take turns (`async_state` flushes them).
 #[cfg(test)]
@@ -175,24 +177,38 @@ fn run_group(touched: &[ncclComm_t], launches: Vec<(Job, Plan)>) -> ncclResult_t
 /// the later ones). A group whose communicator is in error launches nothing (its peers may
 /// lack the group's calls, as for a failed blocking group).
 fn flush_waiting(state_of: impl Fn(ncclComm_t) -> ncclResult_t) {
+    flush_waiting_with(state_of, run_group)
+}
+
+/// [`flush_waiting`] with the group runner `run`. One thread flushes at a time (another returns
+/// at once: the groups reach their streams in the order they ended), and a group stays in
+/// `WAITING` until its launches have returned, so no other thread's `ncclCommGetAsyncError`
+/// hears "done" while they are still being enqueued.
+fn flush_waiting_with(
+    state_of: impl Fn(ncclComm_t) -> ncclResult_t,
+    run: impl Fn(&[ncclComm_t], Vec<(Job, Plan)>) -> ncclResult_t,
+) {
+    let Some(_flushing) = FLUSHING.try_lock() else { return };
     loop {
-        let group = {
+        let (comms, launches) = {
             let mut waiting = WAITING.lock();
-            let Some(first) = waiting.first() else { return };
+            let Some(first) = waiting.first_mut() else { return };
             let states: Vec<ncclResult_t> = first.comms.iter().map(|&c| state_of(c)).collect();
             if states.contains(&ncclResult_t::InProgress) {
                 return;
             }
-            let g = waiting.remove(0);
             if states.iter().any(|r| !r.is_ok()) {
+                waiting.remove(0);
                 tracing::warn!(
                     "rcclx: a non-blocking group failed in the stock library; its rcclx launches are dropped"
                 );
                 continue;
             }
-            g
+            (first.comms.clone(), std::mem::take(&mut first.launches))
         };
-        let code = run_group(&group.comms, group.launches);
+        let code = run(&comms, launches);
+        // Still the first: only the flushing thread removes groups, and new ones go to the back.
+        WAITING.lock().remove(0);
         if !code.is_ok() {
             crate::upstream::report_error(&format!("rcclx: a launch of a non-blocking group failed ({})", code.0));
         }
@@ -715,5 +731,46 @@ mod tests {
             assert!(!waiting_for(fake(8)));
         }
         ended(fake(8), false, || ncclResult_t::Success);
+    }
+
+    /// Audit N1: while one thread runs a waiting group, its communicators still read as in
+    /// progress to every other thread, and another thread's flush runs nothing (the next group
+    /// would otherwise reach its stream first).
+    #[test]
+    fn a_running_non_blocking_group_is_still_waiting_and_runs_before_the_next() {
+        let _turn = WAITING_TURN.lock();
+        let wait = |comms: Vec<ncclComm_t>| WAITING.lock().push(Waiting { comms, launches: Vec::new() });
+        wait(vec![fake(9)]);
+        wait(vec![fake(10)]);
+        let done = Arc::new(Mutex::new(Vec::new()));
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        let runner = {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                flush_waiting_with(
+                    |_| ncclResult_t::Success,
+                    |comms, _| {
+                        if comms == [fake(9)] {
+                            started_tx.send(()).unwrap();
+                            std::thread::sleep(Duration::from_millis(100));
+                        }
+                        done.lock().push(comms[0] as usize);
+                        ncclResult_t::Success
+                    },
+                )
+            })
+        };
+        started_rx.recv().unwrap();
+        assert!(waiting_for(fake(9)), "a group being launched read as done");
+        flush_waiting_with(
+            |_| ncclResult_t::Success,
+            |comms, _| {
+                done.lock().push(comms[0] as usize);
+                ncclResult_t::Success
+            },
+        );
+        runner.join().unwrap();
+        assert_eq!(*done.lock(), [fake(9) as usize, fake(10) as usize], "the groups ran out of order");
+        assert!(!waiting_for(fake(9)) && !waiting_for(fake(10)));
     }
 }
