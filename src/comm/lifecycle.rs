@@ -16,7 +16,7 @@
 //!   ready, the batch's setup starts, and every `ncclCommGetAsyncError` (of any communicator,
 //!   from any thread) advances every pending batch one step. A communicator reports
 //!   `ncclInProgress` until its setup is done, so no user operation precedes the exchanges (an
-//!   operation before that gets `ncclInvalidUsage`, as the stock library answers for a
+//!   operation before that gets `ncclInvalidArgument`, as the stock library answers for a
 //!   communicator that is not ready). A thread owning several ranks polls all of them forward.
 //!   `ncclCommAbort` drops its communicator from a pending setup at any time (the rest of the
 //!   batch goes on); it takes the batch out under the lock of the pending batches first, so no

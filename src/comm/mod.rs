@@ -29,9 +29,10 @@ pub use state::{State, lookup, process_stats};
 pub use stats::{Snapshot, Stats};
 
 /// The state of `comm` ready for an operation: set up, not closed. `Err` carries the error an
-/// operation must return: rcclx's own late error, or `ncclInvalidUsage` for a non-blocking
-/// communicator whose setup has not finished (it still reports `ncclInProgress`, and the stock
-/// library answers an operation on such a communicator the same way). `Ok(None)`: rcclx has
+/// operation must return: rcclx's own late error, or `ncclInvalidArgument` for a non-blocking
+/// communicator whose setup has not finished (it still reports `ncclInProgress`; the stock
+/// library's `ncclCommEnsureReady` turns that into `ncclInvalidArgument`), or `ncclInvalidUsage`
+/// after `ncclCommFinalize`. `Ok(None)`: rcclx has
 /// nothing to do with this call (unknown, closed, or forwarding everything).
 type Usable = Result<Option<(Arc<State>, Arc<Clique>)>, (Arc<State>, ncclResult_t)>;
 
@@ -42,10 +43,10 @@ fn usable(comm: ncclComm_t) -> Usable {
         if !state.set_up() {
             crate::upstream::report_error(&format!(
                 "rcclx: comm {comm:p} used before ncclCommGetAsyncError reported it ready (its setup is in \
-                 progress): ncclInvalidUsage, as the stock library answers; poll ncclCommGetAsyncError until \
+                 progress): ncclInvalidArgument, as the stock library answers; poll ncclCommGetAsyncError until \
                  it returns ncclSuccess"
             ));
-            return Err((state, ncclResult_t::InvalidUsage));
+            return Err((state, ncclResult_t::InvalidArgument));
         }
     }
     if state.finalized.load(Relaxed) {
@@ -315,11 +316,11 @@ mod tests {
     }
 
     #[test]
-    fn a_comm_still_setting_up_answers_invalid_usage() {
+    fn a_comm_still_setting_up_answers_invalid_argument_as_stock() {
         let _turn = LAST_ERROR.lock();
         let s = insert(fake(4), 0);
         let never = || -> ncclResult_t { panic!("forwarded before setup ended") };
-        assert_eq!(collective(fake(4), call(), bufs(), never), ncclResult_t::InvalidUsage);
+        assert_eq!(collective(fake(4), call(), bufs(), never), ncclResult_t::InvalidArgument);
         assert!(last(c"").contains("poll ncclCommGetAsyncError"), "{}", last(c""));
         assert!(!s.set_up());
         s.finish_setup(None);
