@@ -386,6 +386,11 @@ pub fn progress() {
 
 /// One step of a batch; `true` when it has finished.
 fn step(b: &mut Batch) -> bool {
+    step_with(b, upstream_state)
+}
+
+/// [`step`], with the stock library's state of each communicator from `state_of`.
+fn step_with(b: &mut Batch, state_of: impl Fn(ncclComm_t) -> ncclResult_t) -> bool {
     // A finalized or revoked communicator leaves its batch (the others go on where they can).
     let (closed, open): (Vec<_>, Vec<_>) = std::mem::take(&mut b.states).into_iter().partition(|s| s.is_closed());
     b.states = open;
@@ -403,14 +408,25 @@ fn step(b: &mut Batch) -> bool {
         return true;
     }
     if b.setup.is_none() {
-        match b.states.iter().map(|s| upstream_state(s.comm())).find(|r| *r != ncclResult_t::Success) {
-            Some(ncclResult_t::InProgress) => return false,
-            Some(_) => {
-                // The stock initialisation failed: the stock library answers every call.
-                b.states.iter().for_each(|s| s.finish_setup(None));
-                return true;
+        // A communicator whose stock initialisation failed leaves the batch (the stock library
+        // answers its every call); the others go on, as their peers in other batches do.
+        let mut in_progress = false;
+        b.states.retain(|s| match state_of(s.comm()) {
+            ncclResult_t::Success => true,
+            ncclResult_t::InProgress => {
+                in_progress = true;
+                true
             }
-            None => {}
+            _ => {
+                s.finish_setup(None);
+                false
+            }
+        });
+        if b.states.is_empty() {
+            return true;
+        }
+        if in_progress {
+            return false;
         }
         let comms: Vec<(ncclComm_t, u32)> = b.states.iter().map(|s| (s.comm(), s.max_ctas)).collect();
         match clique::Setup::start(&comms) {
@@ -731,6 +747,22 @@ mod tests {
             assert!(!waiting_for(fake(8)));
         }
         ended(fake(8), false, || ncclResult_t::Success);
+    }
+
+    /// Audit N6: one communicator whose stock initialisation failed leaves its batch; the others
+    /// stay in it (their peers, in other batches, go on to set them up).
+    #[test]
+    fn a_failed_stock_init_forwards_only_its_own_communicator() {
+        let _turn = WAITING_TURN.lock();
+        let (failed, waiting) = (insert(fake(11), 0), insert(fake(12), 0));
+        let mut b = Batch { states: vec![failed.clone(), waiting.clone()], setup: None };
+        let stock = |c: ncclComm_t| if c == fake(11) { ncclResult_t::InternalError } else { ncclResult_t::InProgress };
+        assert!(!step_with(&mut b, stock), "the batch ended with a communicator still initialising");
+        assert!(failed.set_up() && failed.clique().is_none(), "the failed communicator does not forward");
+        assert!(!waiting.set_up(), "the healthy communicator was made to forward");
+        assert_eq!(b.states.len(), 1);
+        remove(fake(11));
+        remove(fake(12));
     }
 
     /// Audit N1: while one thread runs a waiting group, its communicators still read as in
