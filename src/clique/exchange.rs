@@ -119,19 +119,21 @@ struct Slot {
 
 static POOL: Mutex<Vec<Slot>> = Mutex::new(Vec::new());
 
+/// A slot of `device`: a pooled one, or a new one. A new one whose second buffer or stream
+/// cannot be made keeps what it made (never freed: a free waits for the whole device, and
+/// this runs under the lock of the pending setups, which every destroy and abort takes).
 fn take_slot(device: i32) -> Result<Slot, Error> {
+    use std::mem::ManuallyDrop as Kept;
     let mut pool = POOL.lock();
     if let Some(i) = pool.iter().position(|s| s.device == device) {
         return Ok(pool.swap_remove(i));
     }
     drop(pool);
     let rt = gpu::runtime()?;
-    Ok(Slot {
-        device,
-        send: rt.alloc(device, SLOT_BYTES, MemKind::Normal)?,
-        recv: rt.alloc(device, SLOT_BYTES, MemKind::Normal)?,
-        stream: rt.create_stream(device)?,
-    })
+    let send = Kept::new(rt.alloc(device, SLOT_BYTES, MemKind::Normal)?);
+    let recv = Kept::new(rt.alloc(device, SLOT_BYTES, MemKind::Normal)?);
+    let stream = rt.create_stream(device)?;
+    Ok(Slot { device, send: Kept::into_inner(send), recv: Kept::into_inner(recv), stream })
 }
 
 /// One communicator's part of an exchange.
@@ -167,7 +169,11 @@ impl Exchange {
                 return Err(Error::internal(format!("exchange of {} x {} bytes", p.nranks, p.bytes.len())));
             }
             let slot = take_slot(p.device)?;
-            slot.send.copy_from_host(&p.bytes)?;
+            if let Err(e) = slot.send.copy_from_host(&p.bytes) {
+                // Nothing of it is in flight: back to the pool, not freed.
+                POOL.lock().push(slot);
+                return Err(e.into());
+            }
             ex.parts.push((p.comm, p.nranks, Some(slot)));
         }
         let uint8 = ncclDataType_t::Uint8;
