@@ -243,5 +243,42 @@ fn in_a_process_whose_hip_runtime_records() {
         assert_ne!(app.last_error(), 0, "{name}: the application's pending error was erased");
     }
     println!("recording HIP: an error pending before rcclx's calls is still reported after them");
+    app.last_error();
+
+    // (c) rcclx's own calls run in relaxed capture mode (2), so none invalidates another
+    // thread's capture in global mode, and the thread's mode (here global, 0) comes back after.
+    app.take();
+    let buf = rt.alloc(0, 4096, MemKind::Normal).expect("hipMalloc");
+    let mapped = rt.open_ipc(1, &handle).expect("hipIpcOpenMemHandle");
+    // SAFETY: the recording library does not read the image.
+    let module = unsafe { rt.load_module(0, &image) }.expect("hipModuleLoadData");
+    let stream = rt.create_stream(0).expect("hipStreamCreateWithFlags");
+    let event = rt.create_event(0).expect("hipEventCreateWithFlags");
+    // SAFETY: made above, used by nothing else.
+    unsafe { rt.destroy_event(event).expect("hipEventDestroy") };
+    // SAFETY: as above.
+    unsafe { rt.destroy_stream(stream).expect("hipStreamDestroy") };
+    drop((buf, mapped, module));
+    let calls = app.take();
+    let mode =
+        |c: &String| c.strip_prefix("hipThreadExchangeStreamCaptureMode(").map(|m| m.trim_end_matches(')').to_string());
+    for name in [
+        "hipMalloc",
+        "hipIpcOpenMemHandle",
+        "hipModuleLoadData",
+        "hipStreamCreateWithFlags",
+        "hipEventCreateWithFlags",
+        "hipEventDestroy",
+        "hipStreamDestroy",
+        "hipFree",
+        "hipIpcCloseMemHandle",
+    ] {
+        let i = calls.iter().position(|c| c == name).unwrap_or_else(|| panic!("no {name}: {calls:?}"));
+        let before = calls[..i].iter().rev().find_map(mode);
+        let after = calls[i..].iter().find_map(mode);
+        assert_eq!(before.as_deref(), Some("2"), "{name} not in relaxed capture mode: {calls:?}");
+        assert_eq!(after.as_deref(), Some("0"), "the thread's mode not restored after {name}: {calls:?}");
+    }
+    println!("recording HIP: rcclx's own calls run in relaxed capture mode, the thread's mode restored");
     println!("recording HIP: all checks passed");
 }

@@ -3,7 +3,7 @@
 
 use std::ffi::{CStr, c_void};
 
-use super::{CaptureStatus, DeviceInfo, Error, IpcHandle, MemKind};
+use super::{CaptureMode, CaptureStatus, DeviceInfo, Error, IpcHandle, MemKind};
 
 /// Declares one runtime's table of C entry points and its loader, from one list.
 ///
@@ -142,6 +142,10 @@ pub(crate) trait Backend: Send + Sync {
     /// `true` when all work on the stream has completed.
     fn stream_query(&self, stream: *mut c_void) -> Result<bool, Error>;
     fn stream_capture_status(&self, stream: *mut c_void) -> Result<CaptureStatus, Error>;
+    /// Sets the calling thread's stream capture mode (`cuThreadExchangeStreamCaptureMode`,
+    /// `hipThreadExchangeStreamCaptureMode`; 0 global, 1 thread-local, 2 relaxed) and returns
+    /// the one it replaces. A runtime without the call keeps its mode (returns `mode`).
+    fn exchange_capture_mode(&self, mode: i32) -> Result<i32, Error>;
     fn stream_wait_event(&self, stream: *mut c_void, event: *mut c_void) -> Result<(), Error>;
     /// Creates an event without timing on the current device.
     fn event_create(&self) -> Result<*mut c_void, Error>;
@@ -160,7 +164,7 @@ pub(crate) trait Backend: Send + Sync {
     fn memory_info(&self) -> Result<(u64, u64), Error>;
     /// Starts capturing `stream` into a graph (relaxed mode: other threads' calls are not
     /// checked).
-    fn capture_begin(&self, stream: *mut c_void) -> Result<(), Error>;
+    fn capture_begin(&self, stream: *mut c_void, mode: CaptureMode) -> Result<(), Error>;
     /// Ends the capture of `stream` and instantiates the graph.
     fn capture_end(&self, stream: *mut c_void) -> Result<*mut c_void, Error>;
     /// # Safety

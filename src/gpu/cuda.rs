@@ -10,7 +10,7 @@ use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 
 use parking_lot::Mutex;
 
-use super::{Backend, CaptureStatus, DeviceInfo, Error, IpcHandle, MemKind, c_buf_to_string};
+use super::{Backend, CaptureMode, CaptureStatus, DeviceInfo, Error, IpcHandle, MemKind, c_buf_to_string};
 
 type CUresult = c_int;
 type CUdevice = c_int;
@@ -33,7 +33,6 @@ const CU_STREAM_NON_BLOCKING: c_uint = 0x1;
 const CU_EVENT_DISABLE_TIMING: c_uint = 0x2;
 const CU_STREAM_CAPTURE_STATUS_NONE: c_int = 0;
 const CU_STREAM_CAPTURE_STATUS_ACTIVE: c_int = 1;
-const CU_STREAM_CAPTURE_MODE_RELAXED: c_int = 2;
 const CU_USER_OBJECT_NO_DESTRUCTOR_SYNC: c_uint = 1;
 const CU_GRAPH_USER_OBJECT_MOVE: c_uint = 1;
 
@@ -116,6 +115,8 @@ entry_points! {
             fn(*mut Handle, *mut c_void, Option<unsafe extern "C" fn(*mut c_void)>, c_uint, c_uint) -> CUresult;
         cuUserObjectRelease = "cuUserObjectRelease": fn(Handle, c_uint) -> CUresult;
         cuGraphRetainUserObject = "cuGraphRetainUserObject": fn(Handle, Handle, c_uint, c_uint) -> CUresult;
+        // Relaxed capture mode around rcclx's own setup and teardown calls (`Runtime::relaxed`).
+        cuThreadExchangeStreamCaptureMode = "cuThreadExchangeStreamCaptureMode": fn(*mut c_int) -> CUresult;
     }
 }
 
@@ -468,6 +469,14 @@ impl Backend for Cuda {
         }
     }
 
+    fn exchange_capture_mode(&self, mode: i32) -> Result<i32, Error> {
+        let Some(exchange) = self.api.cuThreadExchangeStreamCaptureMode else { return Ok(mode) };
+        let mut m = mode;
+        // SAFETY: in-out pointer to a local holding a valid `CUstreamCaptureMode`.
+        self.check("cuThreadExchangeStreamCaptureMode", unsafe { exchange(&mut m) })?;
+        Ok(m)
+    }
+
     fn stream_capture_status(&self, stream: *mut c_void) -> Result<CaptureStatus, Error> {
         let mut status = 0;
         // SAFETY: out-pointer to a local; `stream` is a valid stream.
@@ -534,13 +543,13 @@ impl Backend for Cuda {
         Ok((free as u64, total as u64))
     }
 
-    fn capture_begin(&self, stream: *mut c_void) -> Result<(), Error> {
+    fn capture_begin(&self, stream: *mut c_void, mode: CaptureMode) -> Result<(), Error> {
         let f = self
             .api
             .cuStreamBeginCapture
             .ok_or(Error::Unsupported { call: "cuStreamBeginCapture", runtime: "cuda" })?;
         // SAFETY: `stream` is a valid stream; the mode is a valid capture mode.
-        self.check("cuStreamBeginCapture", unsafe { f(stream, CU_STREAM_CAPTURE_MODE_RELAXED) })
+        self.check("cuStreamBeginCapture", unsafe { f(stream, mode as c_int) })
     }
 
     fn capture_end(&self, stream: *mut c_void) -> Result<*mut c_void, Error> {

@@ -73,6 +73,16 @@ pub enum MemKind {
     Uncached,
 }
 
+/// How a capture restricts other calls (`CUstreamCaptureMode` / `hipStreamCaptureMode`): under
+/// `Global` (PyTorch's default) a "potentially unsafe" call on any thread not in relaxed mode
+/// invalidates the capture.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CaptureMode {
+    Global = 0,
+    ThreadLocal = 1,
+    Relaxed = 2,
+}
+
 /// Whether a stream is being captured into a graph (`CUstreamCaptureStatus` /
 /// `hipStreamCaptureStatus`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

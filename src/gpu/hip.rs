@@ -6,7 +6,7 @@
 
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 
-use super::{Backend, CaptureStatus, DeviceInfo, Error, IpcHandle, MemKind, c_buf_to_string};
+use super::{Backend, CaptureMode, CaptureStatus, DeviceInfo, Error, IpcHandle, MemKind, c_buf_to_string};
 
 type HipError = c_int;
 /// `hipModule_t`, `hipFunction_t`, `hipStream_t`, `hipEvent_t`: opaque pointers.
@@ -31,7 +31,6 @@ const HIP_MEMCPY_DEVICE_TO_HOST: c_int = 2;
 const HIP_MEMCPY_DEFAULT: c_int = 4;
 const HIP_STREAM_CAPTURE_STATUS_NONE: c_int = 0;
 const HIP_STREAM_CAPTURE_STATUS_ACTIVE: c_int = 1;
-const HIP_STREAM_CAPTURE_MODE_RELAXED: c_int = 2;
 
 entry_points! {
     /// The HIP entry points rcclx uses (signatures from `hip/hip_runtime_api.h`).
@@ -98,6 +97,8 @@ entry_points! {
         hipEventElapsedTime = "hipEventElapsedTime": fn(*mut f32, Handle, Handle) -> HipError;
         // Graph capture: not used by the library, only by its GPU tests (replays).
         hipStreamBeginCapture = "hipStreamBeginCapture": fn(Handle, c_int) -> HipError;
+        // Relaxed capture mode around rcclx's own setup and teardown calls (`Runtime::relaxed`).
+        hipThreadExchangeStreamCaptureMode = "hipThreadExchangeStreamCaptureMode": fn(*mut c_int) -> HipError;
         hipStreamEndCapture = "hipStreamEndCapture": fn(Handle, *mut Handle) -> HipError;
         hipGraphInstantiateWithFlags = "hipGraphInstantiateWithFlags":
             fn(*mut Handle, Handle, u64) -> HipError;
@@ -544,6 +545,14 @@ impl Backend for Hip {
         }
     }
 
+    fn exchange_capture_mode(&self, mode: i32) -> Result<i32, Error> {
+        let Some(exchange) = self.api.hipThreadExchangeStreamCaptureMode else { return Ok(mode) };
+        let mut m = mode;
+        // SAFETY: in-out pointer to a local holding a valid `hipStreamCaptureMode`.
+        self.check("hipThreadExchangeStreamCaptureMode", || unsafe { exchange(&mut m) })?;
+        Ok(m)
+    }
+
     fn stream_capture_status(&self, stream: *mut c_void) -> Result<CaptureStatus, Error> {
         let mut status = 0;
         // SAFETY: out-pointer to a local; `stream` is a valid stream.
@@ -611,13 +620,13 @@ impl Backend for Hip {
         Ok((free as u64, total as u64))
     }
 
-    fn capture_begin(&self, stream: *mut c_void) -> Result<(), Error> {
+    fn capture_begin(&self, stream: *mut c_void, mode: CaptureMode) -> Result<(), Error> {
         let f = self
             .api
             .hipStreamBeginCapture
             .ok_or(Error::Unsupported { call: "hipStreamBeginCapture", runtime: "hip" })?;
         // SAFETY: `stream` is a valid stream; the mode is a valid capture mode.
-        self.check("hipStreamBeginCapture", || unsafe { f(stream, HIP_STREAM_CAPTURE_MODE_RELAXED) })
+        self.check("hipStreamBeginCapture", || unsafe { f(stream, mode as c_int) })
     }
 
     fn capture_end(&self, stream: *mut c_void) -> Result<*mut c_void, Error> {

@@ -115,6 +115,7 @@ impl fmt::Debug for DeviceBuffer {
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
+        let _relaxed = self.rt.relaxed();
         // CUDA frees need a current context; a failed guard still lets the free be attempted.
         let _guard = self.rt.device_guard(self.device);
         // SAFETY: `ptr` came from `mem_alloc` and this owner is its only user.
@@ -150,6 +151,7 @@ impl fmt::Debug for IpcMapping {
 
 impl Drop for IpcMapping {
     fn drop(&mut self) {
+        let _relaxed = self.rt.relaxed();
         let _guard = self.rt.device_guard(self.device);
         // SAFETY: `ptr` came from `ipc_open` and this owner is its only user.
         if let Err(e) = unsafe { self.rt.backend.ipc_close(self.ptr.0) } {
@@ -205,10 +207,29 @@ impl fmt::Debug for HostMapped {
 
 impl Drop for HostMapped {
     fn drop(&mut self) {
+        let _relaxed = self.rt.relaxed();
         let _guard = self.rt.device_guard(self.device);
         // SAFETY: `host` came from `host_alloc_mapped` and this owner is its only user.
         if let Err(e) = unsafe { self.rt.backend.host_free(self.host) } {
             release_failed(&format!("{self:?}"), &e);
+        }
+    }
+}
+
+/// The calling thread in relaxed stream capture mode until dropped, then back in the mode it
+/// had ([`Runtime::relaxed`]).
+pub struct Relaxed<'a> {
+    pub(super) rt: &'a Runtime,
+    /// The mode to restore (`None`: it could not be set, nothing to restore).
+    pub(super) previous: Option<i32>,
+}
+
+impl Drop for Relaxed<'_> {
+    fn drop(&mut self) {
+        if let Some(mode) = self.previous
+            && let Err(e) = self.rt.backend.exchange_capture_mode(mode)
+        {
+            release_failed("relaxed capture mode (restoring the thread's mode)", &e);
         }
     }
 }

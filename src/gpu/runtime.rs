@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use super::error::Error;
 use super::handles::*;
 use super::load::Runtime;
-use super::owners::{DeviceBuffer, DeviceGuard, HostMapped, IpcMapping};
+use super::owners::{DeviceBuffer, DeviceGuard, HostMapped, IpcMapping, Relaxed};
 use crate::kernels;
 
 impl Runtime {
@@ -34,6 +34,15 @@ impl Runtime {
         } else {
             Err(Error::InvalidArgument(format!("device {device} (the runtime sees {} device(s))", self.device_count)))
         }
+    }
+
+    /// The calling thread in relaxed stream capture mode until the guard is dropped. Around
+    /// every driver call rcclx makes for itself (setup, teardown: allocations, frees, IPC,
+    /// modules, streams, events, synchronous copies), so that none of them invalidates a graph
+    /// another thread is capturing in global or thread-local mode (PyTorch's default is global),
+    /// as NCCL does around its own. Not around what rcclx enqueues on the application's stream.
+    pub fn relaxed(&self) -> Relaxed<'_> {
+        Relaxed { rt: self, previous: self.backend.exchange_capture_mode(CaptureMode::Relaxed as i32).ok() }
     }
 
     // --- devices ------------------------------------------------------------------------------
@@ -82,6 +91,7 @@ impl Runtime {
     /// behind for the application's `cudaGetLastError` / `hipGetLastError`. A no-op for
     /// `device == peer`.
     pub fn enable_peer_access(&self, device: i32, peer: i32) -> Result<(), Error> {
+        let _relaxed = self.relaxed();
         self.check_device(peer)?;
         if device == peer {
             return self.check_device(device);
@@ -94,6 +104,7 @@ impl Runtime {
 
     /// Allocates `bytes` (> 0) on `device`; freed when the buffer is dropped.
     pub fn alloc(&'static self, device: i32, bytes: usize, kind: MemKind) -> Result<DeviceBuffer, Error> {
+        let _relaxed = self.relaxed();
         if bytes == 0 {
             return Err(Error::InvalidArgument("zero-byte device allocation".into()));
         }
@@ -108,6 +119,7 @@ impl Runtime {
     /// Allocates `bytes` (> 0) of zeroed, pinned host memory mapped into `device`'s address space
     /// (for host-visible error words and flags).
     pub fn alloc_host_mapped(&'static self, device: i32, bytes: usize) -> Result<HostMapped, Error> {
+        let _relaxed = self.relaxed();
         if bytes == 0 {
             return Err(Error::InvalidArgument("zero-byte host allocation".into()));
         }
@@ -148,6 +160,7 @@ impl Runtime {
     /// # Safety
     /// As [`Runtime::memset_async`].
     pub unsafe fn memset(&self, dst: DevicePtr, value: u8, bytes: usize) -> Result<(), Error> {
+        let _relaxed = self.relaxed();
         let stream = self.private_stream()?;
         // SAFETY: forwarded from the caller.
         unsafe { self.backend.memset_async(dst.0, value, bytes, stream.0) }?;
@@ -177,6 +190,7 @@ impl Runtime {
     /// # Safety
     /// `dst` is device memory valid for `size_of_val(src)` bytes that nothing else uses meanwhile.
     pub unsafe fn memcpy_htod<T: Pod>(&self, dst: DevicePtr, src: &[T]) -> Result<(), Error> {
+        let _relaxed = self.relaxed();
         let bytes = std::mem::size_of_val(src);
         if bytes == 0 {
             return Ok(());
@@ -194,6 +208,7 @@ impl Runtime {
     /// # Safety
     /// `src` is device memory valid for `size_of_val(dst)` bytes.
     pub unsafe fn memcpy_dtoh<T: Pod>(&self, dst: &mut [T], src: DevicePtr) -> Result<(), Error> {
+        let _relaxed = self.relaxed();
         let bytes = std::mem::size_of_val(dst);
         if bytes == 0 {
             return Ok(());
@@ -210,6 +225,7 @@ impl Runtime {
     /// The IPC handle of the allocation on `device` that starts at `ptr` (64 bytes, to send to
     /// another process on this host).
     pub fn ipc_handle(&self, device: i32, ptr: DevicePtr) -> Result<IpcHandle, Error> {
+        let _relaxed = self.relaxed();
         // CUDA needs a current context for this call.
         let _guard = self.device_guard(device)?;
         self.backend.ipc_get_handle(ptr.0)
@@ -219,6 +235,7 @@ impl Runtime {
     /// mapping is closed when dropped. A handle exported by this very process cannot be opened
     /// (use the pointer directly with peer access instead).
     pub fn open_ipc(&'static self, device: i32, handle: &IpcHandle) -> Result<IpcMapping, Error> {
+        let _relaxed = self.relaxed();
         let _guard = self.device_guard(device)?;
         let ptr = self.backend.ipc_open(handle).map_err(|e| e.with_detail(format!("on device {device}")))?;
         Ok(IpcMapping { rt: self, device, ptr: DevicePtr(ptr) })
@@ -232,6 +249,7 @@ impl Runtime {
     /// `image` is a complete code object for this runtime (cubin/fatbin/hsaco, or PTX with a
     /// terminating NUL): the runtime reads it without a length.
     pub unsafe fn load_module(&self, device: i32, image: &[u8]) -> Result<Module, Error> {
+        let _relaxed = self.relaxed();
         if image.is_empty() {
             return Err(Error::InvalidArgument("empty code object".into()));
         }
@@ -304,6 +322,7 @@ impl Runtime {
 
     /// Creates a non-blocking stream on `device`. Destroy it with [`Runtime::destroy_stream`].
     pub fn create_stream(&self, device: i32) -> Result<Stream, Error> {
+        let _relaxed = self.relaxed();
         let _guard = self.device_guard(device)?;
         Ok(Stream(self.backend.stream_create()?))
     }
@@ -313,18 +332,21 @@ impl Runtime {
     /// # Safety
     /// The stream is not used afterwards.
     pub unsafe fn destroy_stream(&self, stream: Stream) -> Result<(), Error> {
+        let _relaxed = self.relaxed();
         // SAFETY: forwarded from the caller.
         unsafe { self.backend.stream_destroy(stream.0) }
     }
 
     /// Blocks until all work on `device` has completed (every stream, every library's).
     pub fn synchronize_device(&self, device: i32) -> Result<(), Error> {
+        let _relaxed = self.relaxed();
         let _guard = self.device_guard(device)?;
         self.backend.device_synchronize()
     }
 
     /// `true` if all work on `stream` has completed.
     pub fn query_stream(&self, stream: Stream) -> Result<bool, Error> {
+        let _relaxed = self.relaxed();
         self.backend.stream_query(stream.0)
     }
 
@@ -361,6 +383,7 @@ impl Runtime {
 
     /// Creates an event without timing on `device`. Destroy it with [`Runtime::destroy_event`].
     pub fn create_event(&self, device: i32) -> Result<Event, Error> {
+        let _relaxed = self.relaxed();
         let _guard = self.device_guard(device)?;
         Ok(Event(self.backend.event_create()?))
     }
@@ -368,6 +391,7 @@ impl Runtime {
     /// Creates an event with timing on `device` (for [`Runtime::elapsed_ms`]). Destroy it with
     /// [`Runtime::destroy_event`].
     pub fn create_timed_event(&self, device: i32) -> Result<Event, Error> {
+        let _relaxed = self.relaxed();
         let _guard = self.device_guard(device)?;
         Ok(Event(self.backend.event_create_timed()?))
     }
@@ -384,6 +408,7 @@ impl Runtime {
 
     /// `true` if the work `event` tracks has completed (or it was never recorded).
     pub fn query_event(&self, event: Event) -> Result<bool, Error> {
+        let _relaxed = self.relaxed();
         self.backend.event_query(event.0)
     }
 
@@ -392,6 +417,7 @@ impl Runtime {
     /// # Safety
     /// The event is not used afterwards.
     pub unsafe fn destroy_event(&self, event: Event) -> Result<(), Error> {
+        let _relaxed = self.relaxed();
         // SAFETY: forwarded from the caller.
         unsafe { self.backend.event_destroy(event.0) }
     }
@@ -400,13 +426,19 @@ impl Runtime {
 
     /// Free and total memory of `device`, in bytes (optional entry point: tests only).
     pub fn memory_info(&self, device: i32) -> Result<(u64, u64), Error> {
+        let _relaxed = self.relaxed();
         let _guard = self.device_guard(device)?;
         self.backend.memory_info()
     }
 
     /// Starts capturing `stream` into a graph (relaxed mode).
     pub fn begin_capture(&self, stream: Stream) -> Result<(), Error> {
-        self.backend.capture_begin(stream.0)
+        self.begin_capture_in(stream, CaptureMode::Relaxed)
+    }
+
+    /// Starts capturing `stream` into a graph in capture mode `mode`.
+    pub fn begin_capture_in(&self, stream: Stream, mode: CaptureMode) -> Result<(), Error> {
+        self.backend.capture_begin(stream.0, mode)
     }
 
     /// Ends the capture of `stream` and instantiates what it recorded. Destroy the result with

@@ -12,6 +12,7 @@
  * Two devices; device memory is host memory. Not thread-safe beyond the slot (one test thread). */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -174,6 +175,16 @@ int hipStreamIsCapturing(void *s, int *status) {
     return ret("hipStreamIsCapturing");
 }
 int hipStreamWaitEvent(void *s, void *e, unsigned flags) { return ret("hipStreamWaitEvent"); }
+/* The thread's capture mode (one thread calls here), recorded with the mode each call sets. */
+static int capture_mode;
+int hipThreadExchangeStreamCaptureMode(int *mode) {
+    char name[64];
+    snprintf(name, sizeof name, "hipThreadExchangeStreamCaptureMode(%d)", *mode);
+    int old = capture_mode;
+    capture_mode = *mode;
+    *mode = old;
+    return ret(name);
+}
 int hipEventCreateWithFlags(void **e, unsigned flags) {
     *e = (void *)&handle_value;
     return ret("hipEventCreateWithFlags");
