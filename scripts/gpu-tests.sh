@@ -476,6 +476,11 @@ if step lifecycle; then
       run teardown-$layout-n$n 900 "$ART/teardown" --layout "$layout" --nranks "$n"
     done
   done
+  # The captures during teardown in the other two capture modes (the runs above: global, PyTorch's
+  # default): rcclx's own driver calls run in relaxed mode, so none breaks a capture in any mode.
+  for mode in thread-local relaxed; do
+    run teardown-capture-$mode 300 "$ART/teardown" --layout procs --nranks 2 --only capture-teardown --capture-mode $mode
+  done
   # A full /dev/shm (a 64 KiB tmpfs filled up, in a mount namespace of its own; needs root):
   # every setup ends with the kernels off (a WARN, no SIGBUS), the exchange faults in error.
   if unshare --mount true 2>/dev/null; then

@@ -5,9 +5,10 @@
 //!
 //! ```text
 //! teardown [--layout streams|procs] [--nranks N] [--cycles K] [--race-cycles R] [--only CHECK]
-//!          [--shm-full]
+//!          [--shm-full] [--capture-mode global|thread-local|relaxed]
 //! ```
-//! (defaults: streams, 2 ranks, 200 cycles, 1000 race cycles, every check). Checks (PASS|FAIL|SKIP
+//! (defaults: streams, 2 ranks, 200 cycles, 1000 race cycles, every check, captures in global
+//! mode, PyTorch's default, where any thread's unsafe driver call not in relaxed mode breaks them). Checks (PASS|FAIL|SKIP
 //! lines, then `N passed, M failed`; exit 0, 1 a check failed, 2 no GPU, 3 a stall: a check with
 //! no progress for 90 s prints `FAIL <check> stalled: ...` and the process ends):
 //! * `capture-teardown`: one thread captures a small graph, replays it and checks its output in a
@@ -62,7 +63,7 @@ use std::time::{Duration, Instant};
 
 use rcclx::clique::{self, Buffers, Member, Setup, Sharing};
 use rcclx::comm::{self, lifecycle};
-use rcclx::gpu::{DeviceBuffer, MemKind, Runtime, Stream};
+use rcclx::gpu::{CaptureMode, DeviceBuffer, MemKind, Runtime, Stream};
 use rcclx::intercept::{CallDesc, Coll};
 use rcclx::types::{ncclComm_t, ncclDataType_t, ncclResult_t};
 use rcclx_gpu_tests::children::{Children, say};
@@ -99,6 +100,8 @@ struct Opts {
     /// `/dev/shm` is full (a small tmpfs mounted by the caller): no lease file can be reserved,
     /// so every setup, even without a fault, must end with the kernels off (no SIGBUS).
     shm_full: bool,
+    /// The mode of `capture-teardown`'s captures.
+    capture_mode: CaptureMode,
     role: Role,
 }
 
@@ -110,6 +113,7 @@ fn parse(args: Vec<String>) -> Result<Opts, String> {
         race_cycles: 1000,
         only: None,
         shm_full: false,
+        capture_mode: CaptureMode::Global,
         role: Role::Main,
     };
     let (mut peer, mut fault, mut victim, mut sweep, mut dir, mut ranks) = (None, None, None, None, None, None);
@@ -125,6 +129,14 @@ fn parse(args: Vec<String>) -> Result<Opts, String> {
             "--race-cycles" => o.race_cycles = num(value("--race-cycles")?, "--race-cycles")?.max(1),
             "--only" => o.only = Some(value("--only")?),
             "--shm-full" => o.shm_full = true,
+            "--capture-mode" => {
+                o.capture_mode = match value("--capture-mode")?.as_str() {
+                    "global" => CaptureMode::Global,
+                    "thread-local" => CaptureMode::ThreadLocal,
+                    "relaxed" => CaptureMode::Relaxed,
+                    _ => return Err("--capture-mode is global, thread-local or relaxed".into()),
+                }
+            }
             "--peer" => peer = Some(num(value("--peer")?, "--peer")?),
             "--replay-peer" => replay_peer = Some(num(value("--replay-peer")?, "--replay-peer")?),
             "--fork-peer" => fork_peer = Some(num(value("--fork-peer")?, "--fork-peer")?),
@@ -171,7 +183,7 @@ fn parse(args: Vec<String>) -> Result<Opts, String> {
 fn main() -> ExitCode {
     let o = match harness::options_or_exit(
         "teardown",
-        "usage: teardown [--layout streams|procs] [--nranks N] [--cycles K] [--race-cycles R] [--only CHECK] [--shm-full]",
+        "usage: teardown [--layout streams|procs] [--nranks N] [--cycles K] [--race-cycles R] [--only CHECK] [--shm-full] [--capture-mode global|thread-local|relaxed]",
         parse,
     ) {
         Ok(o) => o,
@@ -340,7 +352,7 @@ fn spawn_peers_as(o: &Opts, role: &str, args: &[String]) -> Result<Children, Fai
 
 /// Captures a memset of `buf` into a graph, replays it and checks the bytes, until `stop`.
 /// (captures that succeeded, failures)
-fn capture_loop(rt: &'static Runtime, stop: &AtomicBool) -> Result<(usize, Vec<String>), Fail> {
+fn capture_loop(rt: &'static Runtime, stop: &AtomicBool, mode: CaptureMode) -> Result<(usize, Vec<String>), Fail> {
     let _g = rt.device_guard(0)?;
     let stream = rt.create_stream(0)?;
     let buf = rt.alloc(0, 4096, MemKind::Normal)?;
@@ -348,7 +360,7 @@ fn capture_loop(rt: &'static Runtime, stop: &AtomicBool) -> Result<(usize, Vec<S
     let mut i = 0u8;
     while !stop.load(Ordering::Acquire) && failures.len() < 20 {
         i = i.wrapping_add(1) | 1;
-        if let Err(e) = rt.begin_capture(stream) {
+        if let Err(e) = rt.begin_capture_in(stream, mode) {
             failures.push(format!("begin capture: {e}"));
             continue;
         }
@@ -419,7 +431,7 @@ fn capture_teardown(rt: &'static Runtime, o: &Opts) -> Result<Outcome, Fail> {
     };
     let started = Instant::now();
     let (mine, captured) = std::thread::scope(|s| {
-        let capturer = s.spawn(|| capture_loop(rt, &stop));
+        let capturer = s.spawn(|| capture_loop(rt, &stop, o.capture_mode));
         let mine = cycles(rt, p, &local, &dir, o.cycles);
         stop.store(true, Ordering::Release);
         let captured = capturer.join().unwrap_or_else(|_| Err(Fail("the capture thread panicked".into())));
