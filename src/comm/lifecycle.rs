@@ -206,9 +206,18 @@ fn flush_waiting_with(
             }
             (first.comms.clone(), std::mem::take(&mut first.launches))
         };
-        let code = run(&comms, launches);
-        // Still the first: only the flushing thread removes groups, and new ones go to the back.
-        WAITING.lock().remove(0);
+        let code = {
+            // Then removed, even if a launch panics (the C boundary catches it), so it never waits
+            // forever. Still the first: only the flushing thread removes groups, new ones go last.
+            struct Ran;
+            impl Drop for Ran {
+                fn drop(&mut self) {
+                    WAITING.lock().remove(0);
+                }
+            }
+            let _ran = Ran;
+            run(&comms, launches)
+        };
         if !code.is_ok() {
             crate::upstream::report_error(&format!("rcclx: a launch of a non-blocking group failed ({})", code.0));
         }
@@ -804,5 +813,10 @@ mod tests {
         runner.join().unwrap();
         assert_eq!(*done.lock(), [fake(9) as usize, fake(10) as usize], "the groups ran out of order");
         assert!(!waiting_for(fake(9)) && !waiting_for(fake(10)));
+        // A launch that panics (the C boundary catches it) still ends its group's wait.
+        wait(vec![fake(13)]);
+        let ran = std::panic::catch_unwind(|| flush_waiting_with(|_| ncclResult_t::Success, |_, _| panic!("a launch")));
+        assert!(ran.is_err());
+        assert!(!waiting_for(fake(13)), "a group whose launch panicked waits forever");
     }
 }
