@@ -74,7 +74,7 @@ pub fn restore(out_dir: &Path, stem: &str, digest: &str) -> Option<Vec<String>> 
     for tool in &tools {
         println!("cargo:rerun-if-changed={tool}");
     }
-    let _ = filetime_touch(&dir);
+    let _ = touch(&dir);
     Some(tools)
 }
 
@@ -119,6 +119,6 @@ pub fn store(out_dir: &Path, stem: &str, digest: &str, files: &[String], tools: 
 }
 
 /// Marks `dir` as just used (its modification time), so that pruning keeps it.
-fn filetime_touch(dir: &Path) -> std::io::Result<()> {
+fn touch(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.set_modified(std::time::SystemTime::now())
 }

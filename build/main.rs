@@ -109,13 +109,7 @@ fn main() {
     report::write_if_changed(&out_dir.join("isa-check.txt"), &isa_report);
     report::write_if_changed(&out_dir.join("kernels.rs"), &report::code_object_table(&built));
     report::write_if_changed(&out_dir.join("kernel-resources.txt"), &resources);
-    let tools: Vec<String> = outcomes
-        .iter()
-        .filter_map(|(_, o)| match o {
-            toolchain::Outcome::Built { tool, .. } => Some(tool.path().display().to_string()),
-            _ => None,
-        })
-        .collect();
+    let tools = toolchain::tools_used(&outcomes);
     report::write_if_changed(&stamp_file, &format!("{stamp}\n{}", tools.join("\n")));
     let mut files: Vec<String> = ["kernels.rs", "kernel-resources.txt", "isa-check.txt"].map(String::from).into();
     files.extend(built.iter().filter_map(|(_, p)| p.file_name()?.to_str().map(String::from)));

@@ -103,6 +103,17 @@ pub enum Outcome {
     Failed { command: String, log: String },
 }
 
+/// The compilers that built something among `outcomes` (a build script watches them).
+pub fn tools_used(outcomes: &[(Target, Outcome)]) -> Vec<String> {
+    outcomes
+        .iter()
+        .filter_map(|(_, o)| match o {
+            Outcome::Built { tool, .. } => Some(tool.path().display().to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// One translation unit to compile for every target.
 pub struct Unit<'a> {
     /// The `.cu` file.

@@ -106,13 +106,6 @@ fn main() {
         ]
         .into();
         files.extend(built.iter().filter_map(|(_, p)| p.file_name()?.to_str().map(String::from)));
-        let tools: Vec<String> = outcomes
-            .iter()
-            .filter_map(|(_, o)| match o {
-                toolchain::Outcome::Built { tool, .. } => Some(tool.path().display().to_string()),
-                _ => None,
-            })
-            .collect();
-        cache::store(&out_dir, u.stem, &digest, &files, &tools);
+        cache::store(&out_dir, u.stem, &digest, &files, &toolchain::tools_used(&outcomes));
     }
 }
