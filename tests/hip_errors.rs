@@ -12,11 +12,12 @@
 //! (`rcclx::gpu::runtime()`) loads it as the HIP runtime; the child then calls the runtime
 //! layer's functions and reads the slot as the application would, through the same library.
 //! The same runtime's two devices (a gfx942 and a gfx950) show `rcclxGetInfo`'s per-device FP8
-//! format.
+//! format, and its captures (CUDA's and HIP's rule that no event crosses a capture boundary)
+//! check how a communicator orders its operations across streams (`comm::Order`).
 
 mod common;
 
-use std::ffi::{CStr, c_char, c_int};
+use std::ffi::{CStr, c_char, c_int, c_void};
 use std::process::Command;
 
 use rcclx::gpu::{self, IpcHandle, MemKind};
@@ -36,6 +37,7 @@ struct App {
     app_error: unsafe extern "C" fn(c_int),
     calls: unsafe extern "C" fn() -> *const c_char,
     clear: unsafe extern "C" fn(),
+    capture: unsafe extern "C" fn(*mut c_void, u64),
     _lib: libloading::Library,
 }
 
@@ -53,6 +55,7 @@ impl App {
                 app_error: *lib.get(b"rec_app_error\0").unwrap(),
                 calls: *lib.get(b"rec_calls\0").unwrap(),
                 clear: *lib.get(b"rec_clear\0").unwrap(),
+                capture: *lib.get(b"rec_capture\0").unwrap(),
                 _lib: lib,
             }
         }
@@ -76,6 +79,11 @@ impl App {
     fn app_error(&self, code: c_int) {
         // SAFETY: plain value.
         unsafe { (self.app_error)(code) }
+    }
+    /// Puts `stream` in capture `id` (0: ends its capture).
+    fn capture(&self, stream: gpu::Stream, id: u64) {
+        // SAFETY: plain values; the library only compares the pointer.
+        unsafe { (self.capture)(stream.as_raw(), id) }
     }
     /// The calls recorded since the last `take`, and a fresh record.
     fn take(&self) -> Vec<String> {
@@ -280,5 +288,85 @@ fn in_a_process_whose_hip_runtime_records() {
         assert_eq!(after.as_deref(), Some("0"), "the thread's mode not restored after {name}: {calls:?}");
     }
     println!("recording HIP: rcclx's own calls run in relaxed capture mode, the thread's mode restored");
+    println!("recording HIP: all checks passed");
+}
+
+#[test]
+fn streams_are_ordered_apart_from_captures() {
+    run_child("order_in_a_process_whose_hip_runtime_records");
+}
+
+/// The child of `streams_are_ordered_apart_from_captures` (audit N2): a communicator's eager
+/// operations wait for the previous eager one across a captured one; captured ones wait only
+/// within their own capture; no wait crosses a capture boundary (which the recording runtime
+/// fails, as CUDA and HIP do).
+#[test]
+fn order_in_a_process_whose_hip_runtime_records() {
+    if std::env::var_os("RCCLX_TEST_RECORDING_HIP").is_none() {
+        return;
+    }
+    let app = App::open(&std::env::var("RCCLX_HIP_LIB").unwrap());
+    // SAFETY: the recording runtime takes any value as a stream and only compares it.
+    let stream = |v: usize| unsafe { gpu::Stream::from_raw(v as *mut c_void) };
+    let (a, b, c, x, y) = (stream(11), stream(12), stream(13), stream(21), stream(22));
+    let order = rcclx::comm::Order::default();
+    let op = |s: gpu::Stream| -> Result<bool, String> {
+        let captured = order.before(0, s).map_err(|e| e.to_string())?;
+        order.after(0, true).map_err(|e| e.to_string())?;
+        Ok(captured)
+    };
+    // The event of the last record of stream `s` before the end, and whether `s2` waits for it.
+    let recorded_on = |calls: &[String], s: usize| -> Option<String> {
+        let prefix = "hipEventRecord(";
+        calls.iter().rev().find_map(|c| {
+            let (e, st) = c.strip_prefix(prefix)?.trim_end_matches(')').split_once(',')?;
+            (st == format!("s{s}")).then(|| e.to_string())
+        })
+    };
+    let waits =
+        |calls: &[String], s: usize, e: &str| calls.iter().any(|c| *c == format!("hipStreamWaitEvent(s{s},{e})"));
+    app.take();
+
+    // (a) Eager on A, captured on B, eager on C: C waits for the event recorded after A's.
+    assert_eq!(op(a), Ok(false));
+    app.capture(b, 7);
+    assert_eq!(op(b), Ok(true), "a captured operation after an eager one");
+    let after_a = app.take();
+    let e = recorded_on(&after_a, 11).unwrap_or_else(|| panic!("no event recorded after A's operation: {after_a:?}"));
+    assert!(!waits(&after_a, 12, &e), "the capture on B waits for eager work: {after_a:?}");
+    assert_eq!(op(c), Ok(false), "an eager operation after a captured one");
+    let calls = app.take();
+    assert!(waits(&calls, 13, &e), "C does not wait for A's operation: {calls:?}");
+    let after_c = recorded_on(&calls, 13).unwrap_or_else(|| panic!("no event recorded after C's operation: {calls:?}"));
+    println!("recording HIP: eager A, captured B, eager C: C waits for A");
+
+    // (b) A capture on X, ended; then one on Y: no wait across the two captures.
+    app.capture(b, 0);
+    app.capture(x, 8);
+    assert_eq!(op(x), Ok(true));
+    app.capture(x, 0);
+    app.capture(y, 9);
+    assert_eq!(op(y), Ok(true), "a capture on Y after one on X (ended)");
+    println!("recording HIP: captures on X then Y: no dependency across them");
+
+    // (c) One capture over two streams: Y waits for X's operation inside it.
+    app.capture(x, 10);
+    app.capture(y, 10);
+    app.take();
+    assert_eq!(op(x), Ok(true));
+    assert_eq!(op(y), Ok(true));
+    let calls = app.take();
+    let e =
+        recorded_on(&calls, 21).unwrap_or_else(|| panic!("nothing recorded after X's captured operation: {calls:?}"));
+    assert!(waits(&calls, 22, &e), "Y does not wait for X inside their capture: {calls:?}");
+    app.capture(x, 0);
+    app.capture(y, 0);
+    println!("recording HIP: one capture over X and Y: Y waits for X inside it");
+
+    // (d) Eager again on A, after the captures: it waits for C's operation, the last eager one.
+    assert_eq!(op(a), Ok(false));
+    let calls = app.take();
+    assert!(waits(&calls, 11, &after_c), "A does not wait for C's operation: {calls:?}");
+    println!("recording HIP: eager work after captures waits for the last eager operation");
     println!("recording HIP: all checks passed");
 }

@@ -25,6 +25,7 @@ mod state;
 pub mod stats;
 
 pub use lifecycle::Job;
+pub use order::Order;
 pub use state::{State, lookup, process_stats};
 pub use stats::{Snapshot, Stats};
 

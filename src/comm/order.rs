@@ -12,9 +12,13 @@
 //!   which the application may have destroyed since. (Only an operation deferred to the end of
 //!   a stock group has no event; a switch right after it records on P then.)
 //!
-//! Inside CUDA/HIP graph capture the streams of a graph are the application's to join; a
-//! switch between a capturing and a non-capturing stream (which no event may cross) is left
-//! unordered, like the stock library's own rule that a group's streams are all captured or none.
+//! Operations enqueued outside a capture and captured ones are ordered apart: an eager
+//! operation waits for the previous eager one (a captured one in between runs only at replay),
+//! and a captured one for the previous one of the same capture (an event recorded and waited
+//! for inside one capture joins its streams in the graph). No event crosses a capture boundary
+//! (`cudaErrorStreamCaptureIsolation`): between captures, and between a capture and eager work,
+//! ordering is the application's, like the stock library's rule that a group's streams are all
+//! captured or none.
 
 use parking_lot::Mutex;
 
@@ -22,7 +26,7 @@ use crate::clique::Fence;
 use crate::error::Error;
 use crate::gpu::{self, Event, Stream};
 
-/// The stream of a communicator's previous operation and the event that joins streams.
+/// The previous operations of a communicator and the events that join streams.
 #[derive(Default)]
 pub struct Order {
     inner: Mutex<Inner>,
@@ -30,16 +34,21 @@ pub struct Order {
 
 #[derive(Default)]
 struct Inner {
-    /// The previous operation's stream and whether it was being captured (`None` before the first).
-    last: Option<(usize, bool)>,
-    event: Option<Event>,
-    /// The event marks the previous operation (recorded right after it).
-    current: bool,
+    /// The operation between `before` and `after`: its stream and capture (`None`: eager).
+    now: Option<(usize, Option<u64>)>,
     /// The stream of the last operation enqueued outside a capture (`None` before the first).
     last_eager: Option<usize>,
-    /// The event was recorded after that operation: it covers every operation enqueued
-    /// outside a capture so far (each stream switch waited for the previous one).
+    /// Recorded after eager operations; outside any capture.
+    event: Option<Event>,
+    /// `event` was recorded right after `last_eager`'s operation: it covers every operation
+    /// enqueued outside a capture so far (each switch waited for the previous one).
     fenced: bool,
+    /// The last captured operation: its capture and stream.
+    last_captured: Option<(u64, usize)>,
+    /// Recorded and waited for inside captures only; `capture_marked`: recorded right after
+    /// `last_captured`'s operation (in its capture).
+    capture_event: Option<Event>,
+    capture_marked: bool,
 }
 
 // SAFETY: `Event` is an opaque handle usable from any thread; the mutex serializes its use.
@@ -50,49 +59,65 @@ fn stream(raw: usize) -> Stream {
     unsafe { Stream::from_raw(raw as *mut std::ffi::c_void) }
 }
 
-impl Inner {
-    fn event(&mut self, device: i32) -> Result<Event, Error> {
-        match self.event {
-            Some(e) => Ok(e),
-            None => Ok(*self.event.insert(gpu::runtime()?.create_event(device)?)),
-        }
+fn event_in(slot: &mut Option<Event>, device: i32) -> Result<Event, Error> {
+    match *slot {
+        Some(e) => Ok(e),
+        None => Ok(*slot.insert(gpu::runtime()?.create_event(device)?)),
     }
 }
 
 impl Order {
-    /// Orders an operation on `now` (a stream of device `device`) after the previous one;
-    /// whether `now` is being captured into a graph.
+    /// Orders an operation on `now` (a stream of device `device`) after the previous one of its
+    /// kind (eager, or of the same capture); whether `now` is being captured into a graph.
     pub fn before(&self, device: i32, now: Stream) -> Result<bool, Error> {
         let mut inner = self.inner.lock();
         let rt = gpu::runtime()?;
-        let captured = rt.is_capturing(now)?;
-        let now = now.as_raw() as usize;
-        let Some((prev, prev_captured)) = inner.last.replace((now, captured)) else { return Ok(captured) };
-        if prev == now {
-            return Ok(captured);
+        let capture = rt.capture_id(now)?;
+        let raw = now.as_raw() as usize;
+        inner.now = Some((raw, capture));
+        match capture {
+            None => {
+                let Some(prev) = inner.last_eager.filter(|&p| p != raw) else { return Ok(false) };
+                let _guard = rt.device_guard(device)?;
+                let event = event_in(&mut inner.event, device)?;
+                if !inner.fenced {
+                    rt.record_event(event, stream(prev))?;
+                    inner.fenced = true;
+                }
+                rt.stream_wait_event(now, event)?;
+                Ok(false)
+            }
+            Some(id) => {
+                // `capture_event` marks the last captured operation (recorded right after it, in
+                // its capture): waiting for it joins the streams inside this graph.
+                if !inner.last_captured.is_some_and(|(c, p)| c == id && p != raw) {
+                    return Ok(true);
+                }
+                let Some(event) = inner.capture_event.filter(|_| inner.capture_marked) else { return Ok(true) };
+                let _guard = rt.device_guard(device)?;
+                rt.stream_wait_event(now, event)?;
+                Ok(true)
+            }
         }
-        if prev_captured != captured {
-            tracing::debug!("rcclx: stream switch between a captured and an uncaptured stream left unordered");
-            inner.current = false;
-            return Ok(captured);
-        }
-        let _guard = rt.device_guard(device)?;
-        let event = inner.event(device)?;
-        if !inner.current {
-            rt.record_event(event, stream(prev))?;
-        }
-        rt.stream_wait_event(stream(now), event)?;
-        Ok(captured)
     }
 
     /// After an operation was enqueued on the stream given to [`Order::before`]; `launched`:
     /// its work is on the stream now (not deferred to the end of a stock group).
     pub fn after(&self, device: i32, launched: bool) -> Result<(), Error> {
         let mut inner = self.inner.lock();
-        inner.current = false;
-        let Some((last, captured)) = inner.last else { return Ok(()) };
-        if captured {
-            return Ok(()); // an event recorded in a capture must not be waited for outside it
+        let Some((last, capture)) = inner.now.take() else { return Ok(()) };
+        if let Some(id) = capture {
+            inner.last_captured = Some((id, last));
+            inner.capture_marked = false;
+            if !launched {
+                return Ok(());
+            }
+            let rt = gpu::runtime()?;
+            let _guard = rt.device_guard(device)?;
+            let event = event_in(&mut inner.capture_event, device)?;
+            rt.record_event(event, stream(last))?;
+            inner.capture_marked = true;
+            return Ok(());
         }
         // An operation outside a capture (one whose launch failed never gets here): the fence
         // must cover it from now on.
@@ -103,9 +128,8 @@ impl Order {
         }
         let rt = gpu::runtime()?;
         let _guard = rt.device_guard(device)?;
-        let event = inner.event(device)?;
+        let event = event_in(&mut inner.event, device)?;
         rt.record_event(event, stream(last))?;
-        inner.current = true;
         inner.fenced = true;
         Ok(())
     }
@@ -123,7 +147,7 @@ impl Order {
         let Ok(rt) = gpu::runtime() else { return Fence::Unknown };
         if !inner.fenced {
             let recorded = rt.device_guard(device).map_err(Error::from).and_then(|_g| {
-                let event = inner.event(device)?;
+                let event = event_in(&mut inner.event, device)?;
                 rt.record_event(event, stream(last))?;
                 Ok(())
             });
@@ -142,9 +166,12 @@ impl Order {
 
 impl Drop for Order {
     fn drop(&mut self) {
-        if let (Some(e), Ok(rt)) = (self.inner.get_mut().event.take(), gpu::runtime()) {
-            // SAFETY: the event was made by `create_event` and nothing uses it any more.
-            let _ = unsafe { rt.destroy_event(e) };
+        let inner = self.inner.get_mut();
+        for e in [inner.event.take(), inner.capture_event.take()].into_iter().flatten() {
+            if let Ok(rt) = gpu::runtime() {
+                // SAFETY: the event was made by `create_event` and nothing uses it any more.
+                let _ = unsafe { rt.destroy_event(e) };
+            }
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use std::ffi::{CStr, c_void};
 
-use super::{CaptureMode, CaptureStatus, DeviceInfo, Error, IpcHandle, MemKind};
+use super::{CaptureMode, DeviceInfo, Error, IpcHandle, MemKind};
 
 /// Declares one runtime's table of C entry points and its loader, from one list.
 ///
@@ -141,7 +141,9 @@ pub(crate) trait Backend: Send + Sync {
     fn device_synchronize(&self) -> Result<(), Error>;
     /// `true` when all work on the stream has completed.
     fn stream_query(&self, stream: *mut c_void) -> Result<bool, Error>;
-    fn stream_capture_status(&self, stream: *mut c_void) -> Result<CaptureStatus, Error>;
+    /// The capture `stream` is in (its unique id; an active or invalidated capture), or `None`
+    /// when it is not capturing. Id 0 where the runtime cannot tell captures apart.
+    fn stream_capture(&self, stream: *mut c_void) -> Result<Option<u64>, Error>;
     /// Sets the calling thread's stream capture mode (`cuThreadExchangeStreamCaptureMode`,
     /// `hipThreadExchangeStreamCaptureMode`; 0 global, 1 thread-local, 2 relaxed) and returns
     /// the one it replaces. A runtime without the call keeps its mode (returns `mode`).

@@ -10,7 +10,7 @@ use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 
 use parking_lot::Mutex;
 
-use super::{Backend, CaptureMode, CaptureStatus, DeviceInfo, Error, IpcHandle, MemKind, c_buf_to_string};
+use super::{Backend, CaptureMode, DeviceInfo, Error, IpcHandle, MemKind, c_buf_to_string};
 
 type CUresult = c_int;
 type CUdevice = c_int;
@@ -477,15 +477,21 @@ impl Backend for Cuda {
         Ok(m)
     }
 
-    fn stream_capture_status(&self, stream: *mut c_void) -> Result<CaptureStatus, Error> {
-        let mut status = 0;
-        // SAFETY: out-pointer to a local; `stream` is a valid stream.
-        self.check("cuStreamIsCapturing", unsafe { (self.api.cuStreamIsCapturing)(stream, &mut status) })?;
-        Ok(match status {
-            CU_STREAM_CAPTURE_STATUS_NONE => CaptureStatus::None,
-            CU_STREAM_CAPTURE_STATUS_ACTIVE => CaptureStatus::Active,
-            _ => CaptureStatus::Invalidated,
-        })
+    fn stream_capture(&self, stream: *mut c_void) -> Result<Option<u64>, Error> {
+        let (mut status, mut id): (c_int, u64) = (CU_STREAM_CAPTURE_STATUS_NONE, 0);
+        let null = std::ptr::null_mut::<c_void>;
+        let r = if let Some(info) = self.api.cuStreamGetCaptureInfo3 {
+            // SAFETY: `stream` is a valid stream; the outputs are locals or NULL (optional).
+            unsafe { info(stream, &mut status, &mut id, null().cast(), null().cast(), null().cast(), null().cast()) }
+        } else if let Some(info) = self.api.cuStreamGetCaptureInfo2 {
+            // SAFETY: as above.
+            unsafe { info(stream, &mut status, &mut id, null().cast(), null().cast(), null().cast()) }
+        } else {
+            // SAFETY: out-pointer to a local; `stream` is a valid stream.
+            unsafe { (self.api.cuStreamIsCapturing)(stream, &mut status) }
+        };
+        self.check("cuStreamGetCaptureInfo", r)?;
+        Ok((status != CU_STREAM_CAPTURE_STATUS_NONE).then_some(id))
     }
 
     fn stream_wait_event(&self, stream: *mut c_void, event: *mut c_void) -> Result<(), Error> {

@@ -83,18 +83,6 @@ pub enum CaptureMode {
     Relaxed = 2,
 }
 
-/// Whether a stream is being captured into a graph (`CUstreamCaptureStatus` /
-/// `hipStreamCaptureStatus`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum CaptureStatus {
-    /// Not capturing: work runs when enqueued.
-    None,
-    /// Capturing: work is recorded into a graph and runs at each replay.
-    Active,
-    /// A capture was started but has been invalidated by an error.
-    Invalidated,
-}
-
 /// Static facts about one device.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceInfo {

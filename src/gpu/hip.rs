@@ -6,7 +6,7 @@
 
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 
-use super::{Backend, CaptureMode, CaptureStatus, DeviceInfo, Error, IpcHandle, MemKind, c_buf_to_string};
+use super::{Backend, CaptureMode, DeviceInfo, Error, IpcHandle, MemKind, c_buf_to_string};
 
 type HipError = c_int;
 /// `hipModule_t`, `hipFunction_t`, `hipStream_t`, `hipEvent_t`: opaque pointers.
@@ -553,15 +553,18 @@ impl Backend for Hip {
         Ok(m)
     }
 
-    fn stream_capture_status(&self, stream: *mut c_void) -> Result<CaptureStatus, Error> {
-        let mut status = 0;
-        // SAFETY: out-pointer to a local; `stream` is a valid stream.
-        self.check("hipStreamIsCapturing", || unsafe { (self.api.hipStreamIsCapturing)(stream, &mut status) })?;
-        Ok(match status {
-            HIP_STREAM_CAPTURE_STATUS_NONE => CaptureStatus::None,
-            HIP_STREAM_CAPTURE_STATUS_ACTIVE => CaptureStatus::Active,
-            _ => CaptureStatus::Invalidated,
-        })
+    fn stream_capture(&self, stream: *mut c_void) -> Result<Option<u64>, Error> {
+        let (mut status, mut id): (c_int, u64) = (HIP_STREAM_CAPTURE_STATUS_NONE, 0);
+        if let Some(info) = self.api.hipStreamGetCaptureInfo_v2 {
+            // SAFETY: `stream` is a valid stream; the outputs are locals or NULL (optional).
+            self.check("hipStreamGetCaptureInfo_v2", || unsafe {
+                info(stream, &mut status, &mut id, std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut())
+            })?;
+        } else {
+            // SAFETY: out-pointer to a local; `stream` is a valid stream.
+            self.check("hipStreamIsCapturing", || unsafe { (self.api.hipStreamIsCapturing)(stream, &mut status) })?;
+        }
+        Ok((status != HIP_STREAM_CAPTURE_STATUS_NONE).then_some(id))
     }
 
     fn stream_wait_event(&self, stream: *mut c_void, event: *mut c_void) -> Result<(), Error> {

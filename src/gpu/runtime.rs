@@ -366,14 +366,15 @@ impl Runtime {
         }
     }
 
-    /// Whether `stream` is being captured into a graph.
-    pub fn capture_status(&self, stream: Stream) -> Result<CaptureStatus, Error> {
-        self.backend.stream_capture_status(stream.0)
+    /// The capture `stream` is in (its id), or `None` when it is not being captured into a
+    /// graph. Id 0 where the runtime cannot tell captures apart (no `StreamGetCaptureInfo`).
+    pub fn capture_id(&self, stream: Stream) -> Result<Option<u64>, Error> {
+        self.backend.stream_capture(stream.0)
     }
 
     /// Shorthand: the stream is capturing (active or invalidated capture).
     pub fn is_capturing(&self, stream: Stream) -> Result<bool, Error> {
-        Ok(self.capture_status(stream)? != CaptureStatus::None)
+        Ok(self.capture_id(stream)?.is_some())
     }
 
     /// Makes later work on `stream` wait for `event`.

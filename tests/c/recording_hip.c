@@ -8,7 +8,8 @@
  *
  * Test controls: rec_fail(name, code) makes every later call of `name` return `code` (NULL: no
  * failures); rec_app_error(code) stores `code` as an application call that failed would;
- * rec_calls() is the recorded names, one per line; rec_clear() empties the record.
+ * rec_calls() is the recorded names, one per line; rec_clear() empties the record;
+ * rec_capture(stream, id) starts (id > 0) or ends (0) a stream's capture (below).
  * Two devices; device memory is host memory. Not thread-safe beyond the slot (one test thread). */
 #include <stddef.h>
 #include <stdint.h>
@@ -170,11 +171,52 @@ int hipStreamDestroy(void *s) { return ret("hipStreamDestroy"); }
 int hipStreamSynchronize(void *s) { return ret("hipStreamSynchronize"); }
 int hipDeviceSynchronize(void) { return ret("hipDeviceSynchronize"); }
 int hipStreamQuery(void *s) { return ret("hipStreamQuery"); }
+/* Captures: rec_capture(stream, id) puts a stream in capture `id` (0: none). An event keeps the
+ * capture it was last recorded in; waiting for it in another capture, or in a capture for one
+ * recorded outside (or the reverse), fails as CUDA and HIP do (hipErrorStreamCaptureIsolation). */
+#define HIP_ERROR_STREAM_CAPTURE_ISOLATION 905
+static struct {
+    void *stream;
+    unsigned long long id;
+} captures[16];
+static unsigned long long capture_of(void *s) {
+    for (int i = 0; i < 16; i++)
+        if (captures[i].stream == s && s != NULL) return captures[i].id;
+    return 0;
+}
+void rec_capture(void *s, unsigned long long id) {
+    for (int i = 0; i < 16; i++)
+        if (captures[i].stream == s || captures[i].stream == NULL) {
+            captures[i].stream = s;
+            captures[i].id = id;
+            return;
+        }
+}
 int hipStreamIsCapturing(void *s, int *status) {
-    *status = 0;
+    *status = capture_of(s) != 0;
     return ret("hipStreamIsCapturing");
 }
-int hipStreamWaitEvent(void *s, void *e, unsigned flags) { return ret("hipStreamWaitEvent"); }
+int hipStreamGetCaptureInfo_v2(void *s, int *status, unsigned long long *id, void **graph, const void ***deps,
+                               size_t *ndeps) {
+    *status = capture_of(s) != 0;
+    if (id) *id = capture_of(s);
+    if (graph) *graph = NULL;
+    return ret("hipStreamGetCaptureInfo_v2");
+}
+/* Events are slots of `events`; each remembers the capture of its last record. */
+static unsigned long long events[64];
+static int events_made;
+static int event_index(void *e) { return (int)((unsigned long long *)e - events); }
+int hipStreamWaitEvent(void *s, void *e, unsigned flags) {
+    char name[96];
+    snprintf(name, sizeof name, "hipStreamWaitEvent(s%lu,e%d)", (unsigned long)(uintptr_t)s, event_index(e));
+    int rc = ret(name);
+    if (rc == HIP_SUCCESS && events[event_index(e)] != capture_of(s)) {
+        last_error = HIP_ERROR_STREAM_CAPTURE_ISOLATION;
+        return HIP_ERROR_STREAM_CAPTURE_ISOLATION;
+    }
+    return rc;
+}
 /* The thread's capture mode (one thread calls here), recorded with the mode each call sets. */
 static int capture_mode;
 int hipThreadExchangeStreamCaptureMode(int *mode) {
@@ -186,10 +228,16 @@ int hipThreadExchangeStreamCaptureMode(int *mode) {
     return ret(name);
 }
 int hipEventCreateWithFlags(void **e, unsigned flags) {
-    *e = (void *)&handle_value;
+    *e = (void *)&events[events_made++ % 64];
     return ret("hipEventCreateWithFlags");
 }
-int hipEventRecord(void *e, void *s) { return ret("hipEventRecord"); }
+int hipEventRecord(void *e, void *s) {
+    char name[96];
+    snprintf(name, sizeof name, "hipEventRecord(e%d,s%lu)", event_index(e), (unsigned long)(uintptr_t)s);
+    int rc = ret(name);
+    if (rc == HIP_SUCCESS) events[event_index(e)] = capture_of(s);
+    return rc;
+}
 int hipEventSynchronize(void *e) { return ret("hipEventSynchronize"); }
 int hipEventQuery(void *e) { return ret("hipEventQuery"); }
 int hipEventDestroy(void *e) { return ret("hipEventDestroy"); }
