@@ -531,8 +531,10 @@ fn end_rail(state: &State, abort: bool) {
 }
 
 /// `ncclCommDestroy` / `ncclCommAbort` of `comm`: `forward` is the stock call. rcclx's part
-/// never waits: an abort first tells rcclx's kernels to stop, and the clique's memory goes back
-/// to rcclx's pool once no kernel, no graph and no peer can touch it (`clique::teardown`).
+/// never waits for the device: an abort first tells rcclx's kernels to stop and forwards the
+/// stock abort before it waits (boundedly) for rcclx's launches under way, and the clique's
+/// memory goes back to rcclx's pool once no kernel, no graph and no peer can touch it
+/// (`clique::teardown`).
 pub fn ended(comm: ncclComm_t, abort: bool, forward: impl FnOnce() -> ncclResult_t) -> ncclResult_t {
     // Launches of a waiting non-blocking group on `comm` never run, and its handle (freed by the
     // stock call) is not asked about again.
@@ -542,7 +544,11 @@ pub fn ended(comm: ncclComm_t, abort: bool, forward: impl FnOnce() -> ncclResult
     });
     let Some(state) = remove(comm) else { return forward() };
     state.close(abort);
-    state.quiesce();
+    // An abort forwards first (below): an rcclx launch of `comm` may be blocked in a launch
+    // queue full behind one of the stock library's kernels, which only the stock abort stops.
+    if !abort {
+        state.quiesce();
+    }
     // A pending setup of `comm` loses it before the stock call frees the handle (another
     // thread's `progress` may be using it: the batch is taken out under the lock). The batch's
     // other communicators go on without it where the transport allows, else they fail.
@@ -569,14 +575,31 @@ pub fn ended(comm: ncclComm_t, abort: bool, forward: impl FnOnce() -> ncclResult
         }
         // A batch dropped here (outside the lock) buries its published buffers.
     }
-    // The rail before its parent (nothing runs on it any more: launches have quiesced).
-    end_rail(&state, abort);
-    let r = forward();
+    let r = if abort {
+        let r = forward();
+        if !state.quiesce_within(ABORT_QUIESCE) {
+            // Its clique is never released (memory kept: a launch may still be under way) and
+            // its rail not ended (the launch may hold it).
+            tracing::warn!(
+                "comm {comm:p}: an rcclx launch was still under way {ABORT_QUIESCE:?} after the stock abort; its memory is kept"
+            );
+            return r;
+        }
+        end_rail(&state, true);
+        r
+    } else {
+        // The rail before its parent (nothing runs on it any more: launches have quiesced).
+        end_rail(&state, false);
+        forward()
+    };
     if let Some(c) = state.clique() {
         c.release(state.order.take_fence(c.device));
     }
     r
 }
+
+/// How long an abort waits, after the stock abort, for rcclx's launches under way to return.
+const ABORT_QUIESCE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A planned rcclx call with what it needs to run and be counted.
 pub struct Job {

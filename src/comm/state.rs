@@ -117,6 +117,18 @@ impl State {
         }
     }
 
+    /// [`State::quiesce`] for at most `limit`: whether no launch is under way any more.
+    pub(crate) fn quiesce_within(&self, limit: std::time::Duration) -> bool {
+        let start = std::time::Instant::now();
+        while self.launching.load(SeqCst) > 0 {
+            if start.elapsed() > limit {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+        true
+    }
+
     /// `ncclCommFinalize`: from now on an operation on this communicator is invalid usage, which
     /// rcclx reports as such. why: the stock library (2.28) has stopped the communicator's proxy
     /// and launches the operation anyway; one whose connections were never set up (rcclx took
