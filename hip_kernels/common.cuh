@@ -6,7 +6,8 @@
 //   staging: 2 parity halves of `half_bytes`; window w of a call uses half (seq & 1).
 //   flags:   uint32 [max_blocks][RCCLX_FLAG_STRIDE]; flags[b][p] = last barrier value that
 //            block b of rank p announced to this rank (one 128-byte line per block).
-//   ll:      LL inbox, uint64 [2 parities][RCCLX_MAX_RANKS sources][ll_units][2].
+//   ll:      LL inbox, uint64 [2 parities][nranks sources][ll_units][2], then the LL128 region
+//            when LL128 is on (ll128.cuh).
 //   seq:     uint32 [max_blocks], own memory only: windows run so far by block b.
 //
 // Barriers are per block index: block b of every rank handles the same element slice (the
@@ -441,9 +442,10 @@ RCCLX_DEV void rcclx_reduce(const RcclxArgs& a, uint64_t off, uint64_t n, T* out
   const uint32_t flag = seq + 1;                             \
   const uint64_t deadline = rcclx_call_deadline(a);
 
-// Byte offset of inbox half `seq & 1` (in uint64 words).
+// Offset of inbox half `seq & 1` (in uint64 words); the host sizes the inbox by the clique's
+// rank count (src/clique/local.rs ll_inbox_bytes).
 RCCLX_DEV uint64_t rcclx_ll_parity(const RcclxArgs& a, uint32_t seq) {
-  return (uint64_t)(seq & 1) * RCCLX_MAX_RANKS * a.ll_units * 2;
+  return (uint64_t)(seq & 1) * (uint64_t)a.nranks * a.ll_units * 2;
 }
 
 // The 8 payload bytes of unit u of p[0, bytes) (zero past the end) as two words.

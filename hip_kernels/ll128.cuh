@@ -19,7 +19,8 @@
 //             count (its own, persistent across calls).
 //   rings:    [source rank][block][RCCLX_LL128_SLOTS slots][RCCLX_LL128_SLOT_BYTES]: the ring
 //             source s's block b writes into this rank's region; a slot holds one step, one
-//             line per LANES threads of the block.
+//             line per LANES threads of the block. The host allocates rings for the clique's
+//             ranks (src/clique/args.rs ll128_region_bytes; REGION_BYTES below is 8 sources').
 // Steps: block b of every rank runs the same steps of the same lines (the geometry depends only
 // on count, type and grid, identical on every rank): global step g = b + i * gridDim, lines
 // [g * K, g * K + K), K = blockDim / LANES. Absolute step = base + i, base = the block's step
@@ -59,9 +60,9 @@
 static_assert(RCCLX_LL128_PAYLOAD % 8 == 0, "an element must not straddle two lanes");
 static_assert(RCCLX_LL128_STEPS_WORD < RCCLX_FLAG_STRIDE, "a block's counters fit its line");
 
-// Rank `r`'s LL128 region: after the LL inbox ([2][MAX_RANKS][ll_units] 16-byte units).
+// Rank `r`'s LL128 region: after the LL inbox ([2][nranks][ll_units] 16-byte units).
 RCCLX_DEV uint64_t* rcclx_ll128_region(const RcclxArgs& a, int r) {
-  return a.ll[r] + 2 * RCCLX_MAX_RANKS * a.ll_units * 2;
+  return a.ll[r] + 2 * (uint64_t)a.nranks * a.ll_units * 2;
 }
 
 // Byte offset in a region of this thread's lane of absolute step `step` from `src`, block b.

@@ -401,7 +401,8 @@ fi
 # (RCCL_DDA_SENDBUF_BYTES of the sweep), BENCH1_ARGS="..." more `ranks` arguments (--quick).
 if step bench1; then
   for n in ${BENCH1_N:-2}; do
-    run bench1-n$n 240 "$ART/ranks" --nranks $n --suite bench ${BENCH1_ARGS:-}
+    # LL128 on (4 MiB), so that its families have their region and are timed too.
+    run bench1-n$n 240 "$ART/ranks" --nranks $n --suite bench --ll128-max $((4 << 20)) ${BENCH1_ARGS:-}
     for s in ${BENCH1_STAGING:-1M 2M 4M 8M 16M 32M}; do
       run bench1-sweep-n$n-$s 120 env RCCL_DDA_SENDBUF_BYTES=$s RCCLX_BENCH_TAG=staging=$s \
         "$ART/ranks" --nranks $n --suite bench --parts sweep ${BENCH1_ARGS:-}

@@ -259,6 +259,11 @@ impl Policies {
         &self.colls[coll as usize]
     }
 
+    /// Some collective may run LL128: the clique then has an LL128 region (none otherwise).
+    pub fn ll128_on(&self) -> bool {
+        self.colls.iter().any(|q| q.ll128_max > 0)
+    }
+
     /// Some collective has low precision switched on.
     pub fn any_lowp(&self) -> bool {
         self.colls.iter().any(|p| p.lowp != 0)

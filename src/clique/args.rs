@@ -26,12 +26,18 @@ pub const FLAG_STRIDE: usize = 32;
 /// LL128 (`hip_kernels/ll128.cuh`): blocks of a call at most (`RCCLX_LL128_MAX_BLOCKS`), slots of
 /// a (source, block) ring (`RCCLX_LL128_SLOTS`), bytes of a slot (`RCCLX_LL128_SLOT_BYTES`: one
 /// 16-byte lane per thread), and the region after every rank's LL inbox that holds the counters
-/// and the rings (`RCCLX_LL128_REGION_BYTES`; a fixed size: the credits let any message through).
+/// and the rings (`RCCLX_LL128_REGION_BYTES` with room for every source; the credits let any
+/// message through a ring of fixed size).
 pub const LL128_MAX_BLOCKS: u32 = 32;
 pub const LL128_SLOTS: u64 = 4;
 pub const LL128_SLOT_BYTES: u64 = THREADS as u64 * 16;
-pub const LL128_REGION_BYTES: u64 = LL128_MAX_BLOCKS as u64 * FLAG_STRIDE as u64 * 4
-    + MAX_RANKS as u64 * LL128_MAX_BLOCKS as u64 * LL128_SLOTS * LL128_SLOT_BYTES;
+pub const LL128_REGION_BYTES: u64 = ll128_region_bytes(MAX_RANKS as u64);
+
+/// The LL128 region of a clique of `nranks` ranks: the counters, then one ring per source rank
+/// and block (`rcclx_ll128_lane_off` indexes the rings by the writer's clique rank).
+pub const fn ll128_region_bytes(nranks: u64) -> u64 {
+    LL128_MAX_BLOCKS as u64 * FLAG_STRIDE as u64 * 4 + nranks * LL128_MAX_BLOCKS as u64 * LL128_SLOTS * LL128_SLOT_BYTES
+}
 /// Payload bytes of an LL128 line on the smaller line (AMD's 64 bytes less the 8-byte flag;
 /// NVIDIA's carries 120): what a grid function counts a step's bytes with.
 pub const LL128_MIN_PAYLOAD: u64 = 56;

@@ -14,7 +14,7 @@ use crate::gpu::{self, IpcMapping, MemKind};
 use crate::intercept::{CommFacts, Policies};
 
 use super::args::{
-    FLAG_STRIDE, KernelArgs, LL128_REGION_BYTES, MAX_COMM_RANKS, MAX_RANKS, THREADS, rail_scratch_bytes,
+    FLAG_STRIDE, KernelArgs, MAX_COMM_RANKS, MAX_RANKS, THREADS, ll128_region_bytes, rail_scratch_bytes,
 };
 use super::exchange::Member;
 use super::host;
@@ -36,6 +36,12 @@ pub const DEFAULT_STAGING_LOWP: u64 = 32 << 20;
 /// 16-byte LL units per (parity, source) slot of an inbox for messages up to `ll_max` bytes.
 pub(super) fn ll_units(ll_max: u64) -> u64 {
     ll_max.div_ceil(8).max(1)
+}
+
+/// Bytes of the LL inbox of a clique of `nranks`: [2 parities][nranks sources][units] x 16
+/// (`rcclx_ll_parity` in `hip_kernels/common.cuh`).
+pub(super) fn ll_inbox_bytes(nranks: u64, ll_max: u64) -> u64 {
+    2 * nranks * ll_units(ll_max) * 16
 }
 
 /// Whether the ranks of a clique may share a GPU. Every rank of a clique passes the same value
@@ -263,7 +269,17 @@ pub(super) fn allocate_for(l: &mut Local, recs: &[Record]) {
         return;
     }
     let rec = &mut l.record;
-    match allocate(m.device, rec.staging_bytes as usize, rec.max_blocks, rec.policies.ll_max, scratch) {
+    // The LL inbox for the clique's ranks, LL128's region only where it may run (rank 0's
+    // policies, which every rank adopts).
+    let nranks = host.len() as u64;
+    let ll128 = if recs[0].policies.ll128_on() { ll128_region_bytes(nranks) } else { 0 };
+    let sizes = Sizes {
+        staging: rec.staging_bytes as usize,
+        max_blocks: rec.max_blocks,
+        ll: ll_inbox_bytes(nranks, rec.policies.ll_max) + ll128,
+        scratch,
+    };
+    match allocate(m.device, &sizes) {
         Ok(res) => {
             match (res.staging.ipc_handle(), res.flags.ipc_handle(), res.ll.ipc_handle()) {
                 (Ok(s), Ok(f), Ok(ll)) => {
@@ -317,21 +333,24 @@ pub(super) fn device_kernels(device: i32) -> Result<Arc<Vec<Kernel>>, gpu::Error
     Ok(kernels)
 }
 
+/// What a rank's buffers hold (bytes unless said).
+pub(super) struct Sizes {
+    pub staging: usize,
+    /// The largest grid of any kernel (sizes the per-block arrays).
+    pub max_blocks: u64,
+    /// The LL inbox, then the LL128 region (none when LL128 is off).
+    pub ll: u64,
+    /// Low precision across hosts: the rail scratch (0: none).
+    pub scratch: usize,
+}
+
 /// This rank's buffers: an ended clique's of the same sizes, or new ones.
-pub(super) fn allocate(
-    device: i32,
-    staging_bytes: usize,
-    max_blocks: u64,
-    ll_max: u64,
-    scratch_bytes: usize,
-) -> Result<Slab, gpu::Error> {
+pub(super) fn allocate(device: i32, s: &Sizes) -> Result<Slab, gpu::Error> {
     let rt = gpu::runtime()?;
     let info = rt.device_info(device)?;
-    let slots = block_slots(max_blocks, info.multiprocessors as u64) as usize;
-    // LL inbox: [2 parities][MAX_RANKS sources][units] x 16 bytes, then the LL128 region
-    // (`hip_kernels/ll128.cuh`: counters and rings, the same size whatever the message sizes).
-    let ll_bytes = 2 * MAX_RANKS as u64 * ll_units(ll_max) * 16 + LL128_REGION_BYTES;
-    let sizes = [staging_bytes, slots * FLAG_STRIDE * 4, ll_bytes as usize, slots * 4, scratch_bytes];
+    let slots = block_slots(s.max_blocks, info.multiprocessors as u64) as usize;
+    let scratch_bytes = s.scratch;
+    let sizes = [s.staging, slots * FLAG_STRIDE * 4, s.ll as usize, slots * 4, scratch_bytes];
     if let Some(slab) = teardown::reuse(device, sizes) {
         return Ok(slab);
     }

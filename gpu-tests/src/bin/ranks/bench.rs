@@ -118,9 +118,14 @@ fn case_for(coll: Coll, bytes: u64, n: usize) -> Option<Case> {
     })
 }
 
-/// Whether `algo` can run this call on a clique whose LL inbox holds `ll_max` bytes per source.
-fn fits(algo: Algo, call: &CallDesc, ll_max: u64) -> bool {
-    algo != Algo::Ll || (call.count as u64).saturating_mul(call.dtype.size().unwrap_or(0) as u64) <= ll_max
+/// Whether `algo` can run this call on a clique of `policies`: LL within the inbox (`ll_max`
+/// bytes per source), LL128 only where the clique has its region (`--ll128-max` above 0).
+fn fits(algo: Algo, call: &CallDesc, policies: &rcclx::intercept::Policies) -> bool {
+    match algo {
+        Algo::Ll => (call.count as u64).saturating_mul(call.dtype.size().unwrap_or(0) as u64) <= policies.ll_max,
+        Algo::Ll128 => policies.ll128_on(),
+        _ => true,
+    }
 }
 
 /// Timed calls and warm-up calls for a message of `bytes`.
@@ -139,7 +144,7 @@ pub fn list(opts: &Opts) {
     let p = rcclx::intercept::Policies::for_comm(rcclx::config::get(), n, rcclx::clique::local_fabric());
     for (coll, algo) in families() {
         for &b in sizes(opts.quick) {
-            if let Some(c) = case_for(coll, b, n).filter(|c| fits(algo, &c.call(), p.ll_max)) {
+            if let Some(c) = case_for(coll, b, n).filter(|c| fits(algo, &c.call(), &p)) {
                 let twin = twin_name(coll, algo).unwrap_or("-");
                 println!("{}.{} {} bytes, twin {twin}", coll.name(), algo.name(), c.call().bytes(n).unwrap_or(0));
             }
@@ -562,7 +567,7 @@ pub fn run(dev: &mut Ranks, opts: &Opts) -> Result<(), Fail> {
     }
     let twins = twin_functions(dev, &kernels)?;
     let t = Timer::new(dev)?;
-    let ll_max = dev.world.cliques[0].facts.policies.ll_max;
+    let policies = dev.world.cliques[0].facts.policies;
     let mut index = 0;
     for part in parts {
         match part {
@@ -582,7 +587,7 @@ pub fn run(dev: &mut Ranks, opts: &Opts) -> Result<(), Fail> {
                 let mut current: Option<(Case, Placed)> = None;
                 for ((coll, algo), bytes) in plan {
                     let Some(case) = case_for(coll, bytes, n) else { continue };
-                    if !fits(algo, &case.call(), ll_max) {
+                    if !fits(algo, &case.call(), &policies) {
                         continue;
                     }
                     if current.as_ref().is_none_or(|(c, _)| *c != case) {
