@@ -204,9 +204,8 @@ impl Setup {
                             }
                         }
                     }
-                    if self.expired() {
-                        return Err(self.timed_out());
-                    }
+                    // No limit here: a rank whose second exchange arrived posts the third, so
+                    // that a peer whose third one is already posted completes it (below).
                     let Stage::Rails(rank0, mapped) = &mut self.stage else { unreachable!() };
                     for l in &self.locals {
                         l.fault.exchange(3)?;
@@ -221,7 +220,14 @@ impl Setup {
                     self.stage = Stage::Verdicts(std::mem::take(rank0), std::mem::take(mapped));
                 }
                 Stage::Verdicts(rank0, mapped) => {
-                    let Some(oks) = self.transport.poll()? else { return self.waiting() };
+                    // Every rank whose second exchange arrived posts its third at once, so once
+                    // this one is posted the verdict is near on every rank: it gets a second
+                    // limit, so that a rank whose limit passed just now does not end in error
+                    // while its peers, their third exchange complete, turn the kernels on.
+                    let Some(oks) = self.transport.poll()? else {
+                        let past = self.limit.is_some_and(|l| self.started.elapsed() > l.saturating_mul(2));
+                        return if past { Err(self.timed_out()) } else { Ok(None) };
+                    };
                     let rank0 = std::mem::take(rank0);
                     let mapped = std::mem::take(mapped);
                     self.stage = Stage::Done;
@@ -755,6 +761,44 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Audit N5: rank 1's limit passes while its third exchange is in flight (or just before it
+    /// posts it) and rank 0 posts its third only afterwards: both end with the same verdict.
+    #[test]
+    fn a_limit_passing_at_the_third_exchange_keeps_the_verdicts_equal() {
+        let limit = Duration::from_millis(100);
+        for late in ["after posting", "before posting"] {
+            let board = Board::default();
+            let (r0, p0) = rank_setup(&board, 0, 0, 2, Fault::default(), Some(Duration::from_secs(10)));
+            let (r1, p1) = rank_setup(&board, 0, 1, 2, Fault::default(), Some(limit));
+            let (mut r0, mut r1) = (r0.unwrap(), r1.unwrap());
+            // Both post the second exchange; rank 0 does not poll again yet.
+            assert!(r0.poll().unwrap().is_none());
+            assert!(r1.poll().unwrap().is_none());
+            if late == "before posting" {
+                std::thread::sleep(limit + Duration::from_millis(20));
+            }
+            // Rank 1 sees its second exchange and posts the third (rank 0 has not).
+            assert!(r1.poll().unwrap().is_none(), "{late}: rank 1 ended before rank 0's third exchange");
+            assert_eq!((p0.load(Ordering::Relaxed), p1.load(Ordering::Relaxed)), (2, 3), "{late}");
+            if late == "after posting" {
+                std::thread::sleep(limit + Duration::from_millis(20));
+            }
+            assert!(r1.poll().unwrap().is_none(), "{late}: rank 1 gave up while its third exchange was posted");
+            let end0 = r0.poll().unwrap().expect("rank 0: every exchange arrived");
+            let end1 = r1.poll().unwrap().expect("rank 1: every exchange arrived");
+            let on = |o: &Outcome| o.iter().all(|(_, c)| c.is_some());
+            assert_eq!(on(&end0), on(&end1), "{late}: the ranks reached different verdicts");
+        }
+        // A peer that never posts its third exchange: the limit still ends the setup (twice it).
+        let board = Board::default();
+        let (r0, _) = rank_setup(&board, 1, 0, 2, Fault::default(), Some(Duration::from_secs(10)));
+        let (r1, _) = rank_setup(&board, 1, 1, 2, Fault::default(), Some(limit));
+        let (mut r0, mut r1) = (r0.unwrap(), r1.unwrap());
+        assert!(r0.poll().unwrap().is_none() && r1.poll().unwrap().is_none() && r1.poll().unwrap().is_none());
+        std::thread::sleep(2 * limit + Duration::from_millis(20));
+        assert_eq!(r1.poll().map(|_| ()).unwrap_err().code, TIMED_OUT);
     }
 
     #[test]
