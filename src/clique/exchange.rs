@@ -97,10 +97,11 @@ impl Transport for StockTransport {
             && i < ex.parts.len()
         {
             let (_, _, slot) = ex.parts.remove(i);
-            ex.enqueued.remove(i);
-            // Its all-gather may still be in flight (the abort ends it): the slot is never
-            // reused.
-            std::mem::forget(slot);
+            let enqueued = ex.enqueued.remove(i);
+            // Its all-gather may still be in flight (the abort ends it).
+            if let Some(slot) = slot {
+                set_aside(slot, enqueued);
+            }
         }
         true
     }
@@ -118,18 +119,60 @@ struct Slot {
 }
 
 static POOL: Mutex<Vec<Slot>> = Mutex::new(Vec::new());
+/// Slots whose all-gather was still on their stream when their exchange ended (a peer never
+/// came; the communicator is then aborted, which ends it): pooled once the stream is idle.
+static ON_STREAM: Mutex<Vec<Slot>> = Mutex::new(Vec::new());
 
-/// A slot of `device`: a pooled one, or a new one. A new one whose second buffer or stream
-/// cannot be made keeps what it made (never freed: a free waits for the whole device, and
-/// this runs under the lock of the pending setups, which every destroy and abort takes).
+/// What becomes of an ended exchange's slot: `enqueued`, its all-gather is on its stream (a
+/// non-blocking communicator may enqueue it later, into the slot, until then); `idle`, the
+/// stream has nothing left.
+#[derive(Debug, PartialEq, Eq)]
+enum Fate {
+    Pool,
+    /// Pooled once its stream is idle.
+    OnStream,
+    /// Never reused: the stock library may still write into it (nor freed: a free waits for the
+    /// whole device).
+    Kept,
+}
+
+fn fate(submitted: bool, enqueued: bool, idle: bool) -> Fate {
+    match (submitted, enqueued, idle) {
+        (false, _, _) => Fate::Pool,
+        (true, false, _) => Fate::Kept,
+        (true, true, true) => Fate::Pool,
+        (true, true, false) => Fate::OnStream,
+    }
+}
+
+/// A slot out of an exchange that did not complete.
+fn set_aside(slot: Slot, enqueued: bool) {
+    match fate(true, enqueued, false) {
+        Fate::OnStream => ON_STREAM.lock().push(slot),
+        _ => std::mem::forget(slot),
+    }
+}
+
+/// A slot of `device`: a pooled one (slots set aside whose stream is idle now first go back),
+/// or a new one. A new one whose second buffer or stream cannot be made keeps what it made
+/// (never freed: a free waits for the whole device, and this runs under the lock of the pending
+/// setups, which every destroy and abort takes).
 fn take_slot(device: i32) -> Result<Slot, Error> {
     use std::mem::ManuallyDrop as Kept;
+    let rt = gpu::runtime()?;
+    let idle = |s: &Slot| rt.device_guard(s.device).and_then(|_g| rt.query_stream(s.stream)).unwrap_or(false);
+    let done: Vec<Slot> = {
+        let mut on_stream = ON_STREAM.lock();
+        let (done, busy) = std::mem::take(&mut *on_stream).into_iter().partition(idle);
+        *on_stream = busy;
+        done
+    };
     let mut pool = POOL.lock();
+    pool.extend(done);
     if let Some(i) = pool.iter().position(|s| s.device == device) {
         return Ok(pool.swap_remove(i));
     }
     drop(pool);
-    let rt = gpu::runtime()?;
     let send = Kept::new(rt.alloc(device, SLOT_BYTES, MemKind::Normal)?);
     let recv = Kept::new(rt.alloc(device, SLOT_BYTES, MemKind::Normal)?);
     let stream = rt.create_stream(device)?;
@@ -150,6 +193,8 @@ struct Exchange {
     /// Per part: the stock library has enqueued the operation (a non-blocking communicator
     /// reports `ncclInProgress` until then).
     enqueued: Vec<bool>,
+    /// The all-gathers were handed to the stock library.
+    submitted: bool,
     len: usize,
 }
 
@@ -163,7 +208,7 @@ impl Exchange {
         else {
             return Err(Error::new(ncclResult_t::InvalidUsage, "stock library lacks ncclAllGather"));
         };
-        let mut ex = Exchange { parts: Vec::new(), enqueued: vec![false; parts.len()], len };
+        let mut ex = Exchange { parts: Vec::new(), enqueued: vec![false; parts.len()], submitted: false, len };
         for p in &parts {
             if p.bytes.len() != len || len * p.nranks > SLOT_BYTES {
                 return Err(Error::internal(format!("exchange of {} x {} bytes", p.nranks, p.bytes.len())));
@@ -190,6 +235,7 @@ impl Exchange {
             let e = group_end();
             if r.is_ok_or_in_progress() { e } else { r }
         });
+        ex.submitted = true;
         if !r.is_ok_or_in_progress() {
             return Err(Error::upstream("ncclAllGather (rcclx setup exchange)", r));
         }
@@ -229,31 +275,43 @@ impl Exchange {
         }
         Ok(Some(out))
     }
-
-    /// Whether the exchange's streams are idle (then its buffers may be reused).
-    fn idle(&self) -> bool {
-        let Ok(rt) = gpu::runtime() else { return true };
-        self.parts.iter().all(|(_, _, slot)| {
-            slot.as_ref()
-                .is_none_or(|s| rt.device_guard(s.device).and_then(|_g| rt.query_stream(s.stream)).unwrap_or(true))
-        })
-    }
 }
 
 impl Drop for Exchange {
-    /// Slots go back to the pool once idle; a slot whose all-gather never completed (a peer
-    /// never came, the communicator was aborted) is kept out of the pool and never freed.
+    /// Each slot goes back to the pool once its stream is idle, unless the stock library may
+    /// still enqueue its all-gather (`Fate`).
     fn drop(&mut self) {
-        let idle = self.idle();
-        let mut pool = POOL.lock();
-        for (_, _, slot) in &mut self.parts {
-            if let Some(s) = slot.take() {
-                if idle {
-                    pool.push(s);
-                } else {
-                    std::mem::forget(s);
-                }
+        let rt = gpu::runtime().ok();
+        for ((_, _, slot), &enqueued) in self.parts.iter_mut().zip(&self.enqueued) {
+            let Some(s) = slot.take() else { continue };
+            let idle = rt
+                .is_some_and(|rt| rt.device_guard(s.device).and_then(|_g| rt.query_stream(s.stream)).unwrap_or(false));
+            match fate(self.submitted, enqueued, idle) {
+                Fate::Pool => POOL.lock().push(s),
+                Fate::OnStream => ON_STREAM.lock().push(s),
+                Fate::Kept => std::mem::forget(s),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Fate, fate};
+
+    /// Audit N9, N10: a slot is reused only where no all-gather can write into it any more; one
+    /// still on its stream waits for the stream instead of being lost.
+    #[test]
+    fn a_slot_is_reused_only_once_nothing_can_write_into_it() {
+        // Never handed to the stock library: nothing in flight.
+        assert_eq!(fate(false, false, true), Fate::Pool);
+        assert_eq!(fate(false, false, false), Fate::Pool);
+        // Handed over but not enqueued yet (a non-blocking communicator): the stock library may
+        // still enqueue it, however idle the stream is now.
+        assert_eq!(fate(true, false, true), Fate::Kept);
+        assert_eq!(fate(true, false, false), Fate::Kept);
+        // Enqueued: reused once the stream is idle, set aside (not lost) until then.
+        assert_eq!(fate(true, true, true), Fate::Pool);
+        assert_eq!(fate(true, true, false), Fate::OnStream);
     }
 }
