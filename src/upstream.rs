@@ -74,8 +74,8 @@ fn loaded() -> &'static Result<Upstream, String> {
                 let cfg = crate::config::get();
                 let mode = if cfg.disable {
                     "disabled by RCCLX_DISABLE=1: every call goes to the stock library".to_string()
-                } else if let Some(why) = &cfg.p2p_off {
-                    format!("peer-to-peer kernels off by {why}: every call goes to the stock library")
+                } else if let Some(why) = &cfg.stock_only {
+                    format!("kernels off by {why}: every call goes to the stock library")
                 } else if targets.is_empty() {
                     "built without GPU kernels: every call goes to the stock library".to_string()
                 } else {
@@ -235,6 +235,16 @@ thread_local! {
     static DEPTH: Cell<u32> = const { Cell::new(0) };
 }
 
+/// The stock library's asynchronous error of `comm` (`ncclSuccess` without one, or when the
+/// library cannot say): a failed proxy, a dead peer of its own operations, an abort.
+pub(crate) fn async_error(comm: ncclComm_t) -> ncclResult_t {
+    let Some(get) = get().ok().and_then(|u| u.fns.ncclCommGetAsyncError) else { return ncclResult_t::Success };
+    let mut state = ncclResult_t::Success;
+    // SAFETY: a live stock communicator; the out-pointer is a local.
+    let r = guarded(|| unsafe { get(comm, &mut state) });
+    if r.is_ok() { state } else { r }
+}
+
 /// Runs a call into the stock library with the re-entrancy guard raised.
 pub fn guarded<R>(call: impl FnOnce() -> R) -> R {
     struct Lower;
@@ -263,8 +273,8 @@ pub fn trace_entry(name: &'static str) {
 
 /// True when a hook must behave as a plain forward: the call comes from inside the stock
 /// library (it called one of its own exports and the dynamic linker bound it to rcclx),
-/// `RCCLX_DISABLE=1`, or NCCL's peer-to-peer variables forbid rcclx's kernels
-/// (`config::p2p_off`).
+/// `RCCLX_DISABLE=1`, or an NCCL variable leaves every call to the stock library
+/// (`Config::stock_only`: peer-to-peer off, pointer checks).
 pub fn pass_through() -> bool {
     DEPTH.with(|d| d.get() > 0) || crate::config::get().forward_all()
 }

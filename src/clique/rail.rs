@@ -145,13 +145,7 @@ impl Pending {
 impl Rail {
     /// The rail's asynchronous error (a peer that died mid-rail: `ncclRemoteError`, ...).
     pub fn async_error(&self) -> ncclResult_t {
-        let Some(get) = upstream::get().ok().and_then(|u| u.fns.ncclCommGetAsyncError) else {
-            return ncclResult_t::Success;
-        };
-        let mut state = ncclResult_t::Success;
-        // SAFETY: a live stock communicator; the out-pointer is a local.
-        let r = upstream::guarded(|| unsafe { get(self.comm, &mut state) });
-        if r.is_ok() { state } else { r }
+        upstream::async_error(self.comm)
     }
 
     /// Ends the rail before its parent: `abort` as `ncclCommAbort` (its kernels may wait on a

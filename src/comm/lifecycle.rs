@@ -273,7 +273,9 @@ pub fn created(comms: &[ncclComm_t], result: ncclResult_t, max_ctas: u32) -> ncc
 /// stock library refuses, through rcclx's own path (`super::collective`, statistics, `ended`
 /// with a `forward` of its own). Nothing the stock library does is involved.
 pub fn adopt(comm: ncclComm_t, clique: Option<clique::Clique>) {
-    insert(comm, 0).finish_setup(clique);
+    let state = insert(comm, 0);
+    state.stock_made.store(false, SeqCst);
+    state.finish_setup(clique);
 }
 
 /// Registers `comm` with a setup its caller started (`clique::Setup::with`) as a pending
@@ -282,6 +284,7 @@ pub fn adopt(comm: ncclComm_t, clique: Option<clique::Clique>) {
 /// finished one).
 pub fn pend(comm: ncclComm_t, setup: clique::Setup) {
     let state = insert(comm, 0);
+    state.stock_made.store(false, SeqCst);
     PENDING.lock().push(Batch { states: vec![state], setup: Some(setup) });
 }
 

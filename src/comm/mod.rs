@@ -83,7 +83,16 @@ fn usable(comm: ncclComm_t) -> Usable {
         crate::upstream::set_last_error(&text);
         return Err((state, own));
     }
-    Ok(state.clique().cloned().map(|c| (state, c)))
+    let Some(clique) = state.clique().cloned() else { return Ok(None) };
+    // The stock library's own asynchronous error fails every operation of the communicator,
+    // its route or rcclx's (its `ncclCommEnsureReady`).
+    if !state.stock_made.load(Relaxed) {
+        return Ok(Some((state, clique)));
+    }
+    match crate::upstream::async_error(comm) {
+        ncclResult_t::Success | ncclResult_t::InProgress => Ok(Some((state, clique))),
+        stock => Err((state, stock)),
+    }
 }
 
 /// A stock-library operation on `comm` and `stream` (everything but the intercepted

@@ -38,6 +38,9 @@ pub struct State {
     /// NCCL's SM budget for this communicator (`maxCTAs`, `NCCL_MAX_CTAS`): most blocks of any
     /// rcclx grid; 0: none. Set at creation, read by its setup.
     pub(super) max_ctas: u32,
+    /// The stock library made the handle (a test harness's own handles are not: `adopt`,
+    /// `pend`): its asynchronous error can be asked for.
+    pub(super) stock_made: AtomicBool,
 }
 
 impl State {
@@ -54,6 +57,7 @@ impl State {
             broken: AtomicBool::new(false),
             error_reported: AtomicBool::new(false),
             order: order::Order::default(),
+            stock_made: AtomicBool::new(true),
         }
     }
 
