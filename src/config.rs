@@ -163,14 +163,15 @@ macro_rules! config_table {
             $( #[doc = concat!("`", $var, "`: ", $doc)] pub $field: $ty, )*
             /// The per-collective variables (`collective::Spec` names them).
             pub per_coll: PerColl,
-            /// NCCL's peer-to-peer variables, when they turn rcclx's kernels off ([`p2p_off`]).
-            pub p2p_off: Option<String>,
+            /// The NCCL variable that leaves every call to the stock library, if one does:
+            /// peer-to-peer ([`p2p_off`]) or pointer checks ([`pointer_checks`]).
+            pub stock_only: Option<String>,
             /// The tuning file and what it holds (`tuning`; `RCCLX_TUNING_FILE`).
             pub tuning: crate::tuning::State,
         }
 
         impl Default for Config {
-            fn default() -> Self { Self { $( $field: $default, )* per_coll: PerColl::default(), p2p_off: None, tuning: Default::default() } }
+            fn default() -> Self { Self { $( $field: $default, )* per_coll: PerColl::default(), stock_only: None, tuning: Default::default() } }
         }
 
         /// The variables of the table, as (variable, default as text, meaning).
@@ -191,7 +192,7 @@ macro_rules! config_table {
                     }
                 )*
                 c.per_coll = PerColl::from_lookup(&lookup, &mut warnings);
-                c.p2p_off = p2p_off(&lookup);
+                c.stock_only = p2p_off(&lookup).or_else(|| pointer_checks(&lookup));
                 let (tuning, warning) = crate::tuning::load(&lookup, env!("CARGO_PKG_VERSION"));
                 c.tuning = tuning;
                 warnings.extend(warning);
@@ -445,10 +446,10 @@ impl Config {
         }
     }
 
-    /// Every call goes to the stock library: `RCCLX_DISABLE=1`, or NCCL's peer-to-peer
-    /// variables forbid the peer access rcclx's kernels need.
+    /// Every call goes to the stock library: `RCCLX_DISABLE=1`, NCCL's peer-to-peer variables
+    /// forbid the peer access rcclx's kernels need, or `NCCL_CHECK_POINTERS=1`.
     pub fn forward_all(&self) -> bool {
-        self.disable || self.p2p_off.is_some()
+        self.disable || self.stock_only.is_some()
     }
 
     /// Low precision switched on for `coll` (its own switch or `RCCL_LOW_PRECISION_ENABLE`).
@@ -501,6 +502,13 @@ pub fn p2p_off(lookup: impl Fn(&str) -> Option<String>) -> Option<String> {
     below_sys.then(|| format!("NCCL_P2P_LEVEL={v}"))
 }
 
+/// `NCCL_CHECK_POINTERS=1`: the stock library checks every buffer (a host or wrong-device
+/// pointer is `ncclInvalidArgument`, not a fault); rcclx leaves every call to it, so that the
+/// answers are the stock library's.
+pub fn pointer_checks(lookup: impl Fn(&str) -> Option<String>) -> Option<String> {
+    lookup("NCCL_CHECK_POINTERS").is_some_and(|v| c_strtol(&v) == 1).then(|| "NCCL_CHECK_POINTERS=1".into())
+}
+
 /// `strtol(s, NULL, 0)`: leading decimal, `0x` hex or `0` octal digits; 0 when there are none.
 fn c_strtol(s: &str) -> i64 {
     let s = s.trim_start();
@@ -540,8 +548,8 @@ pub fn get() -> &'static Config {
                 tracing::info!("{} set by environment to {value}", v.name);
             }
         }
-        if let Some(why) = &c.p2p_off {
-            tracing::info!("{why}: rcclx's peer-to-peer kernels are off; every call goes to the stock library");
+        if let Some(why) = &c.stock_only {
+            tracing::info!("{why}: rcclx's kernels are off; every call goes to the stock library");
         }
         if let Some(plugin) = env("NCCL_PROFILER_PLUGIN").filter(|p| !p.is_empty()) {
             tracing::info!(
@@ -562,7 +570,8 @@ pub fn get() -> &'static Config {
 }
 
 /// Variables rcclx reads outside the table above, each in one place: logging (`log.rs`, read
-/// before the configuration and again by `ncclResetDebugInit`), peer-to-peer ([`p2p_off`]), the
+/// before the configuration and again by `ncclResetDebugInit`), peer-to-peer ([`p2p_off`]),
+/// pointer checks ([`pointer_checks`]), the
 /// profiler note ([`get`]), NVTX (`nvtx.rs`), host identity (`clique/host.rs`), the
 /// configuration files (`env.rs`).
 const READ_ELSEWHERE: &[(&str, &str, &str)] = &[
@@ -613,6 +622,11 @@ const READ_ELSEWHERE: &[(&str, &str, &str)] = &[
         "the stock library's algorithms (also `NCCL_PROTO`): they steer only the calls it runs, not rcclx's routes (its limits and `RCCLX_PROTO` do), which rcclx says in one INFO line",
     ),
     ("NCCL_PROTO", "unset", "as `NCCL_ALGO`: the stock library's protocols, not rcclx's"),
+    (
+        "NCCL_CHECK_POINTERS",
+        "0",
+        "`1`: the stock library checks every buffer (`ncclInvalidArgument` for a host or wrong-device pointer); rcclx leaves every call to it, so the answers are its",
+    ),
     (
         "NCCL_PROFILER_PLUGIN",
         "unset",
@@ -792,7 +806,7 @@ mod tests {
 
     #[test]
     fn nccl_p2p_variables_as_nccl_reads_them() {
-        let off = |pairs: &[(&str, &str)]| parse(pairs).0.p2p_off;
+        let off = |pairs: &[(&str, &str)]| parse(pairs).0.stock_only;
         assert_eq!(off(&[]), None);
         assert_eq!(off(&[("NCCL_P2P_DISABLE", "1")]).as_deref(), Some("NCCL_P2P_DISABLE=1"));
         assert_eq!(off(&[("NCCL_P2P_DISABLE", "0x1")]).as_deref(), Some("NCCL_P2P_DISABLE=1"));
@@ -806,6 +820,10 @@ mod tests {
             assert_eq!(off(&[("NCCL_P2P_LEVEL", level)]), None, "{level}");
         }
         assert!(parse(&[("NCCL_P2P_LEVEL", "NVL")]).0.forward_all());
+        // Pointer checks: the stock library's answers for bad buffers, so every call is its.
+        assert_eq!(off(&[("NCCL_CHECK_POINTERS", "1")]).as_deref(), Some("NCCL_CHECK_POINTERS=1"));
+        assert_eq!(off(&[("NCCL_CHECK_POINTERS", "0")]), None);
+        assert!(parse(&[("NCCL_CHECK_POINTERS", "1")]).0.forward_all());
         assert_eq!(c_strtol(" 010"), 8);
         assert_eq!(c_strtol("-3x"), -3);
     }

@@ -336,7 +336,7 @@ fn p2p_disable_forwards_everything() {
     for (var, value) in [("NCCL_P2P_DISABLE", "1"), ("NCCL_P2P_LEVEL", "LOC")] {
         let r = s.run("all", &[("NCCL_DEBUG", "INFO".as_ref()), (var, value.as_ref())]);
         let log = r.rcclx_log();
-        let said = format!("{var}={value}: rcclx's peer-to-peer kernels are off; every call goes to the stock library");
+        let said = format!("{var}={value}: rcclx's kernels are off; every call goes to the stock library");
         assert_eq!(log.iter().filter(|(l, m)| *l == "INFO" && *m == said).count(), 1, "{}", r.dump());
         assert!(
             log.iter().any(|(_, m)| m.starts_with("rcclx version ") && m.contains(&format!("off by {var}={value}"))),
