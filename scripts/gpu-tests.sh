@@ -468,7 +468,7 @@ fi
 # clique's kernels stuck; destroys that do not wait for other cliques' calls; a destroyed stream.
 if step lifecycle; then
   for n in ${LIFECYCLE_N:-2 4 8}; do run lifecycle-n$n 300 "$ART/lifecycle" --nranks "$n"; done
-  # Issue 37 (gpu-tests/src/bin/teardown.rs): captures during teardown with peers in other
+  # Issue 37 (gpu-tests/src/bin/teardown/): captures during teardown with peers in other
   # processes, replay after destroy, a fault at each setup stage, /dev/shm residue, fork, an
   # abort of a pending setup while another clique's kernel is stuck, and concurrent destroys
   # (the last two as streams only). A check that hangs fails by name within 90 s.

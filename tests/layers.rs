@@ -181,7 +181,7 @@ fn no_crate_of_the_tree_has_a_module_cycle() {
     assert!(crates.len() >= 3, "gpu-tests/src and its programs of several files (ranks, lowp_accuracy)");
     for (src, root, skip) in crates {
         let g = crate_graph(&src, root, &skip);
-        assert!(g.len() > 2, "{}: no modules found", src.display());
+        assert!(!g.is_empty(), "{}: no modules found", src.display());
         if let Some(c) = cycle(&g) {
             panic!("{}: modules refer to each other in a cycle: {}", src.display(), c.join(" -> "));
         }

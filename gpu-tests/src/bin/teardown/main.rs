@@ -46,6 +46,7 @@
 //!   stuck AllReduce is completed and checked, and every buffer is back in the pool. The stuck
 //!   kernel is rcclx's, not the stock library's (that needs two GPUs: the stock library refuses
 //!   two ranks on one), which is the same to a call that waits for the device.
+//! * `capture-probe`, `abort-behind-launch` (streams): `probe.rs`.
 //! * `destroy-race` (streams): two threads set up, use and destroy or abort communicators on
 //!   streams of their own at once, R times each: every ended clique goes quiet only after its
 //!   own fence passed (`rcclx::clique::teardown_counts`), no fence query fails, all exact.
@@ -54,6 +55,8 @@
 //! RANK --dir D`, `--fork-peer RANK --dir D`, `--fault-child
 //! SITE --ranks R,R.. --dir D`, `--shm-victim D`, `--shm-sweep D`.
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+
+mod probe;
 
 use std::ffi::c_void;
 use std::path::{Path, PathBuf};
@@ -236,6 +239,15 @@ fn main() -> ExitCode {
     }
     if wanted("abort-pending-setup") {
         tally.check("abort-pending-setup", || if streams { abort_pending_setup(rt) } else { skip("streams only") });
+    }
+    if wanted("capture-probe") {
+        tally.check("capture-probe", || probe::capture_probe(rt));
+    }
+    if wanted("abort-behind-launch") {
+        tally.check(
+            "abort-behind-launch",
+            || if streams { probe::abort_behind_launch(rt) } else { skip("streams only") },
+        );
     }
     if wanted("destroy-race") {
         tally.check("destroy-race", || if streams { destroy_race(rt, &o) } else { skip("streams only") });
