@@ -17,6 +17,7 @@
 #                     see the step and bench/README.md "2-GPU run")
 #                     ranks: 3-8 ranks on the GPUs present, several per GPU (needs 1 GPU; see below)
 #                     lifecycle: teardown of 2, 4 and 8 ranks on one GPU (needs 1 GPU; see below)
+#                     capture: issue 48's checks in one short run (needs 1 GPU; see the step)
 #                     time: per-call GPU time of N ranks on one GPU, A/B against $ART/ranks-base (see below)
 #                     bench1: the one-GPU proxy (every DDA family vs its traffic twin, window sweep,
 #                     flag round trip, fence under load; needs 1 GPU; see below)
@@ -65,7 +66,7 @@ export RCCLX_TUNING_FILE=
 N=${NRANKS:-2}
 OUT=${1:-bench/results/$(date +%F)-gpu}
 ART=${RCCLX_ARTIFACTS:-.carry}
-STEPS=${STEPS:-info selftest check stress graph timeout fidelity lowp lpgraph bench benchsym lpbench torch vllm a2av moebench e2e train plots ranks lifecycle}
+STEPS=${STEPS:-info selftest check stress graph timeout fidelity lowp lpgraph bench benchsym lpbench torch vllm a2av moebench e2e train plots ranks lifecycle capture}
 mkdir -p "$OUT"
 LIB=$(readlink -f "$ART/librcclx.so")
 B=$ART/bench
@@ -491,6 +492,23 @@ if step lifecycle; then
   else
     printf '%-28s skipped: no mount namespace here (needs root)\n' teardown-shm-full | tee -a "$SUMMARY"
   fi
+fi
+
+# Issue 48 in one short run on GPU 0 (the lifecycle step runs the same programs in full): the
+# captures during teardown in all three capture modes, each of rcclx's driver calls during
+# another thread's global capture (with a control that must break one), an abort whose launch
+# is blocked behind a stuck kernel, and one clique's device memory per rank against its budget
+# at 2, 4 and 8 ranks, without and with low precision (its staging is twice as large).
+if step capture; then
+  for mode in global thread-local relaxed; do
+    run capture-teardown-$mode 240 "$ART/teardown" --layout procs --nranks 2 --cycles 40 --only capture-teardown --capture-mode $mode
+  done
+  run capture-probe 120 "$ART/teardown" --only capture-probe
+  run capture-abort-behind-launch 120 "$ART/teardown" --only abort-behind-launch
+  for n in ${CAPTURE_MEMORY_N:-2 4 8}; do
+    run capture-memory-n$n 120 "$ART/lifecycle" --nranks "$n" --cycles 2
+    run capture-memory-lowp-n$n 120 env RCCL_LOW_PRECISION_ENABLE=1 "$ART/lifecycle" --nranks "$n" --cycles 2
+  done
 fi
 
 # Simulated hosts (issue 46; not in the default STEPS): N ranks as N processes on GPU 0, each a

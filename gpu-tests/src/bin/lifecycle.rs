@@ -12,6 +12,8 @@
 //!   file descriptors and the `/dev/shm/rcclx-*` files are where they were after the first
 //!   cycle (memory within 2 MiB; rcclx keeps ended cliques' buffers for the next ones,
 //!   `rcclx::clique` teardown). Prints the time per cycle and what one live clique costs.
+//! * `memory-per-rank`: one live clique's device memory per rank (free memory before and after
+//!   its setup) within its budget: the staging buffer plus 8 MiB (README, "Memory per rank").
 //! * The next two run twice; the second run must end with the memory the first ended with.
 //! * `stuck-abort`: while the kernels of clique A wait for a rank that has not called yet,
 //!   clique B is set up, used, left waiting the same way and aborted: every abort returns within
@@ -90,6 +92,7 @@ fn main() -> ExitCode {
         }
     };
     let mut tally = Tally::timed();
+    tally.check("memory-per-rank", || lab.memory_per_rank());
     tally.check("cycles-destroy", || lab.cycles(o.cycles, false));
     tally.check("cycles-abort", || lab.cycles(o.cycles, true));
     tally.check("stuck-abort", || lab.twice("stuck-abort", Lab::stuck_abort));
@@ -107,8 +110,10 @@ struct Lab {
     recv: Vec<DeviceBuffer>,
     dir: PathBuf,
     multiprocessors: u32,
-    /// Device memory one rank of a live clique takes (measured at the first setup).
+    /// Device memory one rank of a live clique takes (measured at the second setup), and its
+    /// staging buffer.
     clique_bytes: u64,
+    staging_bytes: u64,
 }
 
 /// Rank r's input: small integers, so that every f32 sum is exact.
@@ -126,7 +131,16 @@ impl Lab {
         let send = (0..nranks).map(|_| rt.alloc(0, bytes, MemKind::Normal)).collect::<Result<Vec<_>, _>>()?;
         let recv = (0..nranks).map(|_| rt.alloc(0, bytes, MemKind::Normal)).collect::<Result<Vec<_>, _>>()?;
         let multiprocessors = rt.device_info(0)?.multiprocessors;
-        let mut lab = Lab { rt, nranks, send, recv, dir: fresh_dir("lifecycle")?, multiprocessors, clique_bytes: 0 };
+        let mut lab = Lab {
+            rt,
+            nranks,
+            send,
+            recv,
+            dir: fresh_dir("lifecycle")?,
+            multiprocessors,
+            clique_bytes: 0,
+            staging_bytes: 0,
+        };
         // The first setup of a process loads rcclx's kernels (once per device): not a clique's
         // cost, so the one measured is the second's.
         let w = lab.world("warm-up", None)?;
@@ -134,6 +148,7 @@ impl Lab {
         let before = lab.free_memory()?;
         let w2 = lab.world("warm-up-2", None)?;
         lab.clique_bytes = before.saturating_sub(lab.free_memory()?) / nranks as u64;
+        lab.staging_bytes = w2.cliques[0].args().half_bytes * 2;
         w2.end(rt);
         w.end(rt);
         lab.all_pooled("warm-up")?;
@@ -212,6 +227,25 @@ impl Lab {
             self.upload(k, salt)?;
         }
         self.use_world_on(w, salt)
+    }
+
+    /// A live clique's device memory per rank (absolute: free memory before and after one
+    /// setup) within its budget: the staging buffer (16 MiB, 32 with low precision) plus 8 MiB
+    /// for the LL inbox, the flags and the allocator's rounding (README, "Memory per rank").
+    fn memory_per_rank(&self) -> Result<Outcome, Fail> {
+        const MIB: f64 = (1 << 20) as f64;
+        let budget = self.staging_bytes + (8 << 20);
+        let report = format!(
+            "{} ranks: {:.1} MiB per rank (staging {:.0} MiB), budget {:.0} MiB",
+            self.nranks,
+            self.clique_bytes as f64 / MIB,
+            self.staging_bytes as f64 / MIB,
+            budget as f64 / MIB
+        );
+        if self.clique_bytes > budget {
+            return Err(Fail(format!("over budget: {report}")));
+        }
+        Ok(Outcome::Pass(report))
     }
 
     fn free_memory(&self) -> Result<u64, Fail> {
