@@ -34,6 +34,7 @@ struct App {
     get_last_error: unsafe extern "C" fn() -> c_int,
     peek: unsafe extern "C" fn() -> c_int,
     fail: unsafe extern "C" fn(*const c_char, c_int),
+    fail_nth: unsafe extern "C" fn(*const c_char, c_int, c_int),
     app_error: unsafe extern "C" fn(c_int),
     calls: unsafe extern "C" fn() -> *const c_char,
     clear: unsafe extern "C" fn(),
@@ -52,6 +53,7 @@ impl App {
                 get_last_error: *lib.get(b"hipGetLastError\0").unwrap(),
                 peek: *lib.get(b"hipPeekAtLastError\0").unwrap(),
                 fail: *lib.get(b"rec_fail\0").unwrap(),
+                fail_nth: *lib.get(b"rec_fail_nth\0").unwrap(),
                 app_error: *lib.get(b"rec_app_error\0").unwrap(),
                 calls: *lib.get(b"rec_calls\0").unwrap(),
                 clear: *lib.get(b"rec_clear\0").unwrap(),
@@ -74,6 +76,11 @@ impl App {
         let (name, code) = what.map_or((std::ptr::null(), 0), |(n, c)| (n.as_ptr(), c));
         // SAFETY: NULL or a NUL-terminated name, copied by the library.
         unsafe { (self.fail)(name, code) }
+    }
+    /// Only the `n`-th next call of `name` returns `code`.
+    fn fail_nth(&self, name: &CStr, n: c_int, code: c_int) {
+        // SAFETY: a NUL-terminated name, copied by the library.
+        unsafe { (self.fail_nth)(name.as_ptr(), n, code) }
     }
     /// The slot as an application call that failed with `code` leaves it.
     fn app_error(&self, code: c_int) {
@@ -104,6 +111,11 @@ fn around(calls: &[String], call: &str) -> Vec<String> {
 /// Builds the recording HIP library and runs the test `child` of this binary in a process whose
 /// HIP runtime it is; returns the child's output after checking that it passed.
 fn run_child(child: &str) -> String {
+    run_child_with(child, &[])
+}
+
+/// [`run_child`] with more variables in the child's environment.
+fn run_child_with(child: &str, env: &[(&str, &std::ffi::OsStr)]) -> String {
     let dir = common::scratch(child);
     let lib = dir.join("librecording_hip.so");
     common::must(
@@ -121,6 +133,7 @@ fn run_child(child: &str) -> String {
         .env("RCCLX_GPU_RUNTIME", "hip")
         .env("RCCLX_HIP_LIB", &lib)
         .env("RCCLX_TEST_RECORDING_HIP", "1")
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -368,5 +381,49 @@ fn order_in_a_process_whose_hip_runtime_records() {
     let calls = app.take();
     assert!(waits(&calls, 11, &after_c), "A does not wait for C's operation: {calls:?}");
     println!("recording HIP: eager work after captures waits for the last eager operation");
+    println!("recording HIP: all checks passed");
+}
+
+#[test]
+fn a_setup_exchange_that_fails_frees_nothing() {
+    // The stock library is loaded (its `ncclAllGather` is looked up) but never called: every
+    // exchange below fails before it.
+    let Some(nccl) = common::nccl_2_28() else { return };
+    run_child_with("exchange_in_a_process_whose_hip_runtime_records", &[("RCCLX_UPSTREAM_LIB", nccl.lib.as_os_str())]);
+}
+
+/// The child of `a_setup_exchange_that_fails_frees_nothing` (audit N7): a setup exchange whose
+/// second buffer cannot be allocated keeps the first (a free waits for the whole device, under
+/// the lock every destroy and abort takes), and one whose copy fails gives its slot back to the
+/// pool, where the next exchange finds it.
+#[test]
+fn exchange_in_a_process_whose_hip_runtime_records() {
+    if std::env::var_os("RCCLX_TEST_RECORDING_HIP").is_none() {
+        return;
+    }
+    use rcclx::clique::{Member, StockTransport, Transport};
+    let app = App::open(&std::env::var("RCCLX_HIP_LIB").unwrap());
+    let member = Member { comm: 0x7300_0000 as _, rank: 0, nranks: 2, device: 0, max_ctas: 0 };
+    let exchange = || StockTransport::new(&[member]).start(vec![vec![7u8; 64]]);
+    let count = |calls: &[String], name: &str| calls.iter().filter(|c| *c == name).count();
+    app.take();
+    app.fail_nth(c"hipMalloc", 2, HIP_ERROR_OUT_OF_MEMORY);
+    assert!(exchange().is_err(), "an exchange whose second buffer failed went on");
+    let calls = app.take();
+    assert_eq!(count(&calls, "hipMalloc"), 2, "{calls:?}");
+    assert_eq!(count(&calls, "hipFree"), 0, "a failed exchange freed memory: {calls:?}");
+    println!("recording HIP: an exchange whose second allocation failed freed nothing");
+
+    app.fail(Some((c"hipMemcpyAsync", HIP_ERROR_INVALID_VALUE)));
+    assert!(exchange().is_err(), "an exchange whose copy failed went on");
+    let calls = app.take();
+    assert_eq!((count(&calls, "hipMalloc"), count(&calls, "hipFree")), (2, 0), "{calls:?}");
+    assert!(exchange().is_err());
+    let calls = app.take();
+    app.fail(None);
+    assert_eq!(count(&calls, "hipMalloc"), 0, "the slot of the failed copy was not pooled: {calls:?}");
+    assert_eq!(count(&calls, "hipFree"), 0, "{calls:?}");
+    println!("recording HIP: an exchange whose copy failed pooled its slot; the next one reused it");
+    app.last_error();
     println!("recording HIP: all checks passed");
 }

@@ -7,8 +7,8 @@
  * alone; hipGetLastError returns the slot and resets it; hipPeekAtLastError only returns it.
  *
  * Test controls: rec_fail(name, code) makes every later call of `name` return `code` (NULL: no
- * failures); rec_app_error(code) stores `code` as an application call that failed would;
- * rec_calls() is the recorded names, one per line; rec_clear() empties the record;
+ * failures), rec_fail_nth(name, n, code) only the n-th; rec_app_error(code) stores `code` as an
+ * application call that failed would; rec_calls() is the recorded names, one per line; rec_clear() empties the record;
  * rec_capture(stream, id) starts (id > 0) or ends (0) a stream's capture (below).
  * Two devices; device memory is host memory. Not thread-safe beyond the slot (one test thread). */
 #include <stddef.h>
@@ -27,7 +27,10 @@ static size_t calls_len;
 static char fail_name[128];
 static int fail_code;
 
+/* Calls of the failing name to let through first, then fail once (-1: fail every one). */
+static int fail_skip = -1;
 void rec_fail(const char *name, int code) {
+    fail_skip = -1;
     if (name == NULL) {
         fail_name[0] = '\0';
         return;
@@ -35,6 +38,11 @@ void rec_fail(const char *name, int code) {
     strncpy(fail_name, name, sizeof fail_name - 1);
     fail_name[sizeof fail_name - 1] = '\0';
     fail_code = code;
+}
+/* Only the n-th (1-based) next call of `name` fails with `code`; the others succeed. */
+void rec_fail_nth(const char *name, int n, int code) {
+    rec_fail(name, code);
+    fail_skip = n - 1;
 }
 void rec_app_error(int code) { last_error = code; }
 const char *rec_calls(void) { return calls; }
@@ -56,7 +64,15 @@ static void record(const char *name) {
 /* Records the call and returns its result, keeping the slot as ROCm 7 does. */
 static int ret(const char *name) {
     record(name);
-    int rc = strcmp(name, fail_name) == 0 ? fail_code : HIP_SUCCESS;
+    int rc = HIP_SUCCESS;
+    if (strcmp(name, fail_name) == 0) {
+        if (fail_skip < 0) {
+            rc = fail_code;
+        } else if (fail_skip-- == 0) {
+            rc = fail_code;
+            fail_name[0] = '\0';
+        }
+    }
     if (rc != HIP_SUCCESS && rc != HIP_ERROR_NOT_READY) last_error = rc;
     return rc;
 }
