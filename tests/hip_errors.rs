@@ -381,6 +381,20 @@ fn order_in_a_process_whose_hip_runtime_records() {
     let calls = app.take();
     assert!(waits(&calls, 11, &after_c), "A does not wait for C's operation: {calls:?}");
     println!("recording HIP: eager work after captures waits for the last eager operation");
+
+    // (e) An operation deferred to the end of a stock group gets its event there (`after` again,
+    // launched); the next operation on another stream waits for it.
+    order.before(0, c).unwrap();
+    order.after(0, false).unwrap();
+    let calls = app.take();
+    assert!(recorded_on(&calls, 13).is_none(), "an event recorded before the group's end: {calls:?}");
+    order.after(0, true).unwrap();
+    let calls = app.take();
+    let e = recorded_on(&calls, 13).unwrap_or_else(|| panic!("nothing recorded at the group's end: {calls:?}"));
+    assert_eq!(op(a), Ok(false));
+    let calls = app.take();
+    assert!(waits(&calls, 11, &e), "A does not wait for the group's operation on C: {calls:?}");
+    println!("recording HIP: an operation deferred to a group's end is marked there");
     println!("recording HIP: all checks passed");
 }
 

@@ -34,7 +34,7 @@ pub struct Order {
 
 #[derive(Default)]
 struct Inner {
-    /// The operation between `before` and `after`: its stream and capture (`None`: eager).
+    /// The last operation given to `before`: its stream and capture (`None`: eager).
     now: Option<(usize, Option<u64>)>,
     /// The stream of the last operation enqueued outside a capture (`None` before the first).
     last_eager: Option<usize>,
@@ -105,7 +105,8 @@ impl Order {
     /// its work is on the stream now (not deferred to the end of a stock group).
     pub fn after(&self, device: i32, launched: bool) -> Result<(), Error> {
         let mut inner = self.inner.lock();
-        let Some((last, capture)) = inner.now.take() else { return Ok(()) };
+        // Also called again, with `launched`, at the end of a group for its last operation.
+        let Some((last, capture)) = inner.now else { return Ok(()) };
         if let Some(id) = capture {
             inner.last_captured = Some((id, last));
             inner.capture_marked = false;
@@ -113,6 +114,10 @@ impl Order {
                 return Ok(());
             }
             let rt = gpu::runtime()?;
+            // A group's end may come after the capture ended: nothing to mark in it then.
+            if rt.capture_id(stream(last))? != Some(id) {
+                return Ok(());
+            }
             let _guard = rt.device_guard(device)?;
             let event = event_in(&mut inner.capture_event, device)?;
             rt.record_event(event, stream(last))?;
