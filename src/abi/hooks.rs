@@ -139,10 +139,8 @@ pub unsafe fn ncclCommShrink(
     config: *mut ncclConfig_t,
     shrinkFlags: c_int,
 ) -> ncclResult_t {
-    if shrinkFlags & NCCL_SHRINK_ABORT != 0 {
-        lifecycle::revoked(comm);
-    }
-    let r = forward!(ncclCommShrink(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags));
+    let shrink = || forward!(ncclCommShrink(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags));
+    let r = if shrinkFlags & NCCL_SHRINK_ABORT != 0 { lifecycle::revoked(comm, shrink) } else { shrink() };
     // SAFETY: as above.
     unsafe { created(newcomm, r, budget(config, Some(comm))) }
 }
@@ -166,8 +164,7 @@ pub unsafe fn ncclCommFinalize(comm: ncclComm_t) -> ncclResult_t {
 }
 
 pub unsafe fn ncclCommRevoke(comm: ncclComm_t, revokeFlags: c_int) -> ncclResult_t {
-    lifecycle::revoked(comm);
-    forward!(ncclCommRevoke(comm, revokeFlags))
+    lifecycle::revoked(comm, || forward!(ncclCommRevoke(comm, revokeFlags)))
 }
 
 pub unsafe fn ncclCommDestroy(comm: ncclComm_t) -> ncclResult_t {

@@ -516,13 +516,22 @@ pub fn finalized(comm: ncclComm_t) {
     }
 }
 
-/// `ncclCommRevoke`, or `ncclCommShrink` with the abort flag, on `comm` (before forwarding):
-/// rcclx's kernels stop waiting, nothing more is launched, and its rail is aborted.
-pub fn revoked(comm: ncclComm_t) {
-    if let Some(s) = lookup(comm) {
-        s.close(true);
+/// `ncclCommRevoke`, or `ncclCommShrink` with the abort flag, on `comm`; `forward` is the stock
+/// call: rcclx's kernels stop waiting and nothing more is launched, the stock call is forwarded
+/// (it stops the stock library's kernels, which an rcclx launch under way may be queued
+/// behind, as for an abort), then the rail is aborted once no launch is under way.
+pub fn revoked(comm: ncclComm_t, forward: impl FnOnce() -> ncclResult_t) -> ncclResult_t {
+    let Some(s) = lookup(comm) else { return forward() };
+    s.close(true);
+    let r = forward();
+    if s.quiesce_within(ABORT_QUIESCE) {
         end_rail(&s, true);
+    } else {
+        tracing::warn!(
+            "comm {comm:p}: an rcclx launch was still under way {ABORT_QUIESCE:?} after the revoke; its rail is left"
+        );
     }
+    r
 }
 
 /// Ends the rail of a closed communicator once no launch of it is under way.
@@ -717,6 +726,33 @@ mod tests {
         fn poll(&mut self) -> Result<Option<Vec<Vec<u8>>>, Error> {
             self.0.fetch_add(1, Ordering::Relaxed);
             Ok(None)
+        }
+    }
+
+    /// Audit N3: an abort or revoke whose communicator has a launch under way that only the
+    /// stock call can end (a launch queue full behind a stuck stock kernel) returns: the stock
+    /// call comes before the wait for launches.
+    #[test]
+    fn an_abort_or_revoke_forwards_before_it_waits_for_launches() {
+        for (n, what) in [(21, "abort"), (22, "revoke")] {
+            let s = insert(fake(n), 0);
+            s.launching.fetch_add(1, SeqCst); // a launch blocked behind a stuck stock kernel
+            let (tx, rx) = std::sync::mpsc::channel();
+            let state = s.clone();
+            std::thread::spawn(move || {
+                let stock = || {
+                    state.launching.fetch_sub(1, SeqCst); // the stock call frees the queue
+                    ncclResult_t::Success
+                };
+                let r = if n == 21 { ended(fake(n), true, stock) } else { revoked(fake(n), stock) };
+                let _ = tx.send(r);
+            });
+            let r = rx.recv_timeout(std::time::Duration::from_secs(5));
+            assert_eq!(r, Ok(ncclResult_t::Success), "{what} waited for a launch only its stock call ends");
+            assert!(s.is_closed(), "{what}: nothing more may be launched");
+            if n == 22 {
+                let _ = ended(fake(n), false, || ncclResult_t::Success);
+            }
         }
     }
 
