@@ -498,10 +498,13 @@ fi
 # captures during teardown in all three capture modes, each of rcclx's driver calls during
 # another thread's global capture (with a control that must break one), an abort whose launch
 # is blocked behind a stuck kernel, and one clique's device memory per rank against its budget
-# at 2, 4 and 8 ranks, without and with low precision (its staging is twice as large).
+# at 2, 4 and 8 ranks, without and with low precision (its staging is twice as large), with the
+# captures on two streams (`capture-order`). CAPTURE_N="2 4 8" the teardown captures' rank counts.
 if step capture; then
-  for mode in global thread-local relaxed; do
-    run capture-teardown-$mode 240 "$ART/teardown" --layout procs --nranks 2 --cycles 40 --only capture-teardown --capture-mode $mode
+  for n in ${CAPTURE_N:-2 4 8}; do
+    for mode in global thread-local relaxed; do
+      run capture-teardown-n$n-$mode 120 "$ART/teardown" --layout procs --nranks $n --cycles 20 --only capture-teardown --capture-mode $mode
+    done
   done
   run capture-probe 120 "$ART/teardown" --only capture-probe
   run capture-abort-behind-launch 120 "$ART/teardown" --only abort-behind-launch
