@@ -113,7 +113,7 @@ RCCLX_DEV void rcclx_st16(rcclx_u32x4* p, rcclx_u32x4 v) {
 // the store that publishes; an acquire is `buffer_inv sc0 sc1` (drop L1 and non-local L2 lines)
 // after the load that observed the flag. clang 19 (gfx942) and 22 (gfx950) drop the wait after
 // `buffer_wbl2` (llvm/llvm-project PR 178316), so every wait below is an explicit s_waitcnt,
-// which the compiler keeps; ci/isa_check.sh proves it on every kernel of every build.
+// which the compiler keeps; build/isa_check.rs proves it on every kernel of every build.
 // docs/memory-model.md lists each primitive and its instructions per target.
 
 // s_waitcnt's immediate on gfx9: vmcnt in bits [3:0] and [15:14], expcnt [6:4], lgkmcnt [11:8].
