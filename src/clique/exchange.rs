@@ -100,7 +100,7 @@ impl Transport for StockTransport {
             let enqueued = ex.enqueued.remove(i);
             // Its all-gather may still be in flight (the abort ends it).
             if let Some(slot) = slot {
-                set_aside(slot, enqueued);
+                settle(slot, true, enqueued);
             }
         }
         true
@@ -145,11 +145,16 @@ fn fate(submitted: bool, enqueued: bool, idle: bool) -> Fate {
     }
 }
 
-/// A slot out of an exchange that did not complete.
-fn set_aside(slot: Slot, enqueued: bool) {
-    match fate(true, enqueued, false) {
+/// Puts a slot out of an ended exchange where its [`Fate`] says.
+fn settle(slot: Slot, submitted: bool, enqueued: bool) {
+    let idle = || {
+        let rt = gpu::runtime().ok()?;
+        rt.device_guard(slot.device).and_then(|_g| rt.query_stream(slot.stream)).ok()
+    };
+    match fate(submitted, enqueued, submitted && enqueued && idle() == Some(true)) {
+        Fate::Pool => POOL.lock().push(slot),
         Fate::OnStream => ON_STREAM.lock().push(slot),
-        _ => std::mem::forget(slot),
+        Fate::Kept => std::mem::forget(slot),
     }
 }
 
@@ -281,15 +286,9 @@ impl Drop for Exchange {
     /// Each slot goes back to the pool once its stream is idle, unless the stock library may
     /// still enqueue its all-gather (`Fate`).
     fn drop(&mut self) {
-        let rt = gpu::runtime().ok();
         for ((_, _, slot), &enqueued) in self.parts.iter_mut().zip(&self.enqueued) {
-            let Some(s) = slot.take() else { continue };
-            let idle = rt
-                .is_some_and(|rt| rt.device_guard(s.device).and_then(|_g| rt.query_stream(s.stream)).unwrap_or(false));
-            match fate(self.submitted, enqueued, idle) {
-                Fate::Pool => POOL.lock().push(s),
-                Fate::OnStream => ON_STREAM.lock().push(s),
-                Fate::Kept => std::mem::forget(s),
+            if let Some(s) = slot.take() {
+                settle(s, self.submitted, enqueued);
             }
         }
     }
