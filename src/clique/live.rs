@@ -126,14 +126,6 @@ impl Clique {
             LaunchArgs::Collective(a) => a as *mut KernelArgs as *mut c_void,
             LaunchArgs::AllToAllv(a) => a as *mut AllToAllvArgs as *mut c_void,
         };
-        // The LL128 region exists only where the agreed policies let LL128 run (`local::allocate`).
-        if crate::kernel_table::FAMILIES.get(launch.family).is_some_and(|f| f.algo == "ll128")
-            && !self.facts.policies.ll128_on()
-        {
-            return Err(Error::internal(
-                "an LL128 kernel on a clique without an LL128 region (RCCLX_LL128_MAX_BYTES=0)",
-            ));
-        }
         let (blocks, threads) = launch.grid;
         // The cap is the user's SM budget (NCCL_MAX_CTAS, maxCTAs) or the GPU's share: never over it.
         if self.grid_cap > 0 && blocks > self.grid_cap {

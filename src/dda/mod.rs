@@ -31,6 +31,10 @@ fn grid_fn(coll: Coll) -> fn(Algo, &Work) -> Grid {
 /// The launch of `call` on `algo` (one of the DDA algorithms of `call.coll`: LL, LL128, flat,
 /// two-shot, stream).
 pub fn plan(clique: &Clique, algo: Algo, call: &CallDesc, bufs: &Buffers) -> Result<Launch, Error> {
+    // The LL128 region exists only where the agreed policies let LL128 run (`clique::local`).
+    if algo == Algo::Ll128 && !clique.facts.policies.ll128_on() {
+        return Err(Error::internal("LL128 on a clique without an LL128 region (RCCLX_LL128_MAX_BYTES=0)"));
+    }
     let family = crate::intercept::family(FamilyKey::Coll(call.coll, algo))
         .ok_or_else(|| Error::internal(format!("no DDA kernels for {}.{}", call.coll.name(), algo.name())))?;
     let func = clique
