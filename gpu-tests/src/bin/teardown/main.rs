@@ -272,7 +272,23 @@ struct Bufs {
     recv: Vec<DeviceBuffer>,
 }
 
+/// Streams of one process sharing GPU 0 with grids of a quarter of it, so that the kernels of
+/// two worlds of 2 ranks (or one stuck and one more) fit together.
+fn quarter_gpu(rt: &Runtime) -> Result<Sharing, Fail> {
+    let mps = rt.device_info(0)?.multiprocessors;
+    Ok(Sharing { shared_gpus: true, grid_cap: (mps / 4).max(1), cap_per_rank: false })
+}
+
 impl Bufs {
+    /// Every rank's input for `salt` (rank = position), synchronously.
+    fn upload(&self, rt: &Runtime, salt: usize) -> Result<(), Fail> {
+        let _g = rt.device_guard(0)?;
+        for (r, send) in self.send.iter().enumerate() {
+            send.copy_from_host(&input(r, salt))?;
+        }
+        Ok(())
+    }
+
     fn new(rt: &'static Runtime, n: usize) -> Result<Bufs, Fail> {
         let alloc = || rt.alloc(0, COUNT * 4, MemKind::Normal);
         Ok(Bufs {
@@ -848,9 +864,8 @@ fn fork_exit(rt: &'static Runtime, o: &Opts) -> Result<Outcome, Fail> {
 fn abort_pending_setup(rt: &'static Runtime) -> Result<Outcome, Fail> {
     let dir = fresh_dir("teardown-pending")?;
     let p = placement(Layout::Streams, 2);
-    let mps = rt.device_info(0)?.multiprocessors;
     // Room on the GPU for the stuck world and, later, its missing rank.
-    let sharing = Sharing { shared_gpus: true, grid_cap: (mps / 4).max(1), cap_per_rank: false };
+    let sharing = quarter_gpu(rt)?;
     // The pending setup: rank 0 of 2, polled until it has posted its second exchange (buffers
     // allocated, lease joined, handles published); rank 1 posts its first exchange, then waits.
     let pend_dir = dir.join("pending");
@@ -879,12 +894,7 @@ fn abort_pending_setup(rt: &'static Runtime) -> Result<Outcome, Fail> {
     // Another clique's kernel, stuck: rank 0 of an AllReduce whose rank 1 is not launched.
     let w = join(rt, p, &[0, 1], &dir.join("stuck"), Some(sharing))?;
     let bufs = Bufs::new(rt, 2)?;
-    {
-        let _g = rt.device_guard(0)?;
-        for r in 0..2 {
-            bufs.send[r].copy_from_host(&input(r, 21))?;
-        }
-    }
+    bufs.upload(rt, 21)?;
     call(&w, &bufs, 0, w.streams[0])?;
     std::thread::sleep(Duration::from_millis(100));
     if rt.query_stream(w.streams[0])? {
@@ -1064,9 +1074,8 @@ fn fork_peer(rt: &'static Runtime, o: &Opts, rank: usize, dir: &Path) -> Result<
 
 fn destroy_race(rt: &'static Runtime, o: &Opts) -> Result<Outcome, Fail> {
     let dir = fresh_dir("teardown-race")?;
-    let mps = rt.device_info(0)?.multiprocessors;
     // Two threads' worlds of 2 ranks at once on the GPU: grids fit together.
-    let sharing = Sharing { shared_gpus: true, grid_cap: (mps / 4).max(1), cap_per_rank: false };
+    let sharing = quarter_gpu(rt)?;
     let p = placement(Layout::Streams, 2);
     // Both threads' buffers are allocated before and freed after the race: `cuMemFree` waits
     // for the whole device, so a thread freeing its buffers while the other has launched one

@@ -12,7 +12,7 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use rcclx::clique::{Buffers, Sharing};
+use rcclx::clique::Buffers;
 use rcclx::comm::{self, lifecycle};
 use rcclx::gpu::{CaptureMode, MemKind, Runtime, Stream};
 use rcclx::intercept::{CallDesc, Coll};
@@ -20,7 +20,7 @@ use rcclx::types::{ncclComm_t, ncclDataType_t, ncclResult_t};
 use rcclx_gpu_tests::world::{FORWARDED, Layout, fresh_dir};
 use rcclx_gpu_tests::{self as harness, Fail, Outcome, watchdog};
 
-use super::{Bufs, COUNT, WAIT, call, input, join, placement};
+use super::{Bufs, COUNT, WAIT, call, join, placement, quarter_gpu};
 
 type Probe<'a> = (&'static str, Box<dyn Fn() -> Called + Sync + 'a>);
 /// What a probed call returned.
@@ -205,17 +205,11 @@ pub(super) fn capture_probe(rt: &'static Runtime) -> Result<Outcome, Fail> {
 pub(super) fn abort_behind_launch(rt: &'static Runtime) -> Result<Outcome, Fail> {
     let dir = fresh_dir("teardown-behind")?;
     let p = placement(Layout::Streams, 2);
-    let mps = rt.device_info(0)?.multiprocessors;
-    let sharing = Sharing { shared_gpus: true, grid_cap: (mps / 4).max(1), cap_per_rank: false };
+    let sharing = quarter_gpu(rt)?;
     let w = join(rt, p, &[0, 1], &dir.join("w"), Some(sharing))?;
     let stuck = join(rt, p, &[0, 1], &dir.join("stuck"), Some(sharing))?;
     let bufs = Bufs::new(rt, 2)?;
-    {
-        let _g = rt.device_guard(0)?;
-        for r in 0..2 {
-            bufs.send[r].copy_from_host(&input(r, 31))?;
-        }
-    }
+    bufs.upload(rt, 31)?;
     // The stand-in for a stuck stock kernel: rank 0 of another clique's AllReduce, on w's rank 0
     // stream, whose rank 1 is not launched; w's abort word does not stop it.
     call(&stuck, &bufs, 0, w.streams[0])?;
