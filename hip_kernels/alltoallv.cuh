@@ -68,7 +68,7 @@ struct RcclxA2avArgs {
   uint64_t row_elems;                  // low precision: elements per row
   uint64_t scales[RCCLX_MAX_RANKS];    // CODED: f32 scale buffers (packed receive: [0] only)
 };
-RCCLX_ASSERT_SIZE(RcclxA2avArgs, 536);
+RCCLX_ASSERT_SIZE(RcclxA2avArgs, 552);
 
 // Bytes of window w of a segment of `len` bytes, each window W bytes.
 RCCLX_DEV uint64_t rcclx_a2av_window(uint64_t len, uint64_t w, uint64_t W) {

@@ -69,8 +69,11 @@ struct RcclxArgs {
   int32_t nranks;
   int32_t root;                // rooted collectives: the root rank (0 for the others)
   int32_t pad;
+  uint64_t stride;             // ReduceScatter: elements between input blocks (0: count; a host's
+                               // blocks of a communicator spanning hosts are farther apart)
+  uint64_t aux;                // the rail step's reduce-out: where the sums go (rail.cuh)
 };
-RCCLX_ASSERT_SIZE(RcclxArgs, 288);
+RCCLX_ASSERT_SIZE(RcclxArgs, 304);
 
 // One kernel of the table (src/kernel_table.rs; build/main.rs writes one line per kernel),
 // taking its family's argument struct by value. MIN_BLOCKS: blocks per multiprocessor the

@@ -1,6 +1,6 @@
-// rail.cuh - the low-precision rail step of an AllReduce across hosts (src/plan.rs): the codes
-// of a window's pieces, one piece per host, which the stock library moves between hosts (an
-// all-to-all, then an AllGather on the rail). No peer memory, no barrier: each kernel reads and
+// rail.cuh - the low-precision rail step of an AllReduce or a ReduceScatter across hosts
+// (src/plan.rs): the codes of a window's pieces, one piece per host, which the stock library
+// moves between hosts (an all-to-all, then, for an AllReduce, an AllGather on the rail). No peer memory, no barrier: each kernel reads and
 // writes this rank's buffers only, ordered by the stream.
 //
 // A window is H pieces of `count` elements each (a multiple of 512). A piece's codes are one
@@ -12,7 +12,10 @@
 //   1 reduce: slot c of the received region (`recv` + H slots) holds host c's codes of this
 //     host's piece; decoded and summed in FP32 in host order, this host's own term taken from
 //     `send` (this host's piece of the window), never coded -> this host's slot at `recv`;
-//   2 decode: the H slots at `send` (every host's summed piece) -> the window at `recv`.
+//   2 decode: the H slots at `send` (every host's summed piece) -> the window at `recv`;
+//   3 reduce-out (ReduceScatter): as reduce, this host's own term at `send` itself (one piece),
+//     the sum in T -> `aux` (which may be `send`: each element is read before it is written).
+// An encode of one piece is stage 0 with H = 1 (`recv`: that piece's slot).
 #ifndef RCCLX_RAIL_CUH
 #define RCCLX_RAIL_CUH
 
@@ -53,8 +56,9 @@ RCCLX_DEV void rcclx_rail_step(const RcclxArgs& a) {
         rcclx_put16(s, k, C::quantize16(v), true);
       });
     }
-  } else if (a.root == 1) {
-    const T* own = (const T*)a.send + (uint64_t)me * n;
+  } else if (a.root == 1 || a.root == 3) {
+    const bool out_coded = a.root == 1;
+    const T* own = (const T*)a.send + (out_coded ? (uint64_t)me * n : 0);
     char* received = (char*)a.recv + (uint64_t)hosts * rcclx_rail_slot_bytes(n);
     const RcclxQSlot out = rcclx_rail_slot((char*)a.recv, n, me);
     rcclx_rail_blocks(nb, [&](uint64_t k) {
@@ -68,7 +72,11 @@ RCCLX_DEV void rcclx_rail_step(const RcclxArgs& a) {
 #pragma unroll
         for (int i = 0; i < 16; ++i) v[i] = c == 0 ? t[i] : v[i] + t[i];
       }
-      rcclx_put16(out, k, C::quantize16(v), true);
+      if (out_coded) {
+        rcclx_put16(out, k, C::quantize16(v), true);
+      } else {
+        rcclx_store16<T>((T*)a.aux, k * RCCLX_QBLOCK, n, v);
+      }
     });
   } else {
     T* dst = (T*)a.recv;
@@ -83,8 +91,11 @@ RCCLX_DEV void rcclx_rail_step(const RcclxArgs& a) {
   }
 }
 
-// The kernel table's device functions, one per codec.
+// The kernel table's device functions, one per collective and codec (the same steps: a
+// family per collective keeps their statistics apart).
 template <typename T> RCCLX_DEV void rcclx_allreduce_hier_lowp(const RcclxArgs& a) { rcclx_rail_step<T, RcclxFp8>(a); }
 template <typename T> RCCLX_DEV void rcclx_allreduce_hier_int8(const RcclxArgs& a) { rcclx_rail_step<T, RcclxInt8>(a); }
+template <typename T> RCCLX_DEV void rcclx_reducescatter_hier_lowp(const RcclxArgs& a) { rcclx_rail_step<T, RcclxFp8>(a); }
+template <typename T> RCCLX_DEV void rcclx_reducescatter_hier_int8(const RcclxArgs& a) { rcclx_rail_step<T, RcclxInt8>(a); }
 
 #endif  // RCCLX_RAIL_CUH

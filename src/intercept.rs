@@ -76,9 +76,9 @@ pub enum FamilyKey {
     AllReducePair(LowpCodec),
     /// The GPU-resident AllToAllv: `alltoallv.dynamic` (plain), `.lowp` (FP8), `.int8`.
     AllToAllv(Option<LowpCodec>),
-    /// The low-precision rail step of an AllReduce across hosts: `allreduce.hier_lowp` (FP8),
-    /// `allreduce.hier_int8`.
-    Rail(LowpCodec),
+    /// The low-precision rail step of an AllReduce or a ReduceScatter across hosts:
+    /// `allreduce.hier_lowp` (FP8), `reducescatter.hier_int8`, ...
+    Rail(Coll, LowpCodec),
 }
 
 impl FamilyKey {
@@ -90,7 +90,11 @@ impl FamilyKey {
             .flat_map(|c| Algo::ALL.map(|a| FamilyKey::Coll(c.coll, a)))
             .chain(codecs.map(FamilyKey::AllReducePair))
             .chain([None, Some(LowpCodec::Fp8), Some(LowpCodec::Int8)].map(FamilyKey::AllToAllv))
-            .chain(codecs.map(FamilyKey::Rail))
+            .chain(
+                [Coll::AllReduce, Coll::ReduceScatter]
+                    .into_iter()
+                    .flat_map(move |c| codecs.map(|k| FamilyKey::Rail(c, k))),
+            )
     }
 
     /// The family's `coll` and `algo` in the kernel table.
@@ -102,8 +106,8 @@ impl FamilyKey {
             FamilyKey::AllToAllv(None) => ("alltoallv", "dynamic"),
             FamilyKey::AllToAllv(Some(LowpCodec::Fp8)) => ("alltoallv", Algo::Fp8.name()),
             FamilyKey::AllToAllv(Some(LowpCodec::Int8)) => ("alltoallv", Algo::Int8.name()),
-            FamilyKey::Rail(LowpCodec::Fp8) => ("allreduce", "hier_lowp"),
-            FamilyKey::Rail(LowpCodec::Int8) => ("allreduce", "hier_int8"),
+            FamilyKey::Rail(coll, LowpCodec::Fp8) => (coll.name(), "hier_lowp"),
+            FamilyKey::Rail(coll, LowpCodec::Int8) => (coll.name(), "hier_int8"),
         }
     }
 }
@@ -272,7 +276,13 @@ impl Policies {
     /// Whether anything runs across hosts (`decide_across_hosts`): a communicator spanning
     /// hosts gets a clique per host and rails only then.
     pub fn across_hosts(&self) -> bool {
-        self.hier_exact != 0 || self.of(Coll::AllReduce).lowp != 0
+        self.hier_exact != 0 || self.lowp_across_hosts()
+    }
+
+    /// Some collective runs with low precision across hosts (AllReduce, ReduceScatter): the
+    /// ranks then have the rail scratch.
+    pub fn lowp_across_hosts(&self) -> bool {
+        self.of(Coll::AllReduce).lowp != 0 || self.of(Coll::ReduceScatter).lowp != 0
     }
 }
 
@@ -283,6 +293,9 @@ pub struct CommFacts {
     pub nranks: usize,
     /// Hosts of the communicator (the same number of ranks on each).
     pub hosts: usize,
+    /// The step between consecutive ranks of a host, the same on every host (`RankMap::step`;
+    /// 0: none such).
+    pub rank_step: usize,
     pub policies: Policies,
 }
 
@@ -302,7 +315,7 @@ impl Route {
         match self {
             Route::Own(algo) => format!("rcclx {}.{}", coll.name(), algo.name()),
             Route::AcrossHosts(Some(codec)) => {
-                let (c, a) = FamilyKey::Rail(codec).names();
+                let (c, a) = FamilyKey::Rail(coll, codec).names();
                 format!("rcclx {c}.{a} (across hosts)")
             }
             Route::AcrossHosts(None) => format!("rcclx {} across hosts, exact", coll.name()),
@@ -420,16 +433,22 @@ fn takes_lowp(call: &CallDesc, policy: &Policy, bytes: u64) -> bool {
 
 /// [`decide`] on a communicator spanning hosts: AllReduce takes the hierarchy, with low
 /// precision on the rails where it would take it on one host, else exact where
-/// `RCCLX_HIER_EXACT` asks for it (and each host has ranks to reduce over); everything else
-/// forwards.
+/// `RCCLX_HIER_EXACT` asks for it (and each host has ranks to reduce over); ReduceScatter takes
+/// it with low precision only, where every host's ranks are evenly spaced alike (its blocks are
+/// then a strided window); everything else forwards.
 fn across_hosts(call: &CallDesc, comm: &CommFacts, bytes: u64) -> Route {
     use Route::Upstream as Up;
-    if call.coll != Coll::AllReduce {
-        return Up(Reason::MultiHost);
-    }
     let policy = comm.policies.of(call.coll);
+    let codec = if comm.policies.int8 != 0 { LowpCodec::Int8 } else { LowpCodec::Fp8 };
+    match call.coll {
+        Coll::AllReduce => {}
+        Coll::ReduceScatter if comm.rank_step != 0 && takes_lowp(call, policy, bytes) => {
+            return Route::AcrossHosts(Some(codec));
+        }
+        _ => return Up(Reason::MultiHost),
+    }
     if takes_lowp(call, policy, bytes) {
-        return Route::AcrossHosts(Some(if comm.policies.int8 != 0 { LowpCodec::Int8 } else { LowpCodec::Fp8 }));
+        return Route::AcrossHosts(Some(codec));
     }
     if comm.policies.hier_exact == 0 || comm.nranks < 2 {
         return Up(Reason::MultiHost);
@@ -468,7 +487,7 @@ mod tests {
     }
 
     fn facts(nranks: usize, lowp: bool) -> CommFacts {
-        CommFacts { nranks, hosts: 1, policies: policies(nranks, lowp) }
+        CommFacts { nranks, hosts: 1, rank_step: 1, policies: policies(nranks, lowp) }
     }
 
     #[test]
@@ -498,7 +517,7 @@ mod tests {
         let by_var = Policies::for_comm(&var, 2, Fabric::Switch);
         let by_file = Policies::for_comm(&c, 2, Fabric::Switch).tuned(&c, &tuned);
         assert_eq!(by_var.of(AllGather).max, by_file.of(AllGather).max);
-        let facts = |p| CommFacts { nranks: 2, hosts: 1, policies: p };
+        let facts = |p| CommFacts { nranks: 2, hosts: 1, rank_step: 1, policies: p };
         for count in [1usize << 24, 1 << 25, (1 << 25) + 1] {
             let call = CallDesc::new(AllGather, count, ncclDataType_t::Float32);
             assert_eq!(decide(&call, &facts(by_var)), decide(&call, &facts(by_file)), "{count}");
@@ -599,11 +618,11 @@ mod tests {
     /// A communicator spanning hosts: AllReduce takes the hierarchy (low precision where it
     /// would on one host, the exact one only where asked), every other collective forwards.
     #[test]
-    fn across_hosts_only_allreduce_runs() {
+    fn across_hosts_allreduce_and_low_precision_reduce_scatter_run() {
         let across = |local: usize, lowp: bool, exact: bool, int8: bool| {
             let mut p = policies(2 * local, lowp);
             (p.hier_exact, p.int8) = (exact as u64, int8 as u64);
-            CommFacts { nranks: local, hosts: 2, policies: p }
+            CommFacts { nranks: local, hosts: 2, rank_step: 1, policies: p }
         };
         let call = |coll, count, dtype, op| CallDesc { coll, count, dtype, op: ncclRedOp_t(op), root: 0 };
         let big = call(Coll::AllReduce, 64 << 20, ncclDataType_t::Bfloat16, 0);
@@ -628,7 +647,16 @@ mod tests {
         assert_eq!(decide(&int_avg, &across(2, true, true, false)), Route::Upstream(Reason::Op));
         let fp8 = call(Coll::AllReduce, 64 << 20, ncclDataType_t(10), 0);
         assert_eq!(decide(&fp8, &across(2, true, true, false)), Route::Upstream(Reason::Dtype));
-        for coll in Coll::ALL.into_iter().filter(|&c| c != Coll::AllReduce) {
+        // ReduceScatter: low precision only, and only where a host's blocks are evenly spaced.
+        let rs = call(Coll::ReduceScatter, 16 << 20, ncclDataType_t::Bfloat16, 0);
+        let Route::AcrossHosts(Some(LowpCodec::Int8)) = decide(&rs, &across(1, true, false, true)) else { panic!() };
+        let Route::AcrossHosts(Some(LowpCodec::Fp8)) = decide(&rs, &across(2, true, true, false)) else { panic!() };
+        let uneven = CommFacts { rank_step: 0, ..across(2, true, true, false) };
+        assert_eq!(decide(&rs, &uneven), Route::Upstream(Reason::MultiHost));
+        assert_eq!(decide(&rs, &across(2, false, true, false)), Route::Upstream(Reason::MultiHost));
+        let rs_max = call(Coll::ReduceScatter, 16 << 20, ncclDataType_t::Bfloat16, 3);
+        assert_eq!(decide(&rs_max, &across(2, true, true, false)), Route::Upstream(Reason::MultiHost));
+        for coll in Coll::ALL.into_iter().filter(|&c| c != Coll::AllReduce && c != Coll::ReduceScatter) {
             let c = call(coll, 64 << 20, ncclDataType_t::Bfloat16, 0);
             assert_eq!(decide(&c, &across(2, true, true, false)), Route::Upstream(Reason::MultiHost), "{c:?}");
         }
@@ -694,7 +722,8 @@ mod tests {
         for nranks in 2..=8 {
             let window = facts(nranks, false);
             let c = Config { proto: Protos::all(Proto::Stream), ..Config::default() };
-            let stream = CommFacts { nranks, hosts: 1, policies: Policies::for_comm(&c, nranks, Fabric::Switch) };
+            let stream =
+                CommFacts { nranks, hosts: 1, rank_step: 1, policies: Policies::for_comm(&c, nranks, Fabric::Switch) };
             for coll in Coll::ALL {
                 let has_stream = !matches!(coll, Coll::Broadcast | Coll::Reduce);
                 assert_eq!(stream.policies.of(coll).stream != 0, has_stream, "{coll:?}");
@@ -716,7 +745,8 @@ mod tests {
             // With a lower bound: the windowed kernels below it, the stream protocol from it.
             let min = 3 << 20;
             let c = Config { proto: Protos::all(Proto::Stream), stream_min_bytes: min, ..Config::default() };
-            let above = CommFacts { nranks, hosts: 1, policies: Policies::for_comm(&c, nranks, Fabric::Switch) };
+            let above =
+                CommFacts { nranks, hosts: 1, rank_step: 1, policies: Policies::for_comm(&c, nranks, Fabric::Switch) };
             for call in all_calls(&above.policies) {
                 let (w, s) = (decide(&call, &window), decide(&call, &above));
                 let big = call.bytes(nranks).is_some_and(|b| b >= min);
@@ -731,7 +761,7 @@ mod tests {
         }
         let c = Config { proto: Protos::all(Proto::Stream), ..Config::default() };
         let lowp = Policies::for_comm(&Config { lowp_enable: true, ..c }, 2, Fabric::Switch);
-        let f = CommFacts { nranks: 2, hosts: 1, policies: lowp };
+        let f = CommFacts { nranks: 2, hosts: 1, rank_step: 1, policies: lowp };
         let big =
             CallDesc::new(Coll::AllReduce, (lowp.of(Coll::AllReduce).lowp_min / 2) as usize, ncclDataType_t::Bfloat16);
         assert_eq!(decide(&big, &f), Route::Own(Algo::Fp8));
@@ -750,10 +780,16 @@ mod tests {
                 let c = Config { proto, ll128_max_bytes: limit, ..Config::default() };
                 let before = CommFacts {
                     hosts: 1,
+                    rank_step: 1,
                     nranks,
                     policies: Policies::for_comm(&Config { proto, ..Config::default() }, nranks, Fabric::Switch),
                 };
-                let after = CommFacts { nranks, hosts: 1, policies: Policies::for_comm(&c, nranks, Fabric::Switch) };
+                let after = CommFacts {
+                    nranks,
+                    hosts: 1,
+                    rank_step: 1,
+                    policies: Policies::for_comm(&c, nranks, Fabric::Switch),
+                };
                 let mut taken = 0;
                 for call in all_calls(&after.policies) {
                     let (was, now) = (decide(&call, &before), decide(&call, &after));
@@ -775,7 +811,7 @@ mod tests {
         }
         // The boundaries: LL up to ll_max, LL128 above it up to the limit, then the one-shot.
         let c = Config { ll128_max_bytes: 1 << 20, ..Config::default() };
-        let f = CommFacts { nranks: 2, hosts: 1, policies: Policies::for_comm(&c, 2, Fabric::Switch) };
+        let f = CommFacts { nranks: 2, hosts: 1, rank_step: 1, policies: Policies::for_comm(&c, 2, Fabric::Switch) };
         let ar =
             |bytes: u64| decide(&CallDesc::new(Coll::AllReduce, (bytes / 4) as usize, ncclDataType_t::Float32), &f);
         assert_eq!(ar(f.policies.ll_max), Route::Own(Algo::Ll));
@@ -785,7 +821,7 @@ mod tests {
         // Above the one-shot limit the two-shot stays, whatever the LL128 limit.
         let mut c = Config { ll128_max_bytes: 8 << 20, ..Config::default() };
         c.per_coll.one_shot_max_bytes[Coll::AllReduce as usize] = Some(1 << 20);
-        let f = CommFacts { nranks: 4, hosts: 1, policies: Policies::for_comm(&c, 4, Fabric::Switch) };
+        let f = CommFacts { nranks: 4, hosts: 1, rank_step: 1, policies: Policies::for_comm(&c, 4, Fabric::Switch) };
         let ar =
             |bytes: u64| decide(&CallDesc::new(Coll::AllReduce, (bytes / 4) as usize, ncclDataType_t::Float32), &f);
         assert_eq!(ar(1 << 20), Route::Own(Algo::Ll128));

@@ -203,6 +203,9 @@ pub const FAMILIES: &[Family] = &[
     // encode, reduce or decode a window's pieces (`RcclxArgs::root`); the stock library moves the codes.
     Family::new("allreduce", "hier_lowp", "rcclx_allreduce_hier_lowp", LOWP_TYPES, NO_OP, COLL_ARGS).route(34),
     Family::new("allreduce", "hier_int8", "rcclx_allreduce_hier_int8", LOWP_TYPES, NO_OP, COLL_ARGS).route(35),
+    // The same steps in a ReduceScatter across hosts (its reduce-out ends the plan).
+    Family::new("reducescatter", "hier_lowp", "rcclx_reducescatter_hier_lowp", LOWP_TYPES, NO_OP, COLL_ARGS).route(36),
+    Family::new("reducescatter", "hier_int8", "rcclx_reducescatter_hier_int8", LOWP_TYPES, NO_OP, COLL_ARGS).route(37),
 ];
 
 /// The algorithms of the low-precision families (both codecs, both AllReduce forms, the rail
@@ -349,6 +352,8 @@ mod tests {
         (33, "allgather.ll128"),
         (34, "allreduce.hier_lowp"),
         (35, "allreduce.hier_int8"),
+        (36, "reducescatter.hier_lowp"),
+        (37, "reducescatter.hier_int8"),
     ];
 
     #[test]

@@ -15,12 +15,22 @@
 //! The elements past the last whole group (`L x H x 512` with low precision, `L` exact) go
 //! through an exact AllReduce in the host and the stock AllReduce on the rail.
 //!
+//! A ReduceScatter across hosts (low precision only; [`rs_layout`]), per window of this rank's
+//! output: for each other host, an exact ReduceScatter in the host of that host's blocks (a
+//! host's blocks are evenly spaced in rank order: `RankMap::step`) into the scratch, encoded
+//! into that host's slot; the same for this host's blocks into the output; the stock
+//! all-to-all of the codes on the rail; every host's codes of this rank's block decoded and
+//! summed in FP32 with its own (never coded) into the output. One quantization per element.
+//! The tail of each block past the last whole 512 goes exact: the host's ReduceScatter, then
+//! the stock Reduce on the rail to that host.
+//!
 //! Layer: above `dda`, `lowp`, `clique`, `intercept`, `error`; below `comm`.
 
 use crate::clique::{Buffers, Clique, Launch, LaunchArgs, RAIL_WINDOW, StockStep, THREADS};
 use crate::config::LowpCodec;
 use crate::error::Error;
 use crate::intercept::{Algo, CallDesc, Coll, FamilyKey, family};
+use crate::types::ncclRedOp_t;
 
 /// One step of a plan. Unboxed, as `LaunchArgs`: a plan is built per call, and a box per
 /// kernel step would allocate on every call.
@@ -65,6 +75,8 @@ enum Stage {
     Reduce = 1,
     /// Every host's summed piece, from codes.
     Decode = 2,
+    /// As `Reduce`, the sum decoded to the output instead (ReduceScatter).
+    ReduceOut = 3,
 }
 
 /// Bytes of the codes of a piece of `elems` elements (one byte each, a 4-byte word per 128).
@@ -78,19 +90,31 @@ fn lowp_group(hosts: u64, local: u64) -> u64 {
     hosts * local * 512
 }
 
-/// A buffer of the call and an element offset in it (the send and receive buffers may be one).
+/// A buffer of the call and an element offset in it (the send and receive buffers may be one),
+/// or of the rail scratch's first part (`Temp`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum At {
     Send(u64),
     Recv(u64),
+    Temp(u64),
 }
 
 impl At {
-    /// Its address, with the call's buffers at `send` and `recv` and `elem`-byte elements.
-    fn address(self, send: u64, recv: u64, elem: u64) -> u64 {
+    /// Its address, with the call's buffers at `send` and `recv`, the scratch at `temp` and
+    /// `elem`-byte elements.
+    fn address(self, [send, recv, temp]: [u64; 3], elem: u64) -> u64 {
         match self {
             At::Send(i) => send + i * elem,
             At::Recv(i) => recv + i * elem,
+            At::Temp(i) => temp + i * elem,
+        }
+    }
+
+    fn shift(self, by: u64) -> At {
+        match self {
+            At::Send(i) => At::Send(i + by),
+            At::Recv(i) => At::Recv(i + by),
+            At::Temp(i) => At::Temp(i + by),
         }
     }
 }
@@ -134,11 +158,7 @@ fn layout_in_windows(count: u64, hosts: u64, local: u64, rank: u64, lowp: bool, 
         let mut at = 0;
         while at < shard {
             let n = window.min(shard - at);
-            let shift = |x: At| match x {
-                At::Send(i) => At::Send(i + at),
-                At::Recv(i) => At::Recv(i + at),
-            };
-            steps.push(Layout::RailWindow { piece: n / hosts, from: shift(from), to: shift(to) });
+            steps.push(Layout::RailWindow { piece: n / hosts, from: from.shift(at), to: to.shift(at) });
             at += n;
         }
     } else if body > 0 {
@@ -164,18 +184,22 @@ fn layout_in_windows(count: u64, hosts: u64, local: u64, rank: u64, lowp: bool, 
 /// launched. Counted under the rail kernels' family with low precision, else under its first
 /// kernel (`exact_counted_as`).
 pub fn across_hosts(clique: &Clique, call: &CallDesc, codec: Option<LowpCodec>, bufs: &Buffers) -> Result<Plan, Error> {
+    if call.coll == Coll::ReduceScatter {
+        let codec = codec.ok_or_else(|| Error::internal("an exact ReduceScatter across hosts"))?;
+        return reduce_scatter_across_hosts(clique, call, codec, bufs);
+    }
     let span = clique.span();
     let (hosts, local) = (span.hosts as u64, clique.nranks as u64);
     let elem = call.dtype.size().ok_or_else(|| Error::internal("a type without a size"))? as u64;
-    let (send, recv) = (bufs.send as u64, bufs.recv as u64);
-    let addr = |x: At| x.address(send, recv, elem);
-    let rail_family = codec.map(|c| family_of(FamilyKey::Rail(c))).transpose()?;
+    let bases = [bufs.send as u64, bufs.recv as u64, 0];
+    let addr = |x: At| x.address(bases, elem);
+    let rail_family = codec.map(|c| family_of(FamilyKey::Rail(Coll::AllReduce, c))).transpose()?;
     let mut steps = Vec::new();
     let mut first_kernel = None;
     for step in layout(call.count as u64, hosts, local, clique.rank as u64, codec.is_some()) {
         match step {
             Layout::Host { coll, count, from, to } => {
-                let launch = host_step(clique, coll, count, call, addr(from), addr(to), bufs)?;
+                let launch = host_step(clique, coll, count, 0, call, addr(from), addr(to), bufs)?;
                 first_kernel.get_or_insert(launch.family);
                 steps.push(Step::Kernel(launch));
             }
@@ -219,11 +243,13 @@ pub fn exact_counted_as(count: usize, elem: usize, local: usize, ll_max: u64) ->
 }
 
 /// An exact DDA kernel in the host: `coll` of `count` (as `coll` counts) from `send` to `recv`
-/// ([`host_algo`]).
+/// ([`host_algo`]); a ReduceScatter's input blocks `stride` elements apart (0: `count`).
+#[allow(clippy::too_many_arguments)]
 fn host_step(
     clique: &Clique,
     coll: Coll,
     count: u64,
+    stride: u64,
     call: &CallDesc,
     send: u64,
     recv: u64,
@@ -233,7 +259,11 @@ fn host_step(
     let per_rank = count.saturating_mul(call.dtype.size().unwrap_or(1) as u64);
     let algo = host_algo(per_rank, clique.facts.policies.ll_max);
     let b = Buffers { send: send as usize as *const _, recv: recv as usize as *mut _, stream: bufs.stream };
-    crate::dda::plan(clique, algo, &step, &b)
+    let mut launch = crate::dda::plan(clique, algo, &step, &b)?;
+    if let LaunchArgs::Collective(args) = &mut launch.args {
+        args.stride = stride;
+    }
+    Ok(launch)
 }
 
 /// One window of the low-precision rail step (`hosts` pieces of `piece` elements at `input`,
@@ -258,15 +288,8 @@ fn rail_window(
     if scratch == 0 || 2 * hosts * piece_bytes > scratch_bytes {
         return Err(Error::internal("no rail scratch for the low-precision step"));
     }
-    let cap = clique.resident_blocks(kernel);
-    let launch = |stage: Stage, send: u64, recv: u64| {
-        let mut args = clique.args();
-        (args.send, args.recv, args.count, args.window_elems) = (send, recv, piece, 0);
-        (args.rank, args.nranks, args.root) = (me as i32, hosts as i32, stage as i32);
-        // Four blocks of 128 per warp, 16 warps per GPU block.
-        let blocks = (hosts * piece / 128).div_ceil(4 * u64::from(THREADS / 32)).clamp(1, u64::from(cap)) as u32;
-        Step::Kernel(Launch { family, func: kernel.func, grid: (blocks, THREADS), args: LaunchArgs::Collective(args) })
-    };
+    let rail = RailKernel { clique, family, func: kernel.func, cap: clique.resident_blocks(kernel), piece };
+    let launch = |stage: Stage, send: u64, recv: u64| rail.launch(stage, send, recv, (me, hosts));
     let (sent, received) = (scratch, scratch + hosts * piece_bytes);
     let bytes = piece_bytes as usize;
     steps.push(launch(Stage::Encode, input, sent));
@@ -275,6 +298,195 @@ fn rail_window(
     steps.push(Step::Rail(StockStep::AllGather { send: sent + me as u64 * piece_bytes, recv: received, bytes }));
     steps.push(launch(Stage::Decode, received, output));
     Ok(())
+}
+
+/// A rail kernel of one window (`hip_kernels/rail.cuh`): pieces of `piece` elements.
+struct RailKernel<'a> {
+    clique: &'a Clique,
+    family: usize,
+    func: crate::gpu::Function,
+    /// Most blocks resident at once.
+    cap: u32,
+    piece: u64,
+}
+
+impl RailKernel<'_> {
+    /// `stage` from `send` to `recv` as host `me` of `hosts` (an encode of one piece: host 0 of 1).
+    fn launch(&self, stage: Stage, send: u64, recv: u64, (me, hosts): (usize, u64)) -> Step {
+        let mut args = self.clique.args();
+        (args.send, args.recv, args.count, args.window_elems) = (send, recv, self.piece, 0);
+        (args.rank, args.nranks, args.root) = (me as i32, hosts as i32, stage as i32);
+        // Four blocks of 128 per warp, 16 warps per GPU block.
+        let blocks =
+            (hosts * self.piece / 128).div_ceil(4 * u64::from(THREADS / 32)).clamp(1, u64::from(self.cap)) as u32;
+        Step::Kernel(Launch {
+            family: self.family,
+            func: self.func,
+            grid: (blocks, THREADS),
+            args: LaunchArgs::Collective(args),
+        })
+    }
+}
+
+/// One step of a ReduceScatter across hosts with low precision ([`rs_layout`]), in elements of
+/// the call; pieces of whole 512-element groups.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RsLayout {
+    /// An exact ReduceScatter in the host of `count` elements per rank, from blocks `stride`
+    /// elements apart starting at `from` (the host's local rank `l` takes the block at
+    /// `from + l x stride`).
+    Host { count: u64, stride: u64, from: At, to: At },
+    /// The codes of the piece of `piece` elements at `from` into the rail scratch's slot `slot`
+    /// (the host the piece goes to).
+    Encode { piece: u64, from: At, slot: u64 },
+    /// The stock all-to-all of the slots on the rail, then every other host's codes of this
+    /// rank's piece decoded and summed in FP32 with `own` (never coded) into `to`.
+    ReduceOut { piece: u64, own: At, to: At },
+    /// The stock Reduce on the rail of `count` elements at `from` into rail rank `root`'s `to`.
+    RailReduce { count: u64, from: At, to: At, root: u64 },
+}
+
+/// The steps of a ReduceScatter of `count` elements per rank on a rank of host `host` of
+/// `hosts` of `local` ranks each, host `h`'s ranks being `firsts[h] + l x step`; windows of at
+/// most `window` elements (a multiple of 512). The same list on every rank of a host; across
+/// hosts the same rail steps in the same order.
+pub fn rs_layout(
+    count: u64,
+    hosts: u64,
+    local: u64,
+    host: u64,
+    firsts: &[u64],
+    step: u64,
+    window: u64,
+) -> Vec<RsLayout> {
+    let body = count - count % 512;
+    let stride = step * count;
+    // Host h's blocks from element `at` of each (its local rank 0's block first).
+    let blocks = |h: u64, at: u64| At::Send(firsts[h as usize] * count + at);
+    let mut steps = Vec::new();
+    let mut at = 0;
+    while at < body {
+        let w = window.min(body - at);
+        for h in (0..hosts).filter(|&h| h != host) {
+            if local > 1 {
+                steps.push(RsLayout::Host { count: w, stride, from: blocks(h, at), to: At::Temp(0) });
+                steps.push(RsLayout::Encode { piece: w, from: At::Temp(0), slot: h });
+            } else {
+                steps.push(RsLayout::Encode { piece: w, from: blocks(h, at), slot: h });
+            }
+        }
+        // This host's blocks last: in place, the output is this rank's input block.
+        let own = if local > 1 {
+            steps.push(RsLayout::Host { count: w, stride, from: blocks(host, at), to: At::Recv(at) });
+            At::Recv(at)
+        } else {
+            blocks(host, at)
+        };
+        steps.push(RsLayout::ReduceOut { piece: w, own, to: At::Recv(at) });
+        at += w;
+    }
+    let tail = count - body;
+    if tail > 0 {
+        for h in 0..hosts {
+            let from = if local > 1 {
+                steps.push(RsLayout::Host { count: tail, stride, from: blocks(h, body), to: At::Temp(0) });
+                At::Temp(0)
+            } else {
+                blocks(h, body)
+            };
+            steps.push(RsLayout::RailReduce { count: tail, from, to: At::Recv(body), root: h });
+        }
+    }
+    steps
+}
+
+/// Elements of a ReduceScatter window across hosts (a multiple of 512) whose host sum
+/// (`elem`-byte elements, rounded up to 256 bytes) and slots sent and received fit `scratch`
+/// bytes; 0 where none does.
+fn rs_window(hosts: u64, elem: u64, scratch: u64) -> u64 {
+    let fits = |w: u64| (w * elem).next_multiple_of(256) + 2 * hosts * coded_bytes(w) <= scratch;
+    // Codes take 33/32 bytes per element: start at the bound, step down past the roundings.
+    let mut w = (scratch * 32 / (elem * 32 + 2 * hosts * 33)) / 512 * 512;
+    while w > 0 && !fits(w) {
+        w -= 512;
+    }
+    w
+}
+
+/// The ReduceScatter `call` across hosts with `codec` on the rails: its [`rs_layout`], launched.
+fn reduce_scatter_across_hosts(
+    clique: &Clique,
+    call: &CallDesc,
+    codec: LowpCodec,
+    bufs: &Buffers,
+) -> Result<Plan, Error> {
+    let span = clique.span();
+    let (hosts, local) = (span.hosts as u64, clique.nranks as u64);
+    let me = span.host;
+    let elem = call.dtype.size().ok_or_else(|| Error::internal("a type without a size"))? as u64;
+    let family = family_of(FamilyKey::Rail(Coll::ReduceScatter, codec))?;
+    let kernel = clique
+        .kernel(family, call.dtype.0, 0)
+        .ok_or_else(|| Error::internal(format!("no rail kernel for {}", call.dtype.name())))?;
+    let (scratch, scratch_bytes) = span.scratch;
+    let window = rs_window(hosts, elem, scratch_bytes);
+    if scratch == 0 || window == 0 {
+        return Err(Error::internal("no rail scratch for the low-precision step"));
+    }
+    let step = clique.facts.rank_step as u64;
+    if step == 0 {
+        return Err(Error::internal("a ReduceScatter across hosts whose ranks are unevenly spaced"));
+    }
+    let sent = scratch + (window * elem).next_multiple_of(256);
+    let bases = [bufs.send as u64, bufs.recv as u64, scratch];
+    let addr = |x: At| x.address(bases, elem);
+    let rail = |piece| RailKernel { clique, family, func: kernel.func, cap: clique.resident_blocks(kernel), piece };
+    let firsts: Vec<u64> = span.firsts.iter().map(|&f| f as u64).collect();
+    let mut steps = Vec::new();
+    for s in rs_layout(call.count as u64, hosts, local, me as u64, &firsts, step, window) {
+        match s {
+            RsLayout::Host { count, stride, from, to } => steps.push(Step::Kernel(host_step(
+                clique,
+                Coll::ReduceScatter,
+                count,
+                stride,
+                call,
+                addr(from),
+                addr(to),
+                bufs,
+            )?)),
+            RsLayout::Encode { piece, from, slot } => {
+                steps.push(rail(piece).launch(Stage::Encode, addr(from), sent + slot * coded_bytes(piece), (0, 1)))
+            }
+            RsLayout::ReduceOut { piece, own, to } => {
+                let bytes = coded_bytes(piece);
+                let received = sent + hosts * bytes;
+                steps.push(Step::Rail(StockStep::AllToAll {
+                    send: sent,
+                    recv: received,
+                    bytes: bytes as usize,
+                    nranks: hosts as usize,
+                    rank: me,
+                }));
+                let mut out = rail(piece).launch(Stage::ReduceOut, addr(own), sent, (me, hosts));
+                if let Step::Kernel(Launch { args: LaunchArgs::Collective(args), .. }) = &mut out {
+                    args.aux = addr(to);
+                }
+                steps.push(out);
+            }
+            RsLayout::RailReduce { count, from, to, root } => steps.push(Step::Rail(StockStep::Reduce {
+                send: addr(from),
+                recv: addr(to),
+                count: count as usize,
+                dtype: call.dtype,
+                op: ncclRedOp_t::Sum,
+                root: root as usize,
+            })),
+        }
+    }
+    let mut steps = steps.into_iter();
+    let first = steps.next().ok_or_else(|| Error::internal("a plan without a step"))?;
+    Ok(Plan { first, rest: steps.collect(), family })
 }
 
 #[cfg(test)]
@@ -307,6 +519,7 @@ mod tests {
             match at {
                 At::Send(i) if !self.in_place => (&mut self.send, i),
                 At::Send(i) | At::Recv(i) => (&mut self.recv, i),
+                At::Temp(_) => unreachable!("an AllReduce has no scratch"),
             }
         }
         fn get(&mut self, at: At, j: u64) -> f64 {
@@ -434,6 +647,176 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Runs every rank's ReduceScatter layout on the CPU as [`simulate`] does (codes carry exact
+    /// values here), for host `h`'s ranks `firsts[h] + l x step`: every rank's output, its block
+    /// summed over every rank.
+    fn simulate_rs(count: u64, hosts: u64, local: u64, interleaved: bool, window: u64, in_place: bool) {
+        let n = hosts * local;
+        let (firsts, step): (Vec<u64>, u64) =
+            if interleaved { ((0..hosts).collect(), hosts) } else { ((0..hosts).map(|h| h * local).collect(), 1) };
+        let rank = |h: u64, l: u64| firsts[h as usize] + l * step;
+        let input = |r: u64, i: u64| ((r * 131 + i * 7) % 17) as f64 - 8.0;
+        // Per rank: the input (n blocks), the output (in place: the own block of the input), the
+        // scratch's host sum and its slots (one per host).
+        struct Rank {
+            send: Vec<f64>,
+            recv: Vec<f64>,
+            temp: Vec<f64>,
+            slots: Vec<Vec<f64>>,
+        }
+        let what =
+            format!("count {count} {hosts}x{local} interleaved {interleaved} window {window} in place {in_place}");
+        let mut mem: Vec<Rank> = (0..n)
+            .map(|r| Rank {
+                send: (0..n * count).map(|i| input(r, i)).collect(),
+                recv: vec![f64::NAN; count as usize],
+                temp: vec![f64::NAN; window as usize],
+                slots: vec![Vec::new(); hosts as usize],
+            })
+            .collect();
+        let place = |r: u64| -> (u64, u64) {
+            let h = (0..hosts).find(|&h| (0..local).any(|l| rank(h, l) == r)).unwrap();
+            (h, (0..local).find(|&l| rank(h, l) == r).unwrap())
+        };
+        let get = |m: &Rank, r: u64, at: At, j: u64| -> f64 {
+            match at {
+                At::Send(i) => m.send[(i + j) as usize],
+                At::Recv(i) if in_place => m.send[(r * count + i + j) as usize],
+                At::Recv(i) => m.recv[(i + j) as usize],
+                At::Temp(i) => m.temp[(i + j) as usize],
+            }
+        };
+        let plans: Vec<Vec<RsLayout>> =
+            (0..n).map(|r| rs_layout(count, hosts, local, place(r).0, &firsts, step, window)).collect();
+        for p in &plans {
+            assert_eq!(p.len(), plans[0].len(), "{what}: ranks with different step counts");
+        }
+        enum Write {
+            At(u64, At, u64, f64),
+            Slot(u64, u64, Vec<f64>),
+        }
+        for (k, _) in plans[0].iter().enumerate() {
+            let mut writes = Vec::new();
+            for r in 0..n {
+                let (h, l) = place(r);
+                match plans[r as usize][k] {
+                    RsLayout::Host { count: c, stride, from, to } => {
+                        for m in (0..local).map(|q| rank(h, q)) {
+                            let RsLayout::Host { count: c2, stride: s2, .. } = plans[m as usize][k] else {
+                                panic!("{what}: step {k} differs in host {h}")
+                            };
+                            assert_eq!((c2, s2), (c, stride), "{what}");
+                        }
+                        for j in 0..c {
+                            let v = (0..local)
+                                .map(|q| {
+                                    let m = rank(h, q);
+                                    let RsLayout::Host { from: f, .. } = plans[m as usize][k] else { panic!() };
+                                    get(&mem[m as usize], m, f, l * stride + j)
+                                })
+                                .sum();
+                            writes.push(Write::At(r, to, j, v));
+                        }
+                        let _ = from;
+                    }
+                    RsLayout::Encode { piece, from, slot } => {
+                        let v = (0..piece).map(|j| get(&mem[r as usize], r, from, j)).collect();
+                        writes.push(Write::Slot(r, slot, v));
+                    }
+                    RsLayout::ReduceOut { piece, own, to } => {
+                        for j in 0..piece {
+                            let mut v = get(&mem[r as usize], r, own, j);
+                            for g in (0..hosts).filter(|&g| g != h) {
+                                let peer = rank(g, l);
+                                assert!(
+                                    matches!(plans[peer as usize][k], RsLayout::ReduceOut { piece: p, .. } if p == piece)
+                                );
+                                v += mem[peer as usize].slots[h as usize][j as usize];
+                            }
+                            writes.push(Write::At(r, to, j, v));
+                        }
+                    }
+                    RsLayout::RailReduce { count: c, to, root, .. } => {
+                        if h == root {
+                            for j in 0..c {
+                                let v = (0..hosts)
+                                    .map(|g| {
+                                        let peer = rank(g, l);
+                                        let RsLayout::RailReduce { from, root: r2, .. } = plans[peer as usize][k]
+                                        else {
+                                            panic!("{what}: step {k} differs on rail {l}")
+                                        };
+                                        assert_eq!(r2, root, "{what}");
+                                        get(&mem[peer as usize], peer, from, j)
+                                    })
+                                    .sum();
+                                writes.push(Write::At(r, to, j, v));
+                            }
+                        }
+                    }
+                }
+            }
+            for w in writes {
+                match w {
+                    Write::At(r, at, j, v) => {
+                        let m = &mut mem[r as usize];
+                        let cell = match at {
+                            At::Recv(i) if in_place => &mut m.send[(r * count + i + j) as usize],
+                            At::Recv(i) => &mut m.recv[(i + j) as usize],
+                            At::Temp(i) => &mut m.temp[(i + j) as usize],
+                            At::Send(_) => panic!("{what}: a step writes the input"),
+                        };
+                        *cell = v;
+                    }
+                    Write::Slot(r, slot, v) => mem[r as usize].slots[slot as usize] = v,
+                }
+            }
+        }
+        for (r, m) in mem.iter().enumerate() {
+            let r = r as u64;
+            for j in 0..count {
+                let want: f64 = (0..n).map(|q| input(q, r * count + j)).sum();
+                let got = if in_place { m.send[(r * count + j) as usize] } else { m.recv[j as usize] };
+                assert_eq!(got, want, "{what}: rank {r} element {j}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_reduce_scatter_layout_sums_each_block_on_its_rank() {
+        for hosts in 2..=4u64 {
+            for local in 1..=3u64 {
+                for count in [1, 511, 512, 513, 1024 + 7, 5 * 512] {
+                    for window in [512, 1024] {
+                        for interleaved in [false, true] {
+                            for in_place in [false, true] {
+                                simulate_rs(count, hosts, local, interleaved, window, in_place);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn reduce_scatter_windows_fit_the_scratch() {
+        let scratch = crate::clique::args::rail_scratch_bytes() as u64;
+        for hosts in 2..=64u64 {
+            for elem in [2u64, 4] {
+                let w = rs_window(hosts, elem, scratch);
+                assert!(w >= 512 && w.is_multiple_of(512), "{hosts} {elem}");
+                assert!((w * elem).next_multiple_of(256) + 2 * hosts * coded_bytes(w) <= scratch);
+                let next = w + 512;
+                assert!(
+                    (next * elem).next_multiple_of(256) + 2 * hosts * coded_bytes(next) > scratch,
+                    "{hosts} {elem}"
+                );
+            }
+        }
+        assert_eq!(rs_window(2, 4, 1000), 0);
     }
 
     #[test]

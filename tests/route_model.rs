@@ -45,7 +45,7 @@ fn rcclx_route(
     if hosts > 1 && (!policies.across_hosts() || (n == 1 && !lowp)) {
         return "forwarded".into(); // the verdict: nothing runs across these hosts
     }
-    let facts = CommFacts { nranks: n, hosts, policies };
+    let facts = CommFacts { nranks: n, hosts, rank_step: 1, policies };
     let mut call = CallDesc::new(coll, count, ncclDataType_t(t));
     call.op = ncclRedOp_t(op);
     match decide(&call, &facts) {

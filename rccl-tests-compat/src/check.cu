@@ -148,7 +148,7 @@ static const uint64_t kLlMax[3] = {256 * KiB, 64 * KiB, 32 * KiB};  // bytes per
 
 // The route a call of B is expected to take: `forwarded`, `<coll>.ll|flat|tree|ll128`,
 // `<coll>.lowp` (every low-precision kernel of the collective, FP8 or INT8, pair or not) or, on
-// a communicator spanning hosts, `allreduce.hier` (low precision on the rails) or the first host
+// a communicator spanning hosts, `allreduce.hier` / `reducescatter.hier` (low precision on the rails) or the first host
 // step of the exact hierarchy (`reducescatter.ll|flat`; `allreduce.ll|flat` below one element
 // per rank of a host).
 static std::string expectedRoute(CollId coll, const TypeDesc* type, OpId op, size_t count, int root, int nranks) {
@@ -162,9 +162,11 @@ static std::string expectedRoute(CollId coll, const TypeDesc* type, OpId op, siz
   // ncclSum, or op "none" of the data-movement collectives (their calls carry ncclSum).
   const bool sum = op == OP_SUM || op == OP_NONE;
   const int local = g_model.local;
-  if (local > 0 && local < nranks) {  // several hosts: only AllReduce runs across them
+  if (local > 0 && local < nranks) {  // several hosts: AllReduce, and ReduceScatter with low precision
+    const bool lowp = g_model.lowpAll && lowpType && sum && bytes >= lowpMin;
+    if (coll == COLL_RS && lowp) return "reducescatter.hier";  // hosts contiguous or round-robin
     if (coll != COLL_AR) return "forwarded";
-    if (g_model.lowpAll && lowpType && sum && bytes >= lowpMin) return "allreduce.hier";
+    if (lowp) return "allreduce.hier";
     if (!g_model.hierExact || local < 2 || (int)type->type > 9 || op == OP_MULSUM) return "forwarded";
     if (op == OP_AVG && (int)type->type <= 5) return "forwarded";  // integers would be divided twice
     const size_t shard = count / local;

@@ -66,8 +66,12 @@ pub struct KernelArgs {
     /// The root of a rooted collective (`CallDesc::root`; 0 for the others).
     pub root: i32,
     pub pad: i32,
+    /// ReduceScatter: elements between the input blocks (0: `count`).
+    pub stride: u64,
+    /// The rail step's reduce-out: where the sums go.
+    pub aux: u64,
 }
-const _: () = assert!(std::mem::size_of::<KernelArgs>() == 288);
+const _: () = assert!(std::mem::size_of::<KernelArgs>() == 304);
 
 /// The caller's buffers and stream for one call.
 #[derive(Clone, Copy, Debug)]
@@ -104,7 +108,7 @@ pub struct AllToAllvArgs {
     /// `A2AV_CODED`: the f32 scale buffers (per source; packed receive side: only `[0]`).
     pub scales: [u64; MAX_RANKS],
 }
-const _: () = assert!(std::mem::size_of::<AllToAllvArgs>() == 536);
+const _: () = assert!(std::mem::size_of::<AllToAllvArgs>() == 552);
 
 /// `RCCLX_A2AV_SEND_PACKED` / `RCCLX_A2AV_RECV_PACKED`: the segments lie back to back in one buffer.
 pub const A2AV_SEND_PACKED: u32 = 1;

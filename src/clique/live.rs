@@ -26,6 +26,8 @@ pub struct Span {
     /// Hosts (1: the clique is the communicator) and this rank's host index (its rail rank).
     pub hosts: usize,
     pub host: usize,
+    /// Each host's lowest rank, by host index.
+    pub firsts: Vec<usize>,
     /// The rail, until the communicator ends ([`Clique::end_rail`] takes it under the write
     /// lock, so no reader holds its handle while it is freed).
     pub rail: parking_lot::RwLock<Option<Rail>>,

@@ -250,11 +250,7 @@ pub(super) fn allocate_for(l: &mut Local, recs: &[Record]) {
     let host = place.host_records(recs);
     let local = place.local;
     // Low precision across hosts stages its codes in a buffer of its own.
-    let scratch = if place.map.hosts() > 1 && recs[0].policies.of(crate::intercept::Coll::AllReduce).lowp != 0 {
-        rail_scratch_bytes()
-    } else {
-        0
-    };
+    let scratch = if place.map.hosts() > 1 && recs[0].policies.lowp_across_hosts() { rail_scratch_bytes() } else { 0 };
     // A peer's pid says whether it is alive only inside our pid namespace.
     let pids = record::visible_pids(&host, &host[local]);
     match Lease::join_with(host[0].pidns, host[0].pid, host[0].nonce, local, pids, l.fault.lease) {
@@ -501,6 +497,7 @@ pub(super) fn assemble(mut l: Local, m: Mapped, r0: &Record, started: Instant) -
         comm_nranks: l.member.nranks,
         hosts: place.map.hosts(),
         host: place.host,
+        firsts: (0..place.map.hosts()).map(|h| place.map.host(h)[0]).collect(),
         rail: parking_lot::RwLock::new(l.rail.take()),
         scratch: res.scratch.as_ref().map_or((0, 0), |b| (b.ptr().0, b.len() as u64)),
     };
@@ -510,7 +507,8 @@ pub(super) fn assemble(mut l: Local, m: Mapped, r0: &Record, started: Instant) -
     // Every rank's grid of a call must be the same: the cap is agreed (the verdict checked it).
     let grid_cap = r0.grid_cap;
     let max_blocks = if grid_cap > 0 { r0.max_blocks.min(u64::from(grid_cap)) } else { r0.max_blocks };
-    let facts = CommFacts { nranks, hosts: span.hosts, policies: r0.policies };
+    let facts =
+        CommFacts { nranks, hosts: span.hosts, rank_step: place.map.step().unwrap_or(0), policies: r0.policies };
     let base_args = KernelArgs {
         send: 0,
         recv: 0,
@@ -529,6 +527,8 @@ pub(super) fn assemble(mut l: Local, m: Mapped, r0: &Record, started: Instant) -
         nranks: nranks as i32,
         root: 0,
         pad: 0,
+        stride: 0,
+        aux: 0,
     };
     let across = if span.hosts > 1 {
         format!(

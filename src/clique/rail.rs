@@ -169,6 +169,15 @@ impl Rail {
 pub enum StockStep {
     /// `ncclAllReduce` of `count` elements.
     AllReduce { send: u64, recv: u64, count: usize, dtype: crate::types::ncclDataType_t, op: crate::types::ncclRedOp_t },
+    /// `ncclReduce` of `count` elements to rail rank `root`.
+    Reduce {
+        send: u64,
+        recv: u64,
+        count: usize,
+        dtype: crate::types::ncclDataType_t,
+        op: crate::types::ncclRedOp_t,
+        root: usize,
+    },
     /// `ncclAllGather` of `bytes` per rank.
     AllGather { send: u64, recv: u64, bytes: usize },
     /// An all-to-all of `bytes` per peer as grouped `ncclSend`/`ncclRecv` (every stock
@@ -195,6 +204,13 @@ impl StockStep {
                 // SAFETY: device buffers of `count` elements the plan owns or was given; a live
                 // stock communicator and the caller's stream.
                 ok(upstream::guarded(|| unsafe { g(p(send), p(recv), count, dtype, op, comm, stream) }), "AllReduce")
+            }
+            StockStep::Reduce { send, recv, count, dtype, op, root } => {
+                let g = f.ncclReduce.ok_or_else(|| missing("ncclReduce"))?;
+                // SAFETY: as above; only the root writes `recv`.
+                let code =
+                    upstream::guarded(|| unsafe { g(p(send), p(recv), count, dtype, op, root as c_int, comm, stream) });
+                ok(code, "Reduce")
             }
             StockStep::AllGather { send, recv, bytes } => {
                 let g = f.ncclAllGather.ok_or_else(|| missing("ncclAllGather"))?;

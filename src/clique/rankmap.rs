@@ -37,6 +37,16 @@ impl RankMap {
         self.hosts.iter().all(|h| h.len() == l).then_some(l)
     }
 
+    /// The step between consecutive ranks of a host where it is the same on every host (1 with
+    /// one rank per host): hosts contiguous in rank order (1) or dealt round-robin (the host
+    /// count). A ReduceScatter across hosts reads a host's blocks this far apart.
+    pub fn step(&self) -> Option<usize> {
+        let first = self.hosts.first()?;
+        let step = if first.len() > 1 { first[1] - first[0] } else { 1 };
+        let even = |h: &Vec<usize>| h.iter().enumerate().all(|(l, &r)| r == h[0] + l * step);
+        self.hosts.iter().all(even).then_some(step)
+    }
+
     /// `rank`'s host index and local index.
     pub fn place(&self, rank: usize) -> (usize, usize) {
         for (h, ranks) in self.hosts.iter().enumerate() {
@@ -73,5 +83,10 @@ mod tests {
         assert_eq!((uneven.uniform(), uneven.sizes()), (None, vec![2, 1]));
         let one = RankMap::of(&[5; 4]);
         assert_eq!((one.hosts(), one.uniform()), (1, Some(4)));
+        assert_eq!((one.step(), m.step(), uneven.step()), (Some(1), None, Some(1)));
+        assert_eq!(RankMap::of(&[3, 3, 1, 1]).step(), Some(1));
+        assert_eq!(RankMap::of(&[3, 1, 2, 3, 1, 2]).step(), Some(3));
+        assert_eq!(RankMap::of(&[3, 1, 1, 3]).step(), None);
+        assert_eq!(RankMap::of(&[3, 1, 2]).step(), Some(1));
     }
 }

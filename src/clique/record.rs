@@ -3,7 +3,7 @@
 
 use super::args::{MAX_COMM_RANKS, MAX_RANKS};
 use super::rankmap::RankMap;
-use crate::intercept::{Coll, Policies};
+use crate::intercept::Policies;
 
 /// One rank's record (plain bytes on the wire; identical layout everywhere because every rank
 /// runs the same rcclx build, which the magic checks).
@@ -181,7 +181,7 @@ pub fn verdict(nranks: usize, recs: &[Record]) -> Result<RankMap, String> {
         if local > MAX_RANKS {
             return Err(format!("{local} ranks per host (rcclx kernels serve at most {MAX_RANKS})"));
         }
-        if local == 1 && policies.of(Coll::AllReduce).lowp == 0 {
+        if local == 1 && !policies.lowp_across_hosts() {
             return Err("one rank per host, and low precision off: the exact hierarchy would be the stock call".into());
         }
     } else if nranks > MAX_RANKS {
@@ -416,7 +416,7 @@ mod tests {
             let mut v = recs(ids.len());
             for (r, &id) in v.iter_mut().zip(ids) {
                 (r.host, r.machine) = (id, id);
-                r.policies.colls[Coll::AllReduce as usize].lowp = lowp as u64;
+                r.policies.colls[crate::intercept::Coll::AllReduce as usize].lowp = lowp as u64;
             }
             v
         };

@@ -225,7 +225,11 @@ pub fn seed(g: &Group, r: usize, base: u64) -> u64 {
 pub fn expect_lowp(op: Op, io: Io, count: usize, n: usize) -> bool {
     let config = env_config();
     let call = CallDesc::new(op.coll(), count, dtype_of(io));
-    let facts =
-        CommFacts { nranks: n, hosts: 1, policies: Policies::for_comm(&config, n, rcclx::clique::local_fabric()) };
+    let facts = CommFacts {
+        nranks: n,
+        hosts: 1,
+        rank_step: 1,
+        policies: Policies::for_comm(&config, n, rcclx::clique::local_fabric()),
+    };
     !config.disable && matches!(rcclx::intercept::decide(&call, &facts), Route::Own(Algo::Fp8 | Algo::Int8))
 }

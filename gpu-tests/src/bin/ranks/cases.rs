@@ -430,6 +430,7 @@ mod tests {
         CommFacts {
             nranks: n,
             hosts: 1,
+            rank_step: 1,
             policies: Policies::for_comm(&Config::default(), n, rcclx::clique::local_fabric()),
         }
     }

@@ -29,7 +29,7 @@ pub fn of_suite(suite: Suite, codec: &str, nranks: usize, quick: bool) -> Vec<St
         // Launched past the statistics (forced families): nothing to count.
         Suite::Bench => Vec::new(),
         Suite::Time | Suite::TimeLowp => {
-            let facts = rcclx::intercept::CommFacts { nranks, hosts: 1, policies: p };
+            let facts = rcclx::intercept::CommFacts { nranks, hosts: 1, rank_step: 1, policies: p };
             let mut v: Vec<String> = crate::time::cases(suite == Suite::TimeLowp, nranks, &p, quick)
                 .iter()
                 .map(|c| crate::device::route_for(&facts, &c.call()).0)
@@ -99,6 +99,7 @@ mod tests {
                     let f = CommFacts {
                         nranks: n,
                         hosts: 1,
+                        rank_step: 1,
                         policies: Policies::for_comm(&c, n, rcclx::clique::local_fabric()),
                     };
                     for quick in [false, true] {

@@ -192,6 +192,7 @@ mod tests {
                 let facts = CommFacts {
                     nranks: n,
                     hosts: 1,
+                    rank_step: 1,
                     policies: Policies::for_comm(&c, n, rcclx::clique::local_fabric()),
                 };
                 let mut rng = Rng::new(1 ^ 0x0571_2e55);

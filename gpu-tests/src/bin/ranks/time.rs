@@ -68,7 +68,7 @@ pub fn cases(lowp: bool, n: usize, p: &Policies, quick: bool) -> Vec<Case> {
 pub fn list(opts: &Opts) {
     let n = opts.placement.nranks;
     let policies = Policies::for_comm(rcclx::config::get(), n, rcclx::clique::local_fabric());
-    let facts = CommFacts { nranks: n, hosts: 1, policies };
+    let facts = CommFacts { nranks: n, hosts: 1, rank_step: 1, policies };
     for (i, c) in cases(opts.suite == Suite::TimeLowp, n, &policies, opts.quick).iter().enumerate() {
         let (route, kernel) = route_for(&facts, &c.call());
         println!("{i} {route} {} {} bytes {kernel}", c.name(), c.call().bytes(n).unwrap_or(0));
