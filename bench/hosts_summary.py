@@ -3,7 +3,7 @@
 
 Reads OUT/summary.txt (every hosts-* run's exit status), OUT/hosts/hosts-error-*.json
 (tests/gpu/hosts_error.py), OUT/hosts/train/*.json (bench/train_e2e.py) and OUT/hosts/perf-*.json
-(all_reduce_perf), and writes markdown. Correctness fails the summary:
+(all_reduce_perf, reduce_scatter_perf), and writes markdown. Correctness fails the summary:
 
 - every rcclx_check, graph, split-fault and torch run exited 0;
 - error: per codec, the relative L2 error across hosts (2x2) is at most ERROR_BOUND (1.25) x the
@@ -14,7 +14,7 @@ Reads OUT/summary.txt (every hosts-* run's exit status), OUT/hosts/hosts-error-*
   relative at every step, and its low-precision calls ran.
 
 The speed rows (AllReduce 64 MiB per rank at 2x2 under MPS: FP8 and INT8 against the exact
-hierarchy, and against stock) are reported with the issue's goals (1.6x bf16 / 2.5x float over
+hierarchy, and against stock; ReduceScatter: FP8 and INT8 against stock) are reported with the issue's goals (1.6x bf16 / 2.5x float over
 the exact hierarchy, 3x stock), not judged: one GPU's loopback is not a network.
 
 The last line says PASS or FAIL; exit status 1 on FAIL.
@@ -107,17 +107,35 @@ def train_rows(hosts):
             f"{'PASS' if ok else 'FAIL'}"], not ok
 
 
-def perf_rows(hosts):
-    def times(path):
-        d = load(path)
-        if not d:
-            return None
-        t = {}
-        for r in d["results"]:
-            for lib, v in r["per_library"].items():
-                t.setdefault((lib, r["size"]), []).append(v["out_of_place"]["time"])
-        return {k: statistics.median(v) for k, v in t.items()}
+def times(path):
+    """{(library, size): median out-of-place time in us} of one *_perf JSON, None if absent."""
+    d = load(path)
+    if not d:
+        return None
+    t = {}
+    for r in d["results"]:
+        for lib, v in r["per_library"].items():
+            t.setdefault((lib, r["size"]), []).append(v["out_of_place"]["time"])
+    return {k: statistics.median(v) for k, v in t.items()}
 
+
+def rs_perf_rows(hosts):
+    """ReduceScatter at 2x2: stock against FP8 and INT8 across hosts (each run has both)."""
+    lines = ["| type | size | stock ms | FP8 ms | INT8 ms | FP8 / stock | INT8 / stock |", "|---|---|---|---|---|---|---|"]
+    for d in ("bfloat16", "float"):
+        f8, i8 = (times(os.path.join(hosts, f"perf-rs-{k}-{d}.json")) for k in ("fp8", "int8"))
+        if not f8 or not i8:
+            lines.append(f"| {d} | - | no result |")
+            continue
+        for size in sorted({s for (_, s) in f8}):
+            st, f, i = f8.get(("stock", size)), f8.get(("rcclx", size)), i8.get(("rcclx", size))
+            if st and f and i:
+                lines.append(f"| {d} | {size >> 20} MiB | {st / 1e3:.2f} | {f / 1e3:.2f} | {i / 1e3:.2f} | "
+                             f"{st / f:.2f}x | {st / i:.2f}x |")
+    return lines
+
+
+def perf_rows(hosts):
     lines = ["| type | size | stock ms | exact ms | FP8 ms | INT8 ms | FP8 / exact | INT8 / exact | FP8 / stock | "
              "INT8 / stock | goal |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -163,6 +181,7 @@ def main(argv=None):
     t, tf = train_rows(hosts)
     lines += ["", "## Error of the codecs across hosts", ""] + e + ["", "## Training", ""] + t
     lines += ["", "## AllReduce at 2x2 (median, out of place)", ""] + perf_rows(hosts)
+    lines += ["", "## ReduceScatter at 2x2 (median, out of place; size: the input per rank)", ""] + rs_perf_rows(hosts)
     failed |= ef or tf
     n = len(rs)
     lines += ["", f"{'FAIL' if failed else 'PASS'}: {n} runs, error and training {'out of' if ef or tf else 'within'} bounds"]
