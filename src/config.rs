@@ -7,8 +7,10 @@
 use std::sync::OnceLock;
 
 use crate::collective::{COLLS, COUNT, Coll, Fabric, LL_MAX, RANK_ROWS, Shape, Spec};
+use crate::env::c_strtol;
 use crate::env::env_only;
 pub use crate::env::{conf_files, env, parse_conf, secure_env};
+use crate::topo::PathType;
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * 1024;
@@ -166,12 +168,14 @@ macro_rules! config_table {
             /// The NCCL variable that leaves every call to the stock library, if one does:
             /// peer-to-peer ([`p2p_off`]) or pointer checks ([`pointer_checks`]).
             pub stock_only: Option<String>,
+            /// `NCCL_P2P_LEVEL` ([`p2p_level`]; `None`: NCCL's default, `topo::default_level`).
+            pub p2p_level: Option<PathType>,
             /// The tuning file and what it holds (`tuning`; `RCCLX_TUNING_FILE`).
             pub tuning: crate::tuning::State,
         }
 
         impl Default for Config {
-            fn default() -> Self { Self { $( $field: $default, )* per_coll: PerColl::default(), stock_only: None, tuning: Default::default() } }
+            fn default() -> Self { Self { $( $field: $default, )* per_coll: PerColl::default(), stock_only: None, p2p_level: None, tuning: Default::default() } }
         }
 
         /// The variables of the table, as (variable, default as text, meaning).
@@ -193,6 +197,7 @@ macro_rules! config_table {
                 )*
                 c.per_coll = PerColl::from_lookup(&lookup, &mut warnings);
                 c.stock_only = p2p_off(&lookup).or_else(|| pointer_checks(&lookup));
+                c.p2p_level = p2p_level(&lookup);
                 let (tuning, warning) = crate::tuning::load(&lookup, env!("CARGO_PKG_VERSION"));
                 c.tuning = tuning;
                 warnings.extend(warning);
@@ -482,24 +487,22 @@ impl Config {
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
 
-/// Why NCCL's peer-to-peer variables turn rcclx's kernels off (every call then goes to the
-/// stock library), read as NCCL reads them (`ncclGetLevel`, `src/graph/paths.cc`):
-/// `NCCL_P2P_DISABLE=1`; or `NCCL_P2P_LEVEL` below `SYS` (`LOC`, `NVL`, `NVB`, `C2C`, `PIX`,
-/// `PXB`, `P2C`, `PXN`, `PHB`, or the old numbers 0-3). rcclx's kernels read and write peers'
-/// memory directly and rcclx does not tell an NVLink path from a PCIe one, so any restriction
-/// of peer-to-peer paths keeps them off; `SYS` (or 4, 5) restricts nothing.
+/// Why NCCL's peer-to-peer variables turn rcclx's kernels off everywhere (every call then goes
+/// to the stock library), read as NCCL reads them (`ncclGetLevel`, `src/graph/paths.cc`):
+/// `NCCL_P2P_DISABLE=1`, or `NCCL_P2P_LEVEL=LOC` (or 0): no two GPUs talk peer to peer. Any other
+/// level is compared with each pair's path at a communicator's setup ([`p2p_level`]).
 pub fn p2p_off(lookup: impl Fn(&str) -> Option<String>) -> Option<String> {
     if lookup("NCCL_P2P_DISABLE").is_some_and(|v| c_strtol(&v) == 1) {
         return Some("NCCL_P2P_DISABLE=1".into());
     }
     let v = lookup("NCCL_P2P_LEVEL")?;
-    const NAMES: [&str; 10] = ["LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS"];
-    let below_sys = match NAMES.iter().position(|n| *n == v) {
-        Some(i) => i < 9,
-        None if v.starts_with(|c: char| c.is_ascii_digit()) => c_strtol(&v) < 4,
-        None => false,
-    };
-    below_sys.then(|| format!("NCCL_P2P_LEVEL={v}"))
+    (PathType::level(&v) == Some(PathType::Loc)).then(|| format!("NCCL_P2P_LEVEL={v}"))
+}
+
+/// `NCCL_P2P_LEVEL` as NCCL reads it (a name or an old number; `None`: unset or not a level, so
+/// NCCL's default applies, `topo::default_level`).
+pub fn p2p_level(lookup: impl Fn(&str) -> Option<String>) -> Option<PathType> {
+    PathType::level(&lookup("NCCL_P2P_LEVEL")?)
 }
 
 /// `NCCL_CHECK_POINTERS=1`: the stock library checks every buffer (a host or wrong-device
@@ -507,25 +510,6 @@ pub fn p2p_off(lookup: impl Fn(&str) -> Option<String>) -> Option<String> {
 /// answers are the stock library's.
 pub fn pointer_checks(lookup: impl Fn(&str) -> Option<String>) -> Option<String> {
     lookup("NCCL_CHECK_POINTERS").is_some_and(|v| c_strtol(&v) == 1).then(|| "NCCL_CHECK_POINTERS=1".into())
-}
-
-/// `strtol(s, NULL, 0)`: leading decimal, `0x` hex or `0` octal digits; 0 when there are none.
-fn c_strtol(s: &str) -> i64 {
-    let s = s.trim_start();
-    let (neg, s) = match s.strip_prefix('-') {
-        Some(r) => (true, r),
-        None => (false, s.strip_prefix('+').unwrap_or(s)),
-    };
-    let (radix, digits) = if let Some(h) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        (16, h)
-    } else if s.starts_with('0') {
-        (8, s)
-    } else {
-        (10, s)
-    };
-    let end = digits.find(|c: char| !c.is_digit(radix)).unwrap_or(digits.len());
-    let v = i64::from_str_radix(&digits[..end], radix).unwrap_or(0);
-    if neg { -v } else { v }
 }
 
 /// The process configuration, read from the environment on first use. Logs, as the stock
@@ -614,7 +598,7 @@ const READ_ELSEWHERE: &[(&str, &str, &str)] = &[
     (
         "NCCL_P2P_LEVEL",
         "unset",
-        "below `SYS` (`LOC`, `NVL`, ..., `PHB`, or `0`-`3`): rcclx's kernels are off, as for `NCCL_P2P_DISABLE=1`",
+        "the farthest path between two GPUs of a host that may go peer to peer, as NCCL reads it (`LOC`, `NVL`, `NVB`, `PIX`, `PXB`, `PHB`, `SYS`, ..., or `0`-`4`): a communicator whose GPUs have a pair farther apart forwards (an NVLink or xGMI link is `NVL`; unset: NCCL's `PXB`, `SYS` on an AMD CPU with at most 2 GPUs); `LOC`: every call goes to the stock library",
     ),
     (
         "NCCL_ALGO",
@@ -813,13 +797,16 @@ mod tests {
         // NCCL: only the value 1 disables; anything else leaves NCCL_P2P_LEVEL in charge.
         assert_eq!(off(&[("NCCL_P2P_DISABLE", "2")]), None);
         assert_eq!(off(&[("NCCL_P2P_DISABLE", "yes")]), None);
-        for level in ["LOC", "NVL", "PIX", "PHB", "0", "3"] {
+        // Levels are compared with each pair's path at setup; only LOC leaves no pair.
+        for level in ["LOC", "0"] {
             assert_eq!(off(&[("NCCL_P2P_LEVEL", level)]), Some(format!("NCCL_P2P_LEVEL={level}")));
         }
-        for level in ["SYS", "4", "5", "9", "nvl", "bogus"] {
+        for level in ["NVL", "PIX", "PHB", "3", "SYS", "4", "5", "9", "nvl", "bogus"] {
             assert_eq!(off(&[("NCCL_P2P_LEVEL", level)]), None, "{level}");
         }
-        assert!(parse(&[("NCCL_P2P_LEVEL", "NVL")]).0.forward_all());
+        let level = |v: &str| parse(&[("NCCL_P2P_LEVEL", v)]).0.p2p_level;
+        assert_eq!((level("NVL"), level("3"), level("nvl")), (Some(PathType::Nvl), Some(PathType::Phb), None));
+        assert!(!parse(&[("NCCL_P2P_LEVEL", "NVL")]).0.forward_all());
         // Pointer checks: the stock library's answers for bad buffers, so every call is its.
         assert_eq!(off(&[("NCCL_CHECK_POINTERS", "1")]).as_deref(), Some("NCCL_CHECK_POINTERS=1"));
         assert_eq!(off(&[("NCCL_CHECK_POINTERS", "0")]), None);

@@ -101,3 +101,22 @@ pub fn secure_env(name: &str) -> Option<std::ffi::OsString> {
     // SAFETY: non-NULL result of secure_getenv: a NUL-terminated string.
     Some(std::ffi::OsString::from_vec(unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes().to_vec()))
 }
+
+/// `strtol(s, NULL, 0)`: leading decimal, `0x` hex or `0` octal digits; 0 when there are none.
+pub fn c_strtol(s: &str) -> i64 {
+    let s = s.trim_start();
+    let (neg, s) = match s.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, s.strip_prefix('+').unwrap_or(s)),
+    };
+    let (radix, digits) = if let Some(h) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        (16, h)
+    } else if s.starts_with('0') {
+        (8, s)
+    } else {
+        (10, s)
+    };
+    let end = digits.find(|c: char| !c.is_digit(radix)).unwrap_or(digits.len());
+    let v = i64::from_str_radix(&digits[..end], radix).unwrap_or(0);
+    if neg { -v } else { v }
+}

@@ -13,7 +13,7 @@
 //! | errors | `error` |
 //! | GPU runtime | `gpu` |
 //! | stock library, decision, code objects | `upstream`, `intercept`, `kernels` |
-//! | base | `types`, `collective`, `env`, `config`, `tuning`, `log`, `nvtx`, `kernel_table`, `nccl_api` |
+//! | base | `types`, `collective`, `env`, `config`, `tuning`, `topo`, `log`, `nvtx`, `kernel_table`, `nccl_api` |
 //!
 //! Only `abi`, `types`, `nccl_api` and `upstream` use C names.
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
@@ -36,6 +36,7 @@ pub mod lowp;
 pub mod nccl_api;
 pub mod nvtx;
 pub mod plan;
+pub mod topo;
 pub mod tuning;
 pub mod types;
 pub mod upstream;

@@ -13,7 +13,7 @@ use std::path::Path;
 
 /// Top-level modules by layer, lowest first. A module may use modules of its own layer or below.
 const LAYERS: &[&[&str]] = &[
-    &["types", "collective", "env", "config", "tuning", "log", "nvtx", "kernel_table", "nccl_api"],
+    &["types", "collective", "env", "config", "tuning", "topo", "log", "nvtx", "kernel_table", "nccl_api"],
     &["upstream", "kernels", "intercept"],
     &["gpu"],
     &["error"],

@@ -231,6 +231,8 @@ pub(super) fn describe(l: &mut Local, identity: host::Identity, sharing: Sharing
                 rec.policies = policies.tuned(cfg, tuned); // rank 0's are adopted by every rank
             }
             rec.gpu = host::gpu_id(&info.pci_bus_id);
+            let n = info.pci_bus_id.len().min(rec.pci_bus.len() - 1);
+            rec.pci_bus[..n].copy_from_slice(&info.pci_bus_id.as_bytes()[..n]);
             rec.capable = 1;
             l.kernels = Some(kernels);
         }
@@ -249,6 +251,11 @@ pub(super) fn allocate_for(l: &mut Local, recs: &[Record]) {
     let Some(place) = &l.place else { return };
     let host = place.host_records(recs);
     let local = place.local;
+    // Where the stock library would not go peer to peer between two of the host's GPUs.
+    if let Some(why) = super::p2p::refusal(&host, crate::config::get().p2p_level) {
+        tracing::info!("comm {:p} rank {}: rcclx kernels off, every call forwards: {why}", m.comm, m.rank);
+        return;
+    }
     // Low precision across hosts stages its codes in a buffer of its own.
     let scratch = if place.map.hosts() > 1 && recs[0].policies.lowp_across_hosts() { rail_scratch_bytes() } else { 0 };
     // A peer's pid says whether it is alive only inside our pid namespace.

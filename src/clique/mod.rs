@@ -10,7 +10,8 @@
 //! mappings, rail, and the clique it ends with); `fault.rs` the setup sites tests make fail; `live.rs` is an established clique
 //! (kernel lookup, launch, abort, release); `exchange.rs` is setup's transport, `record.rs` what it
 //! exchanges; `lease.rs` and `teardown.rs` say when a clique's memory goes back to the pool;
-//! `args.rs` mirrors the kernels' argument structs; `rankmap.rs` groups a communicator's ranks
+//! `args.rs` mirrors the kernels' argument structs; `p2p.rs` says whether the stock library would
+//! let a host's GPUs go peer to peer; `rankmap.rs` groups a communicator's ranks
 //! by host, and `rail.rs` makes and ends the rails of one spanning hosts, and runs the stock
 //! steps plans take on them. Children import from each other, never from
 //! this file (`tests/layers.rs`).
@@ -22,6 +23,7 @@ pub mod host;
 mod lease;
 mod live;
 mod local;
+mod p2p;
 pub mod rail;
 mod rankmap;
 mod record;

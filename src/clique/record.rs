@@ -52,14 +52,22 @@ pub struct Record {
     /// How each collective is routed (rank 0's: every rank decides alike); `ll_max` also sizes
     /// the LL inboxes, so it must agree.
     pub policies: Policies,
+    /// The GPU's PCI bus id (`0000:1b:00.0`, NUL-padded): where it sits in the machine (`p2p.rs`).
+    pub pci_bus: [u8; 16],
 }
 
 /// "rcclx_ve": bumped whenever the layout or meaning of a field, or the exchanges, change.
-pub const MAGIC: u64 = 0x7263_636c_785f_7665;
+pub const MAGIC: u64 = 0x7263_636c_785f_7666;
 pub const BYTES: usize = std::mem::size_of::<Record>();
 const _: () = assert!(BYTES.is_multiple_of(8));
 
 impl Record {
+    /// The GPU's PCI bus id.
+    pub fn pci_bus(&self) -> String {
+        let end = self.pci_bus.iter().position(|&b| b == 0).unwrap_or(self.pci_bus.len());
+        String::from_utf8_lossy(&self.pci_bus[..end]).into_owned()
+    }
+
     pub fn zeroed() -> Self {
         // SAFETY: Record is plain integers and byte arrays; all-zero is a valid value.
         unsafe { std::mem::zeroed() }

@@ -13,7 +13,8 @@
 //!   [`Backend`] trait (`backend.rs`) on top of it.
 //! * `load.rs`: the [`Runtime`] type and loading the runtime once ([`runtime()`]);
 //!   `runtime.rs`: its operations; `handles.rs`: plain data and handle types; `owners.rs`: the
-//!   RAII owners ([`DeviceBuffer`], [`IpcMapping`], [`HostMapped`], [`DeviceGuard`]); `error.rs`.
+//!   RAII owners ([`DeviceBuffer`], [`IpcMapping`], [`HostMapped`], [`DeviceGuard`]); `error.rs`;
+//!   `nvml.rs`: NVML (NVIDIA's management library), for whether two GPUs share an NVLink.
 //!   This file only declares and re-exports them.
 //!
 //! **Current device.** Calls that create something on a device (allocations, streams, events,
@@ -37,6 +38,7 @@ mod error;
 mod handles;
 mod hip;
 mod load;
+pub mod nvml;
 mod owners;
 mod runtime;
 
