@@ -189,8 +189,8 @@ const char *rcclxGetUpstreamPath(void);
  * default), `gpu_runtime` (`vendor`, `library`, or `error`) and `devices` (per visible device:
  * `device`, `arch`, `kernels`, the target of the kernels rcclx runs there or null, and
  * `fp8_format`, the FP8 format of those kernels' codes or null; or `device` and `error`), and
- * `tuning_file` (null when none is found; else `path` and `gpu`, `nranks`, `max_bytes` per
- * collective it sets, or `path` and `error`, why it is ignored).
+ * `tuning_file` (null when none is found; else `path` and `entries`, each `gpu`, `nranks` and
+ * `max_bytes` per collective it sets; or `path` and `error`, why it is ignored).
  * Computed once, at the first call (which loads the GPU runtime); the string lives as long as
  * the process. `python -m rcclx info` prints it.
  */

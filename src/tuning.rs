@@ -1,36 +1,51 @@
-//! The tuning file `python -m rcclx tune` writes: per collective, the largest message rcclx's
-//! kernels serve on this node (its `Spec::max_var` limit), measured against the stock library.
+//! The tuning file `python -m rcclx tune` writes: per GPU model and rank count it was run at,
+//! per collective, the largest message rcclx's kernels serve on this node (its `Spec::max_var`
+//! limit), measured against the stock library.
 //!
 //! Found at `RCCLX_TUNING_FILE` (empty: no file), else `$XDG_CONFIG_HOME/rcclx/tuning.toml`,
-//! else `$HOME/.config/rcclx/tuning.toml`. A small TOML subset, written by the tuner:
+//! else `$HOME/.config/rcclx/tuning.toml`. A small TOML subset, written by the tuner, one
+//! `[[measured]]` table per run (a new run replaces the entry of its GPU and rank count and
+//! keeps the others):
 //!
 //! ```toml
 //! rcclx_version = "0.1.0"
+//!
+//! [[measured]]
 //! gpu = "NVIDIA H200"
 //! nranks = 2
+//! allreduce = 67108864
 //!
-//! [allreduce]
-//! max_bytes = 67108864
+//! [[measured]]
+//! gpu = "NVIDIA H200"
+//! nranks = 8
+//! allreduce = 8388608
 //! ```
 //!
 //! A file that does not parse, or that another rcclx version wrote, is ignored at startup with
-//! a warning. A file measured on another GPU or rank count is ignored, with a warning, for the
-//! communicators it does not describe (the GPU name and rank count are known only at a
-//! communicator's setup). Set variables win over the file (`intercept::Policies::tuned`).
+//! a warning. A communicator takes the entry of its GPU's name and rank count; for one the file
+//! has no entry for, the file is ignored with a warning (the GPU name and rank count are known
+//! only at a communicator's setup), and the entry taken is logged (INFO) once per GPU and rank
+//! count. Set variables win over the file (`intercept::Policies::tuned`).
 //!
 //! Layer: base (uses `collective` only).
 #![forbid(unsafe_code)]
 
 use crate::collective::{COLLS, COUNT};
 
-/// A tuning file that parsed and matches this rcclx version.
+/// A tuning file that parsed and matches this rcclx version: its entries, in file order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tuning {
+    pub entries: Vec<Entry>,
+}
+
+/// One run of the tuner: where it was measured, and what it found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
     /// `gpu`: the GPU's name as its runtime reports it (`DeviceInfo::name`).
     pub gpu: String,
     /// `nranks`: the communicator size it was measured at.
     pub nranks: usize,
-    /// `[<collective>] max_bytes`, in `Coll` order (`None`: the collective is not in the file).
+    /// `<collective> = <bytes>`, in `Coll` order (`None`: the collective is not in the entry).
     pub max_bytes: [Option<u64>; COUNT],
 }
 
@@ -81,50 +96,79 @@ fn check_version(t: Tuning, file: &str, ours: &str) -> Result<Tuning, String> {
 }
 
 /// Parses the file's text: the tuning and the rcclx version that wrote it, or the first error
-/// (with its line number). Every key is required once, except the collectives' sections.
+/// (with its line number). `rcclx_version` is required once, and at least one `[[measured]]`
+/// entry, each with `gpu` and `nranks` once and any collectives' limits.
 pub fn parse(text: &str) -> Result<(Tuning, String), String> {
-    let (mut version, mut gpu, mut nranks) = (None, None, None);
-    let mut max_bytes = [None; COUNT];
-    let mut section: Option<usize> = None;
+    struct Open {
+        gpu: Option<String>,
+        nranks: Option<usize>,
+        max_bytes: [Option<u64>; COUNT],
+        line: usize,
+    }
+    let mut version = None;
+    let mut entries: Vec<Entry> = Vec::new();
+    let mut open: Option<Open> = None;
+    let close = |o: Open, entries: &mut Vec<Entry>| -> Result<(), String> {
+        let at = |what: &str| format!("is malformed (the entry of line {}: no {what})", o.line);
+        let (gpu, nranks) = (o.gpu.ok_or_else(|| at("gpu"))?, o.nranks.ok_or_else(|| at("nranks"))?);
+        if entries.iter().any(|e| e.gpu == gpu && e.nranks == nranks) {
+            return Err(format!("is malformed (line {}: a second entry for {gpu} at {nranks} ranks)", o.line));
+        }
+        entries.push(Entry { gpu, nranks, max_bytes: o.max_bytes });
+        Ok(())
+    };
     for (n, raw) in text.lines().enumerate() {
         let at = |what: String| format!("is malformed (line {}: {what})", n + 1);
         let line = raw.trim();
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
-            let i = COLLS.iter().position(|s| s.name == name.trim());
-            let i = i.ok_or_else(|| at(format!("unknown collective [{}]", name.trim())))?;
-            if max_bytes[i].is_some() || section == Some(i) {
-                return Err(at(format!("[{}] twice", COLLS[i].name)));
+        if let Some(name) = line.strip_prefix('[') {
+            if name.trim_end() != "[measured]]" {
+                return Err(at(format!("unknown table {line} (the tables are [[measured]])")));
             }
-            section = Some(i);
+            if let Some(o) = open.take() {
+                close(o, &mut entries)?;
+            }
+            open = Some(Open { gpu: None, nranks: None, max_bytes: [None; COUNT], line: n + 1 });
             continue;
         }
         let (key, value) = line.split_once('=').ok_or_else(|| at("expected `key = value`".into()))?;
         let (key, value) = (key.trim(), strip_comment(value.trim()));
         let twice = || at(format!("{key} twice"));
-        match (section, key) {
-            (None, "rcclx_version") if version.is_none() => {
-                version = Some(string(value).ok_or_else(|| at(value.into()))?)
+        let Some(o) = open.as_mut() else {
+            match key {
+                "rcclx_version" if version.is_none() => version = Some(string(value).ok_or_else(|| at(value.into()))?),
+                "rcclx_version" => return Err(twice()),
+                _ => return Err(at(format!("unknown key {key} (outside a [[measured]] entry)"))),
             }
-            (None, "gpu") if gpu.is_none() => gpu = Some(string(value).ok_or_else(|| at(value.into()))?),
-            (None, "nranks") if nranks.is_none() => {
+            continue;
+        };
+        match key {
+            "gpu" if o.gpu.is_some() => return Err(twice()),
+            "gpu" => o.gpu = Some(string(value).ok_or_else(|| at(value.into()))?),
+            "nranks" if o.nranks.is_some() => return Err(twice()),
+            "nranks" => {
                 let v = integer(value).filter(|&v| v >= 2).ok_or_else(|| at(format!("nranks = {value}")))?;
-                nranks = Some(v as usize);
+                o.nranks = Some(v as usize);
             }
-            (Some(i), "max_bytes") if max_bytes[i].is_none() => {
-                max_bytes[i] = Some(integer(value).ok_or_else(|| at(format!("max_bytes = {value}")))?);
+            _ => {
+                let i = COLLS.iter().position(|s| s.name == key).ok_or_else(|| at(format!("unknown key {key}")))?;
+                if o.max_bytes[i].is_some() {
+                    return Err(twice());
+                }
+                o.max_bytes[i] = Some(integer(value).ok_or_else(|| at(format!("{key} = {value}")))?);
             }
-            (None, "rcclx_version" | "gpu" | "nranks") | (Some(_), "max_bytes") => return Err(twice()),
-            _ => return Err(at(format!("unknown key {key}"))),
         }
     }
-    let missing = |k: &str| format!("is malformed (no {k})");
-    let version = version.ok_or_else(|| missing("rcclx_version"))?;
-    let gpu = gpu.ok_or_else(|| missing("gpu"))?;
-    let nranks = nranks.ok_or_else(|| missing("nranks"))?;
-    Ok((Tuning { gpu, nranks, max_bytes }, version))
+    if let Some(o) = open.take() {
+        close(o, &mut entries)?;
+    }
+    let version = version.ok_or_else(|| "is malformed (no rcclx_version)".to_string())?;
+    if entries.is_empty() {
+        return Err("is malformed (no [[measured]] entry)".into());
+    }
+    Ok((Tuning { entries }, version))
 }
 
 /// A value with a trailing `# comment` removed (outside a string).
@@ -156,36 +200,37 @@ fn integer(v: &str) -> Option<u64> {
 }
 
 impl Tuning {
-    /// The limits for a communicator of `nranks` ranks on GPU `gpu`, or why the file does not
-    /// describe it.
+    /// The limits for a communicator of `nranks` ranks on GPU `gpu` (its entry), or why the file
+    /// does not describe it.
     pub fn limits_for(&self, gpu: &str, nranks: usize) -> Result<&[Option<u64>; COUNT], String> {
-        if self.gpu != gpu {
-            Err(format!("was measured on {}, this communicator runs on {gpu}", self.gpu))
-        } else if self.nranks != nranks {
-            Err(format!("was measured at {} ranks, this communicator has {nranks}", self.nranks))
-        } else {
-            Ok(&self.max_bytes)
+        match self.entries.iter().find(|e| e.gpu == gpu && e.nranks == nranks) {
+            Some(e) => Ok(&e.max_bytes),
+            None => {
+                let has: Vec<String> =
+                    self.entries.iter().map(|e| format!("{} at {} ranks", e.gpu, e.nranks)).collect();
+                Err(format!("has no entry for {gpu} at {nranks} ranks (it has {})", has.join(", ")))
+            }
         }
     }
 }
 
 impl State {
     /// The file's limits for a communicator (`None`: no file, or it does not describe this
-    /// communicator). Warns once per GPU and rank count the file does not describe.
+    /// communicator). Logs once per GPU and rank count which entry it takes (INFO), or warns
+    /// that it has none.
     pub fn limits_for(&self, gpu: &str, nranks: usize) -> Option<&[Option<u64>; COUNT]> {
-        static WARNED: parking_lot::Mutex<Vec<(String, usize)>> = parking_lot::Mutex::new(Vec::new());
+        static SEEN: parking_lot::Mutex<Vec<(String, usize)>> = parking_lot::Mutex::new(Vec::new());
         let (t, path) = (self.tuning.as_ref()?, self.path.as_deref()?);
-        match t.limits_for(gpu, nranks) {
-            Ok(limits) => Some(limits),
-            Err(why) => {
-                let mut warned = WARNED.lock();
-                if !warned.iter().any(|(g, n)| g == gpu && *n == nranks) {
-                    warned.push((gpu.to_string(), nranks));
-                    tracing::warn!("tuning file {path} {why}; it is ignored for this communicator");
-                }
-                None
+        let found = t.limits_for(gpu, nranks);
+        let mut seen = SEEN.lock();
+        if !seen.iter().any(|(g, n)| g == gpu && *n == nranks) {
+            seen.push((gpu.to_string(), nranks));
+            match &found {
+                Ok(_) => tracing::info!("tuning file {path}: the entry of {gpu} at {nranks} ranks sets rcclx's limits"),
+                Err(why) => tracing::warn!("tuning file {path} {why}; it is ignored for this communicator"),
             }
         }
+        found.ok()
     }
 }
 
@@ -195,33 +240,41 @@ mod tests {
     use crate::collective::Coll;
     use std::collections::HashMap;
 
-    const FILE: &str = "# written by python -m rcclx tune\nrcclx_version = \"0.1.0\"\ngpu = \"NVIDIA H200\" # the name\nnranks = 2\n\n[allreduce]\nmax_bytes = 67_108_864\n\n[alltoall]\nmax_bytes = 16777216\n";
+    const FILE: &str = "# written by python -m rcclx tune\nrcclx_version = \"0.1.0\"\n\n[[measured]]\ngpu = \"NVIDIA H200\" # the name\nnranks = 2\nallreduce = 67_108_864\nalltoall = 16777216\n\n[[measured]]\ngpu = \"NVIDIA H200\"\nnranks = 8\nallreduce = 8388608\n";
 
     #[test]
     fn parses_what_the_tuner_writes() {
         let (t, v) = parse(FILE).unwrap();
         assert_eq!(v, "0.1.0");
-        assert_eq!((t.gpu.as_str(), t.nranks), ("NVIDIA H200", 2));
+        assert_eq!(t.entries.len(), 2);
+        let e = &t.entries[0];
+        assert_eq!((e.gpu.as_str(), e.nranks), ("NVIDIA H200", 2));
         let mut want = [None; COUNT];
         want[Coll::AllReduce as usize] = Some(64 << 20);
         want[Coll::AllToAll as usize] = Some(16 << 20);
-        assert_eq!(t.max_bytes, want);
+        assert_eq!(e.max_bytes, want);
+        assert_eq!(t.entries[1].nranks, 8);
+        assert_eq!(t.entries[1].max_bytes[Coll::AllReduce as usize], Some(8 << 20));
     }
 
     #[test]
     fn malformed_files_name_the_line() {
         let cases = [
-            (FILE.replace("[alltoall]", "[alltoallv]"), "line 9: unknown collective"),
-            (FILE.replace("nranks = 2", "nranks = 1"), "line 4: nranks = 1"),
-            (FILE.replace("nranks = 2", "nranks = two"), "line 4"),
-            (FILE.replace("67_108_864", "-1"), "line 7: max_bytes = -1"),
+            (FILE.replace("alltoall =", "alltoallv ="), "line 8: unknown key alltoallv"),
+            (FILE.replace("nranks = 2", "nranks = 1"), "line 6: nranks = 1"),
+            (FILE.replace("nranks = 2", "nranks = two"), "line 6"),
+            (FILE.replace("67_108_864", "-1"), "line 7: allreduce = -1"),
             (FILE.replace("67_108_864", "64M"), "line 7"),
-            (FILE.replace("gpu = \"NVIDIA H200\"", "gpu = NVIDIA"), "line 3"),
-            (FILE.replace("[alltoall]", "[allreduce]"), "line 9: [allreduce] twice"),
+            (FILE.replace("gpu = \"NVIDIA H200\" #", "gpu = NVIDIA #"), "line 5"),
+            (FILE.replace("alltoall = 16777216", "allreduce = 1"), "line 8: allreduce twice"),
             (FILE.replace("nranks = 2", "nranks = 2\nnranks = 4"), "nranks twice"),
-            (FILE.replace("max_bytes = 16777216", "min_bytes = 1"), "unknown key min_bytes"),
-            (FILE.replace("nranks = 2\n", ""), "no nranks"),
+            (FILE.replace("nranks = 8", "nranks = 2"), "line 10: a second entry for NVIDIA H200 at 2 ranks"),
+            (FILE.replace("nranks = 2\n", ""), "the entry of line 4: no nranks"),
+            (FILE.replace("gpu = \"NVIDIA H200\"\nnranks = 8", "nranks = 8"), "the entry of line 10: no gpu"),
+            (FILE.replace("[[measured]]", "[allreduce]"), "line 4: unknown table [allreduce]"),
             (FILE.replace("rcclx_version = \"0.1.0\"\n", ""), "no rcclx_version"),
+            ("rcclx_version = \"0.1.0\"\ngpu = \"x\"\n".into(), "line 2: unknown key gpu (outside"),
+            ("rcclx_version = \"0.1.0\"\n".into(), "no [[measured]] entry"),
             ("just text".into(), "line 1: expected `key = value`"),
         ];
         for (text, want) in cases {
@@ -231,13 +284,14 @@ mod tests {
     }
 
     #[test]
-    fn stale_files_are_ignored_for_what_they_do_not_describe() {
+    fn a_communicator_takes_the_entry_of_its_gpu_and_rank_count() {
         let (t, _) = parse(FILE).unwrap();
-        assert!(t.limits_for("NVIDIA H200", 2).is_ok());
+        assert_eq!(t.limits_for("NVIDIA H200", 2).unwrap()[Coll::AllReduce as usize], Some(64 << 20));
+        assert_eq!(t.limits_for("NVIDIA H200", 8).unwrap()[Coll::AllReduce as usize], Some(8 << 20));
         let gpu = t.limits_for("NVIDIA H100 80GB HBM3", 2).unwrap_err();
-        assert!(gpu.contains("measured on NVIDIA H200"), "{gpu}");
-        let ranks = t.limits_for("NVIDIA H200", 8).unwrap_err();
-        assert!(ranks.contains("at 2 ranks") && ranks.contains("has 8"), "{ranks}");
+        assert!(gpu.contains("no entry for NVIDIA H100 80GB HBM3 at 2 ranks"), "{gpu}");
+        let ranks = t.limits_for("NVIDIA H200", 4).unwrap_err();
+        assert!(ranks.contains("it has NVIDIA H200 at 2 ranks, NVIDIA H200 at 8 ranks"), "{ranks}");
         assert!(check_version(t.clone(), "0.1.0", "0.1.0").is_ok());
         let v = check_version(t, "0.0.9", "0.1.0").unwrap_err();
         assert!(v.contains("rcclx 0.0.9") && v.contains("rcclx 0.1.0"), "{v}");
@@ -280,7 +334,7 @@ mod tests {
         let (s, w) = load(&lookup(&[("XDG_CONFIG_HOME", dir_s)]), "0.1.0");
         assert_eq!(w, None);
         assert_eq!(s.path.as_deref(), file.to_str());
-        assert_eq!(s.tuning.as_ref().unwrap().max_bytes[0], Some(64 << 20));
+        assert_eq!(s.tuning.as_ref().unwrap().entries[0].max_bytes[0], Some(64 << 20));
         let (s, w) = load(&lookup(&[("XDG_CONFIG_HOME", dir_s)]), "0.2.0");
         assert!(s.tuning.is_none(), "{s:?}");
         let w = w.unwrap();

@@ -381,7 +381,7 @@ fn nccl_algo_and_proto_are_said_not_to_steer_rcclx() {
 fn stale_or_malformed_tuning_file_is_warned() {
     let Some(s) = Setup::new("tuning") else { return };
     let file = s.dir.join("tuning.toml");
-    let head = "gpu = \"NVIDIA H200\"\nnranks = 2\n[allreduce]\nmax_bytes = 1048576\n";
+    let head = "[[measured]]\ngpu = \"NVIDIA H200\"\nnranks = 2\nallreduce = 1048576\n";
     for (text, why) in [
         (format!("rcclx_version = \"0.0.1\"\n{head}"), "was written for rcclx 0.0.1"),
         (format!("rcclx_version = \"{}\"\n{head}[allreduce]\n", env!("CARGO_PKG_VERSION")), "is malformed (line 6"),

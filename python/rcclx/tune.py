@@ -17,9 +17,11 @@ per rank runs rcclx's LL kernel whatever the limit (the printed table shows each
 ratios). The same selection reads JSON files of earlier runs (``--from``), with no GPU.
 
 The file: ``RCCLX_TUNING_FILE``, else ``$XDG_CONFIG_HOME/rcclx/tuning.toml``, else
-``~/.config/rcclx/tuning.toml``. It records the GPU's name, the rank count and the rcclx version;
-rcclx ignores it, with a warning, for another GPU or rank count and when another rcclx version
-wrote it. Variables that set a limit win over the file.
+``~/.config/rcclx/tuning.toml``. It holds one entry per GPU name and rank count (``[[measured]]``):
+a run replaces the entry of its own and keeps the others (a file another rcclx version wrote, or
+one it cannot read, is replaced whole). A communicator takes the entry of its GPU and rank count
+(rcclx logs which at INFO) and ignores the file, with a warning, where it has none, or when
+another rcclx version wrote it. Variables that set a limit win over the file.
 """
 
 import glob
@@ -134,17 +136,69 @@ def choose(runs, margin=DEFAULT_MARGIN):
     return gpus.pop(), ranks.pop(), limits, tables
 
 
-def render(gpu, nranks, version, limits, comment=""):
-    """The tuning file's text (the TOML subset ``tuning::parse`` reads)."""
-    for text in (gpu, version):
+def render(entries, version, comment=""):
+    """The tuning file's text (the TOML subset ``tuning::parse`` reads): ``entries`` is a list of
+    ``(gpu, nranks, {collective: limit})``, one ``[[measured]]`` table each."""
+    for text in [version] + [gpu for gpu, _, _ in entries]:
         if '"' in text or "\\" in text or "\n" in text:
             raise ValueError(f"cannot write {text!r} in the tuning file")
     lines = [f"# {line}" for line in comment.splitlines()]
-    lines += [f'rcclx_version = "{version}"', f'gpu = "{gpu}"', f"nranks = {nranks}"]
-    for name, _, _ in COLLECTIVES:
-        if name in limits:
-            lines += ["", f"[{name}]", f"max_bytes = {int(limits[name])}  # {human(int(limits[name]))}"]
+    lines.append(f'rcclx_version = "{version}"')
+    for gpu, nranks, limits in entries:
+        lines += ["", "[[measured]]", f'gpu = "{gpu}"', f"nranks = {nranks}"]
+        for name, _, _ in COLLECTIVES:
+            if name in limits:
+                lines.append(f"{name} = {int(limits[name])}  # {human(int(limits[name]))}")
     return "\n".join(lines) + "\n"
+
+
+def _strip_comment(line):
+    """``line`` without a ``# comment`` outside a string."""
+    quoted = False
+    for i, c in enumerate(line):
+        if c == '"':
+            quoted = not quoted
+        elif c == "#" and not quoted:
+            return line[:i].strip()
+    return line.strip()
+
+
+def read_entries(path, version):
+    """The entries of the tuning file at ``path`` as ``render`` takes them, if this rcclx
+    ``version`` wrote it in the format it reads; ``None`` (the file is replaced) otherwise."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:
+        return None
+    names = {name for name, _, _ in COLLECTIVES}
+    entries, wrote = [], None
+    for raw in text.splitlines():
+        line = _strip_comment(raw)
+        if not line:
+            continue
+        if line == "[[measured]]":
+            entries.append(["", 0, {}])
+            continue
+        key, sep, value = (part.strip() for part in line.partition("="))
+        quoted = len(value) >= 2 and value[0] == value[-1] == '"'
+        number = value.replace("_", "")
+        if not sep:
+            return None
+        if key == "rcclx_version" and not entries and quoted:
+            wrote = value[1:-1]
+        elif entries and key == "gpu" and quoted:
+            entries[-1][0] = value[1:-1]
+        elif entries and key in names | {"nranks"} and number.isdigit():
+            if key == "nranks":
+                entries[-1][1] = int(number)
+            else:
+                entries[-1][2][key] = int(number)
+        else:
+            return None
+    if wrote != version or not all(gpu and n for gpu, n, _ in entries):
+        return None
+    return [tuple(e) for e in entries]
 
 
 def table(tables, limits, margin):
@@ -266,13 +320,17 @@ def main(args, version, library_info):
     print(table(tables, limits, args.margin), file=sys.stderr)
     comment = (f"Written by `python -m rcclx tune` {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, {source}.\n"
                f"DDA limits: rcclx's kernels up to max_bytes, the stock library above (margin {args.margin:g}).")
-    text = render(gpu, nranks, version, limits, comment)
+    # This run's entry replaces the one of its GPU and rank count; the file keeps the others.
+    kept = [e for e in read_entries(out_path, version) or [] if (e[0], e[1]) != (gpu, nranks)]
+    entries = sorted(kept + [(gpu, nranks, limits)], key=lambda e: (e[0], e[1]))
+    text = render(entries, version, comment)
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     tmp = out_path + ".tmp"
     with open(tmp, "w") as f:
         f.write(text)
     os.replace(tmp, out_path)
-    print(f"rcclx tune: wrote {out_path} ({gpu}, {nranks} ranks, rcclx {version})", file=sys.stderr)
+    others = "".join(f"; kept {g} at {n} ranks" for g, n, _ in kept)
+    print(f"rcclx tune: wrote {out_path} ({gpu}, {nranks} ranks, rcclx {version}{others})", file=sys.stderr)
     if args.out and args.out != default_path():
         print(f"rcclx tune: rcclx reads it with RCCLX_TUNING_FILE={out_path}", file=sys.stderr)
     return 0

@@ -91,6 +91,31 @@ class Selection(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "one rank count"):
             tune.choose(self.runs + [other])
 
+    def test_a_run_replaces_its_own_entry_and_keeps_the_others(self):
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "tuning.toml")
+            with open(out, "w") as f:
+                f.write(tune.render([("NVIDIA H200", 2, {"allreduce": 1}), ("NVIDIA H200", 8, {"alltoall": 4096}),
+                                     ("NVIDIA H100 80GB HBM3", 2, {})], rcclx.__version__, "an old comment"))
+            rc, err = run_cli(["tune", "--from", self.tmp.name, "--out", out])
+            self.assertEqual(rc, 0, err)
+            self.assertIn("; kept NVIDIA H100 80GB HBM3 at 2 ranks", err)
+            self.assertIn("; kept NVIDIA H200 at 8 ranks", err)
+            entries = tune.read_entries(out, rcclx.__version__)
+            self.assertEqual([(g, n) for g, n, _ in entries],
+                             [("NVIDIA H100 80GB HBM3", 2), ("NVIDIA H200", 2), ("NVIDIA H200", 8)])
+            self.assertEqual(entries[1][2]["allreduce"], 64 * MIB)  # this run's, not the old 1
+            self.assertEqual(entries[2][2], {"alltoall": 4096})
+            # Another version's file, or one it cannot read, is replaced whole.
+            for text in (open(out).read().replace(rcclx.__version__, "0.0.1"), "gpu = 3\n"):
+                with open(out, "w") as f:
+                    f.write(text)
+                self.assertIsNone(tune.read_entries(out, rcclx.__version__))
+                rc, err = run_cli(["tune", "--from", self.tmp.name, "--out", out])
+                self.assertEqual(rc, 0, err)
+                self.assertEqual([(g, n) for g, n, _ in tune.read_entries(out, rcclx.__version__)],
+                                 [("NVIDIA H200", 2)])
+
     def test_file_written_and_read_by_rcclx(self):
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "sub", "tuning.toml")
@@ -99,9 +124,10 @@ class Selection(unittest.TestCase):
             self.assertIn(f"wrote {out} (NVIDIA H200, 2 ranks, rcclx {rcclx.__version__})", err)
             with open(out) as f:
                 text = f.read()
-            self.assertIn(f'rcclx_version = "{rcclx.__version__}"\ngpu = "NVIDIA H200"\nnranks = 2\n', text)
-            self.assertIn("[allreduce]\nmax_bytes = 67108864", text)
-            self.assertNotIn("[broadcast]", text)  # not measured: its default stays
+            self.assertIn(f'rcclx_version = "{rcclx.__version__}"\n\n[[measured]]\ngpu = "NVIDIA H200"\nnranks = 2\n',
+                          text)
+            self.assertIn("allreduce = 67108864", text)
+            self.assertNotIn("broadcast =", text)  # not measured: its default stays
             lib = library()
             if lib is None:
                 self.skipTest("librcclx.so not installed: the library's reading is not checked")
@@ -109,10 +135,10 @@ class Selection(unittest.TestCase):
             try:
                 info, why = cli._library_info(lib, None)
                 self.assertIsNotNone(info, why)
-                self.assertEqual(info["tuning_file"], {
-                    "path": out, "gpu": "NVIDIA H200", "nranks": 2,
+                self.assertEqual(info["tuning_file"], {"path": out, "entries": [{
+                    "gpu": "NVIDIA H200", "nranks": 2,
                     "max_bytes": {"allreduce": 64 * MIB, "allgather": 16 * MIB, "reducescatter": 16 * MIB,
-                                  "alltoall": 16 * MIB}})
+                                  "alltoall": 16 * MIB}}]})
                 with open(out, "w") as f:
                     f.write(text.replace(rcclx.__version__, "0.0.1"))
                 info, why = cli._library_info(lib, None)
@@ -191,9 +217,9 @@ class Measure(unittest.TestCase):
             self.assertEqual(rc, 0)
             with open(out) as f:
                 text = f.read()
-            self.assertIn('rcclx_version = "9.9.9"\ngpu = "NVIDIA H200"\nnranks = 2\n', text)
-            self.assertIn("[allreduce]\nmax_bytes = 67108864", text)
-            self.assertIn("[alltoall]\nmax_bytes = 16777216", text)
+            self.assertIn('rcclx_version = "9.9.9"\n\n[[measured]]\ngpu = "NVIDIA H200"\nnranks = 2\n', text)
+            self.assertIn("allreduce = 67108864", text)
+            self.assertIn("alltoall = 16777216", text)
 
 
 class Refusal(unittest.TestCase):

@@ -62,8 +62,8 @@ pub extern "C" fn rcclxGetUpstreamPath() -> *const c_char {
 /// default), `gpu_runtime` (`vendor`, `library`, or `error`) and `devices` (per visible device:
 /// `device`, `arch`, `kernels`, the target of the kernels rcclx runs there or null, and
 /// `fp8_format`, the FP8 format of those kernels' codes or null; or `device` and `error`), and
-/// `tuning_file` (null when none is found; else `path` and `gpu`, `nranks`, `max_bytes` per
-/// collective it sets, or `path` and `error`, why it is ignored).
+/// `tuning_file` (null when none is found; else `path` and `entries`, each `gpu`, `nranks` and
+/// `max_bytes` per collective it sets; or `path` and `error`, why it is ignored).
 /// Computed once, at the first call (which loads the GPU runtime); the string lives as long as
 /// the process. `python -m rcclx info` prints it.
 #[unsafe(no_mangle)]
@@ -128,18 +128,24 @@ fn info_json() -> String {
     let tuning = match (&t.path, &t.tuning) {
         (None, _) => "null".into(),
         (Some(path), Some(f)) => {
-            let limits: Vec<String> = crate::collective::COLLS
+            let entries: Vec<String> = f
+                .entries
                 .iter()
-                .zip(f.max_bytes)
-                .filter_map(|(s, max)| Some(format!("{}: {}", q(s.name), max?)))
+                .map(|e| {
+                    let limits: Vec<String> = crate::collective::COLLS
+                        .iter()
+                        .zip(e.max_bytes)
+                        .filter_map(|(s, max)| Some(format!("{}: {}", q(s.name), max?)))
+                        .collect();
+                    format!(
+                        "{{\"gpu\": {}, \"nranks\": {}, \"max_bytes\": {{{}}}}}",
+                        q(&e.gpu),
+                        e.nranks,
+                        limits.join(", ")
+                    )
+                })
                 .collect();
-            format!(
-                "{{\"path\": {}, \"gpu\": {}, \"nranks\": {}, \"max_bytes\": {{{}}}}}",
-                q(path),
-                q(&f.gpu),
-                f.nranks,
-                limits.join(", ")
-            )
+            format!("{{\"path\": {}, \"entries\": [{}]}}", q(path), entries.join(", "))
         }
         (Some(path), None) => format!("{{\"path\": {}, \"error\": {}}}", q(path), q(t.error.as_deref().unwrap_or(""))),
     };
