@@ -672,7 +672,7 @@ fi
 #   exact     RCCLX_HIER_EXACT=1, rcclx_check: AllReduce on the exact hierarchy, AllGather and
 #             ReduceScatter forwarded (routes checked against the model), int32 bitwise, floats
 #             within the model's tolerance, every op, odd counts, in place and out of place
-#   fp8 int8  RCCL_LOW_PRECISION_ENABLE=1 RCCLX_LP_MIN_BYTES=0: AllReduce and ReduceScatter of
+#   fp8 int8  RCCL_LOW_PRECISION_ENABLE=1 RCCLX_LP_MIN_BYTES=0 RCCLX_HIER_RS=1: AllReduce and ReduceScatter of
 #             bf16, float and half within 0.2 x sum|inputs| per element (int8: plus 0.035 x N
 #             absolute), an AllReduce's the same bits on every rank
 # At 2x2 (HOSTS_PARTS, default all): graph (one CUDA graph of AllReduces, 20 replays, exact and
@@ -689,7 +689,7 @@ if step hosts; then
   sim_start "$HO"
   BX=(env RCCLX_BENCH_SIM_HOSTS=hostsim RCCLX_TIMEOUT_MS=20000 NCCL_DEBUG=WARN)
   CK=("$B/rcclx_check" --libs "$LIBS" -g 1)
-  LP=(RCCL_LOW_PRECISION_ENABLE=1 RCCLX_LP_MIN_BYTES=0)
+  LP=(RCCL_LOW_PRECISION_ENABLE=1 RCCLX_LP_MIN_BYTES=0 RCCLX_HIER_RS=1)
   hosts_shape() {
     local il=0 s=$1 h l n abs codec
     if [[ $s == i* ]]; then il=1 s=${s#i}; fi

@@ -414,6 +414,7 @@ config_table! {
     dda_sendbuf_bytes: Option<u64> = None, "RCCL_DDA_SENDBUF_BYTES", "per-rank staging buffer of DDA and low precision (unset: 16 MiB, 32 MiB when a low-precision switch is on); at least 64 KiB, whole 4 KiB pages";
     lowp_enable: bool = false, "RCCL_LOW_PRECISION_ENABLE", "`1`: low precision for every collective that has it (AllReduce, AllGather, ReduceScatter, AllToAll)";
     lowp_codec: LowpCodec = LowpCodec::Fp8, "RCCLX_LOW_PRECISION_CODEC", "`fp8` or `int8`: the wire format of the low-precision collectives (block-scaled, same bytes; int8 has about 4x less error)";
+    hier_rs: bool = false, "RCCLX_HIER_RS", "`1`: on a communicator spanning hosts with low precision on, ReduceScatter runs rcclx's plan (exact in each host, FP8/INT8 codes between hosts) instead of going to the stock library; off by default until it has run on a GPU (CPU-checked only)";
     hier_exact: bool = false, "RCCLX_HIER_EXACT", "`1`: on a communicator spanning hosts, AllReduce calls that low precision does not take run the exact hierarchy (rcclx ReduceScatter in each host, the stock AllReduce across hosts, rcclx AllGather in each host) instead of going to the stock library; off by default, as it has only been measured faster than stock on simulated hosts";
     lowp_min_bytes: Option<u64> = None, "RCCLX_LP_MIN_BYTES", "low precision only for messages of at least this many bytes (set: the same for every collective)";
     gpu_runtime: Option<String> = None, "RCCLX_GPU_RUNTIME", "`cuda` or `hip`: the only GPU runtime rcclx may load (unset: cuda, then hip)";

@@ -196,11 +196,13 @@ pub struct Policies {
     /// 1: across hosts, AllReduce runs the exact hierarchy where low precision does not apply
     /// (`RCCLX_HIER_EXACT`).
     pub hier_exact: u64,
+    /// 1: across hosts, ReduceScatter with low precision runs its plan (`RCCLX_HIER_RS`).
+    pub hier_rs: u64,
 }
 
 impl Default for Policies {
     fn default() -> Self {
-        Policies { colls: [Policy::default(); COUNT], ll_max: 0, int8: 0, hier_exact: 0 }
+        Policies { colls: [Policy::default(); COUNT], ll_max: 0, int8: 0, hier_exact: 0, hier_rs: 0 }
     }
 }
 
@@ -241,6 +243,7 @@ impl Policies {
             ll_max: c.dda_ll_max_bytes.unwrap_or(LL_MAX[row]),
             int8: (c.lowp_codec == LowpCodec::Int8) as u64,
             hier_exact: c.hier_exact as u64,
+            hier_rs: c.hier_rs as u64,
         }
     }
 
@@ -279,10 +282,10 @@ impl Policies {
         self.hier_exact != 0 || self.lowp_across_hosts()
     }
 
-    /// Some collective runs with low precision across hosts (AllReduce, ReduceScatter): the
-    /// ranks then have the rail scratch.
+    /// Some collective runs with low precision across hosts (AllReduce; ReduceScatter with
+    /// `RCCLX_HIER_RS`): the ranks then have the rail scratch.
     pub fn lowp_across_hosts(&self) -> bool {
-        self.of(Coll::AllReduce).lowp != 0 || self.of(Coll::ReduceScatter).lowp != 0
+        self.of(Coll::AllReduce).lowp != 0 || (self.hier_rs != 0 && self.of(Coll::ReduceScatter).lowp != 0)
     }
 }
 
@@ -434,15 +437,15 @@ fn takes_lowp(call: &CallDesc, policy: &Policy, bytes: u64) -> bool {
 /// [`decide`] on a communicator spanning hosts: AllReduce takes the hierarchy, with low
 /// precision on the rails where it would take it on one host, else exact where
 /// `RCCLX_HIER_EXACT` asks for it (and each host has ranks to reduce over); ReduceScatter takes
-/// it with low precision only, where every host's ranks are evenly spaced alike (its blocks are
-/// then a strided window); everything else forwards.
+/// it with low precision only, where `RCCLX_HIER_RS` asks for it and every host's ranks are
+/// evenly spaced alike (its blocks are then a strided window); everything else forwards.
 fn across_hosts(call: &CallDesc, comm: &CommFacts, bytes: u64) -> Route {
     use Route::Upstream as Up;
     let policy = comm.policies.of(call.coll);
     let codec = if comm.policies.int8 != 0 { LowpCodec::Int8 } else { LowpCodec::Fp8 };
     match call.coll {
         Coll::AllReduce => {}
-        Coll::ReduceScatter if comm.rank_step != 0 && takes_lowp(call, policy, bytes) => {
+        Coll::ReduceScatter if comm.policies.hier_rs != 0 && comm.rank_step != 0 && takes_lowp(call, policy, bytes) => {
             return Route::AcrossHosts(Some(codec));
         }
         _ => return Up(Reason::MultiHost),
@@ -621,7 +624,7 @@ mod tests {
     fn across_hosts_allreduce_and_low_precision_reduce_scatter_run() {
         let across = |local: usize, lowp: bool, exact: bool, int8: bool| {
             let mut p = policies(2 * local, lowp);
-            (p.hier_exact, p.int8) = (exact as u64, int8 as u64);
+            (p.hier_exact, p.int8, p.hier_rs) = (exact as u64, int8 as u64, 1);
             CommFacts { nranks: local, hosts: 2, rank_step: 1, policies: p }
         };
         let call = |coll, count, dtype, op| CallDesc { coll, count, dtype, op: ncclRedOp_t(op), root: 0 };
@@ -653,6 +656,10 @@ mod tests {
         let Route::AcrossHosts(Some(LowpCodec::Fp8)) = decide(&rs, &across(2, true, true, false)) else { panic!() };
         let uneven = CommFacts { rank_step: 0, ..across(2, true, true, false) };
         assert_eq!(decide(&rs, &uneven), Route::Upstream(Reason::MultiHost));
+        let mut off = across(2, true, true, false);
+        off.policies.hier_rs = 0;
+        assert_eq!(decide(&rs, &off), Route::Upstream(Reason::MultiHost), "RCCLX_HIER_RS unset");
+        assert!(!off.policies.lowp_across_hosts() || off.policies.of(Coll::AllReduce).lowp != 0);
         assert_eq!(decide(&rs, &across(2, false, true, false)), Route::Upstream(Reason::MultiHost));
         let rs_max = call(Coll::ReduceScatter, 16 << 20, ncclDataType_t::Bfloat16, 3);
         assert_eq!(decide(&rs_max, &across(2, true, true, false)), Route::Upstream(Reason::MultiHost));

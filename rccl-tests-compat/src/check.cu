@@ -125,6 +125,7 @@ struct RouteModel {
   uint64_t ll128Max = 0;     // RCCLX_LL128_MAX_BYTES (0: off)
   int local = 0;             // ranks per simulated host (RCCLX_BENCH_SIM_LOCAL; 0: one host)
   bool hierExact = false;    // RCCLX_HIER_EXACT
+  bool hierRs = false;       // RCCLX_HIER_RS
 };
 static RouteModel g_model;
 
@@ -164,7 +165,7 @@ static std::string expectedRoute(CollId coll, const TypeDesc* type, OpId op, siz
   const int local = g_model.local;
   if (local > 0 && local < nranks) {  // several hosts: AllReduce, and ReduceScatter with low precision
     const bool lowp = g_model.lowpAll && lowpType && sum && bytes >= lowpMin;
-    if (coll == COLL_RS && lowp) return "reducescatter.hier";  // hosts contiguous or round-robin
+    if (coll == COLL_RS && lowp && g_model.hierRs) return "reducescatter.hier";  // hosts contiguous or round-robin
     if (coll != COLL_AR) return "forwarded";
     if (lowp) return "allreduce.hier";
     if (!g_model.hierExact || local < 2 || (int)type->type > 9 || op == OP_MULSUM) return "forwarded";
@@ -251,6 +252,7 @@ static bool routeExpectations(const Lib& B, int proc) {
   }
   if (const char* sl = getenv("RCCLX_BENCH_SIM_LOCAL")) g_model.local = atoi(sl);
   if (envSet(B, "RCCLX_HIER_EXACT", &v)) g_model.hierExact = v == "1";
+  if (envSet(B, "RCCLX_HIER_RS", &v)) g_model.hierRs = v == "1";
   if (envSet(B, "RCCLX_LL128_MAX_BYTES", &v)) {
     char* end = nullptr;
     const long long ll128 = strtoll(v.c_str(), &end, 10);

@@ -57,7 +57,7 @@ pub struct Record {
 }
 
 /// "rcclx_ve": bumped whenever the layout or meaning of a field, or the exchanges, change.
-pub const MAGIC: u64 = 0x7263_636c_785f_7666;
+pub const MAGIC: u64 = 0x7263_636c_785f_7667;
 pub const BYTES: usize = std::mem::size_of::<Record>();
 const _: () = assert!(BYTES.is_multiple_of(8));
 
