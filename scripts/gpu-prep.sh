@@ -23,6 +23,7 @@ rm -rf .carry && mkdir -p .carry/bench
 cp "$T/librcclx.so" .carry/
 for bin in $BINS; do cp "$T/$bin" .carry/; done
 cp gpu-tests/fidelity/build/fidelity .carry/
+cc -O1 -o .carry/p2p_level tests/gpu/p2p_level.c -ldl
 cp rccl-tests-compat/build/*_perf rccl-tests-compat/build/rcclx_check .carry/bench/
 (cd .carry && strip --strip-debug librcclx.so $BINS fidelity bench/* 2>/dev/null) || true
 du -sh .carry

@@ -7,8 +7,8 @@
 # Environment:
 #   NRANKS=2          ranks (GPUs) to use; 4 and 8 need that many GPUs
 #   STEPS="..."       subset of: info selftest check stress graph timeout fidelity lowp lpgraph bench benchsym
-#                     lpbench torch vllm a2av moebench e2e train plots ranks lifecycle time tune x2 sim hosts
-#                     (default: all but time, tune, x2, sim and hosts)
+#                     lpbench torch vllm a2av moebench e2e train plots ranks lifecycle capture time tune x2
+#                     sim hosts p2p (default: all but time, tune, x2, sim, hosts and p2p)
 #                     sim: simulated hosts on one GPU (issue 46): every program twice, stock alone and
 #                     rcclx preloaded, one process per rank, N ranks on GPU 0 (needs 1 GPU; see the step)
 #                     hosts: communicators spanning simulated hosts (issue 47): the hierarchy, exact and
@@ -512,6 +512,15 @@ if step capture; then
     run capture-memory-n$n 120 "$ART/lifecycle" --nranks "$n" --cycles 2
     run capture-memory-lowp-n$n 120 env RCCL_LOW_PRECISION_ENABLE=1 "$ART/lifecycle" --nranks "$n" --cycles 2
   done
+fi
+
+# NCCL_P2P_LEVEL as the stock library reads it (issue 49; not in the default STEPS): one-rank
+# communicators with each value (tests/gpu/p2p_level.c, built by scripts/gpu-prep.sh); stock's
+# INFO line gives the level it took. OUT/p2p-levels.tsv is tests/data/nccl-p2p-levels.tsv, which
+# src/topo.rs's test compares with rcclx's reading.
+if step p2p; then
+  run p2p-level 120 bash -c '"$@" > "$0"' "$OUT/p2p-levels.tsv" "$ART/p2p_level" "$STOCK" \
+    LOC NVL NVB C2C PIX PXB P2C PXN PHB SYS 0 1 2 3 4 5 9 0x2 07 nvl bogus ""
 fi
 
 # Simulated hosts (issue 46; not in the default STEPS): N ranks as N processes on GPU 0, each a
