@@ -11,7 +11,8 @@
 //! What is read: gfx942, the code object itself (`llvm-objdump -d`, `llvm-readelf --notes`, LLVM
 //! 17 or later); gfx950, which LLVM 19 cannot disassemble, the assembly the compiler assembled into the
 //! code object (`-save-temps=obj`, `toolchain.rs`; gfx942 falls back to it too); sm_90,
-//! `cuobjdump -res-usage` of the fatbin. The NVIDIA release needs no rule: ptxas emits it as
+//! `cuobjdump -res-usage` of the fatbin. Outside CI an AMD object it cannot read is left out
+//! (`enforce`) unless `RCCLX_ISA_CHECK=off`. The NVIDIA release needs no rule: ptxas emits it as
 //! `MEMBAR.*.SYS` (which itself waits) followed by the store, with nothing a compiler can drop.
 //! Used by `build/main.rs`, `gpu-tests/build.rs` and `tests/isa_check.rs`. Uses only `std`.
 #![allow(dead_code)]
@@ -348,17 +349,28 @@ pub fn check(
     }
 }
 
+/// The variable that, set to `off`, lets an AMD code object the check cannot read ship
+/// unchecked (with a warning) instead of being left out.
+pub const OFF_VAR: &str = "RCCLX_ISA_CHECK";
+
+/// Whether [`OFF_VAR`] is `off`.
+pub fn turned_off() -> bool {
+    std::env::var(OFF_VAR).is_ok_and(|v| v.trim() == "off")
+}
+
 /// Checks every built code object of a build script and applies the policy: with `require`
 /// (CI), a finding or a code object that could not be read panics; otherwise each is a cargo
 /// warning, and a target with a release that lacks its wait is left out (its GPUs forward:
-/// wrong results are worse than none). Returns the targets to leave out and the report for
-/// `isa-check.txt`.
+/// wrong results are worse than none), as is an AMD target whose code object could not be read
+/// (its memory model is proven by this check alone) unless `unchecked_ok` ([`turned_off`]).
+/// Returns the targets to leave out and the report for `isa-check.txt`.
 pub fn enforce(
     what: &str,
     outcomes: &[(Target, Outcome)],
     src: &Path,
     repo: &Path,
     require: bool,
+    unchecked_ok: bool,
 ) -> (Vec<Target>, String) {
     let mut report = String::new();
     let mut rejected = Vec::new();
@@ -396,7 +408,15 @@ pub fn enforce(
             Err(e) => {
                 report.push_str(&format!("# {}: NOT CHECKED: {e}\n", target.name()));
                 failures.push(format!("{} not checked: {e}", target.name()));
-                if !require {
+                let amd = matches!(target, Target::Gfx942 | Target::Gfx950);
+                if !require && amd && !unchecked_ok {
+                    rejected.push(*target);
+                    println!(
+                        "cargo:warning={what}: {} left out: its machine code could not be checked ({e}); \
+                         {OFF_VAR}=off ships it unchecked",
+                        target.name()
+                    );
+                } else if !require {
                     println!("cargo:warning={what}: machine code of {} not checked: {e}", target.name());
                 }
             }

@@ -43,6 +43,7 @@ fn main() {
         "RCCLX_KERNEL_REPORT",
         "RCCLX_NO_KERNELS",
         "RCCLX_CUOBJDUMP",
+        isa_check::OFF_VAR,
     ]) {
         println!("cargo:rerun-if-env-changed={var}");
     }
@@ -70,8 +71,9 @@ fn main() {
     let tu = instances();
     report::write_if_changed(&src, &tu);
     // The compile commands' source is part of the stamp: a changed flag recompiles.
+    let unchecked_ok = isa_check::turned_off();
     let inputs = format!(
-        "{tu}\n{}\n{}\n{}",
+        "{tu}\n{}\n{}\n{}\nunchecked ok: {unchecked_ok}",
         toolchain::available(&repo),
         include_str!("toolchain.rs"),
         include_str!("isa_check.rs")
@@ -104,7 +106,7 @@ fn main() {
     };
     let outcomes = toolchain::compile_all(&unit);
     let (mut built, resources) = report::collect("rcclx kernels", &outcomes, require, report);
-    let (rejected, isa_report) = isa_check::enforce("rcclx kernels", &outcomes, &src, &repo, require);
+    let (rejected, isa_report) = isa_check::enforce("rcclx kernels", &outcomes, &src, &repo, require, unchecked_ok);
     built.retain(|(t, _)| !rejected.contains(t));
     report::write_if_changed(&out_dir.join("isa-check.txt"), &isa_report);
     report::write_if_changed(&out_dir.join("kernels.rs"), &report::code_object_table(&built));

@@ -651,6 +651,7 @@ pub const TOOL_NAMES: &[&str] = &[
     "RCCLX_ZIG",
     "RCCLX_LLD_ZIG",
     "RCCLX_KERNEL_REPORT",
+    "RCCLX_ISA_CHECK",
     "RCCLX_GIT_HASH",
     "RCCLX_BLESS",
     "RCCLX_PRINT_IDENTITY",

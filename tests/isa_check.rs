@@ -124,3 +124,24 @@ fn planted_kernels_fail_their_rules() {
         assert_eq!(checked.len(), 3, "CI checks all three targets");
     }
 }
+
+/// A code object the check cannot read: an AMD target is left out (its memory model rests on
+/// this check alone) unless `RCCLX_ISA_CHECK=off`; NVIDIA's (whose rule is about speed) ships
+/// with a warning.
+#[test]
+fn unreadable_amd_code_objects_are_left_out_unless_the_check_is_off() {
+    let repo = common::repo();
+    let missing = std::path::PathBuf::from("/nonexistent/rcclx-isa-check/kernels.bin");
+    let built = |target, tool| (target, Outcome::Built { tool, log: String::new(), path: missing.clone() });
+    let outcomes = [
+        built(Target::Sm90, toolchain::Tool::Nvcc("/nonexistent/nvcc".into())),
+        built(Target::Gfx942, toolchain::Tool::Clang("/nonexistent/clang".into())),
+        built(Target::Gfx950, toolchain::Tool::Clang("/nonexistent/clang".into())),
+    ];
+    let src = repo.join("tests/data/isa/planted.cu");
+    let (rejected, report) = isa_check::enforce("test", &outcomes, &src, &repo, false, false);
+    assert_eq!(rejected, [Target::Gfx942, Target::Gfx950], "{report}");
+    assert_eq!(report.matches("NOT CHECKED").count(), 3, "{report}");
+    let (rejected, _) = isa_check::enforce("test", &outcomes, &src, &repo, false, true);
+    assert!(rejected.is_empty());
+}
