@@ -355,14 +355,14 @@ pub fn rs_layout(
     hosts: u64,
     local: u64,
     host: u64,
-    firsts: &[u64],
+    firsts: &[usize],
     step: u64,
     window: u64,
 ) -> Vec<RsLayout> {
     let body = count - count % 512;
     let stride = step * count;
     // Host h's blocks from element `at` of each (its local rank 0's block first).
-    let blocks = |h: u64, at: u64| At::Send(firsts[h as usize] * count + at);
+    let blocks = |h: u64, at: u64| At::Send(firsts[h as usize] as u64 * count + at);
     let mut steps = Vec::new();
     let mut at = 0;
     while at < body {
@@ -440,10 +440,10 @@ fn reduce_scatter_across_hosts(
     let sent = scratch + (window * elem).next_multiple_of(256);
     let bases = [bufs.send as u64, bufs.recv as u64, scratch];
     let addr = |x: At| x.address(bases, elem);
-    let rail = |piece| RailKernel { clique, family, func: kernel.func, cap: clique.resident_blocks(kernel), piece };
-    let firsts: Vec<u64> = span.firsts.iter().map(|&f| f as u64).collect();
+    let cap = clique.resident_blocks(kernel);
+    let rail = |piece| RailKernel { clique, family, func: kernel.func, cap, piece };
     let mut steps = Vec::new();
-    for s in rs_layout(call.count as u64, hosts, local, me as u64, &firsts, step, window) {
+    for s in rs_layout(call.count as u64, hosts, local, me as u64, &span.firsts, step, window) {
         match s {
             RsLayout::Host { count, stride, from, to } => steps.push(Step::Kernel(host_step(
                 clique,
@@ -654,9 +654,12 @@ mod tests {
     /// summed over every rank.
     fn simulate_rs(count: u64, hosts: u64, local: u64, interleaved: bool, window: u64, in_place: bool) {
         let n = hosts * local;
-        let (firsts, step): (Vec<u64>, u64) =
-            if interleaved { ((0..hosts).collect(), hosts) } else { ((0..hosts).map(|h| h * local).collect(), 1) };
-        let rank = |h: u64, l: u64| firsts[h as usize] + l * step;
+        let (firsts, step): (Vec<usize>, u64) = if interleaved {
+            ((0..hosts as usize).collect(), hosts)
+        } else {
+            ((0..hosts as usize).map(|h| h * local as usize).collect(), 1)
+        };
+        let rank = |h: u64, l: u64| firsts[h as usize] as u64 + l * step;
         let input = |r: u64, i: u64| ((r * 131 + i * 7) % 17) as f64 - 8.0;
         // Per rank: the input (n blocks), the output (in place: the own block of the input), the
         // scratch's host sum and its slots (one per host).
