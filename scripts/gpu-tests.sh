@@ -499,7 +499,8 @@ fi
 # another thread's global capture (with a control that must break one), an abort whose launch
 # is blocked behind a stuck kernel, and one clique's device memory per rank against its budget
 # at 2, 4 and 8 ranks, without and with low precision (its staging is twice as large), with the
-# captures on two streams (`capture-order`). CAPTURE_N="2 4 8" the teardown captures' rank counts.
+# captures on two streams (`capture-order`), and the stock library's asynchronous error on
+# rcclx's routes (two ranks as simulated hosts, one killed). CAPTURE_N="2 4 8" the teardown captures' rank counts.
 if step capture; then
   for n in ${CAPTURE_N:-2 4 8}; do
     for mode in global thread-local relaxed; do
@@ -512,6 +513,13 @@ if step capture; then
     run capture-memory-n$n 120 "$ART/lifecycle" --nranks "$n" --cycles 2
     run capture-memory-lowp-n$n 120 env RCCL_LOW_PRECISION_ENABLE=1 "$ART/lifecycle" --nranks "$n" --cycles 2
   done
+  # The stock library's asynchronous error (a dead peer on its sockets) fails rcclx's own routes
+  # as it fails stock's (tests/gpu/async_error.py): stock alone, then rcclx preloaded.
+  AE=(NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 python3 -m torch.distributed.run --standalone --no-python
+    --nproc_per_node=2 bash scripts/sim-host.sh python3 tests/gpu/async_error.py)
+  run capture-async-error-stock 120 env SIM_LOCAL=2 "${AE[@]}" --lib "$STOCK" --label stock
+  run capture-async-error-rcclx 120 env SIM_LOCAL=2 LD_PRELOAD="$LIB" RCCLX_TIMEOUT_MS=20000 NCCL_DEBUG=WARN \
+    "${AE[@]}" --lib "$LIB" --label rcclx
 fi
 
 # NCCL_P2P_LEVEL as the stock library reads it (issue 49; not in the default STEPS): one-rank
