@@ -48,6 +48,81 @@ pub enum Shape {
     PerRank,
 }
 
+/// How a kernel moves the bytes between GPUs: NCCL's protocol, kept apart from the algorithm
+/// (one-shot or two-shot, `intercept::Algo`) and the codec (none, FP8, INT8), as NCCL keeps
+/// its algorithms and protocols apart. One row of [`PROTOS`] each; a collective lists the ones
+/// it has kernels for ([`Spec::protos`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Proto {
+    /// Flagged 8-byte words (4 data bytes, 4 flag bytes) into each peer's LL inbox: no barrier,
+    /// the smallest messages.
+    Ll,
+    /// Flagged lines through credited rings (`hip_kernels/ll128.cuh`): above the LL sizes.
+    Ll128,
+    /// Copy-in to the staging buffers, a barrier per window, peers read (`common.cuh`).
+    #[default]
+    Window,
+    /// Pipelined per-block rings through the staging buffers, no barrier per window
+    /// (`hip_kernels/stream.cuh`).
+    Stream,
+}
+
+/// One protocol: what turns it on and what it has.
+#[derive(Debug)]
+pub struct ProtoSpec {
+    pub proto: Proto,
+    /// Its name for people and logs.
+    pub name: &'static str,
+    /// What chooses it for a call (variables, limits).
+    pub chosen_by: &'static str,
+    /// It has two-shot kernels for the collectives that run two-shot ([`Spec::two_shot`]).
+    pub two_shot: bool,
+    /// The device memory of its own each clique has while some collective may run it.
+    pub region: &'static str,
+}
+
+/// Every protocol, in [`Proto`] order. Adding one: a row here, the collectives' [`Spec::protos`],
+/// its kernels (`kernel_table`, `hip_kernels/`), its grid (`dda::grid`), where `decide` takes it
+/// (`intercept`), and its region (`clique::local`): `docs/ARCHITECTURE.md` has the recipe.
+pub const PROTOS: [ProtoSpec; 4] = [
+    ProtoSpec {
+        proto: Proto::Ll,
+        name: "LL",
+        chosen_by: "one rank's part up to RCCLX_DDA_LL_MAX_BYTES (by rank count)",
+        two_shot: false,
+        region: "the LL inbox (a part per source rank)",
+    },
+    ProtoSpec {
+        proto: Proto::Ll128,
+        name: "LL128",
+        chosen_by: "above the LL sizes up to RCCLX_LL128_MAX_BYTES (0, off, by default), where one-shot would run",
+        two_shot: false,
+        region: "the LL128 rings (only where RCCLX_LL128_MAX_BYTES > 0)",
+    },
+    ProtoSpec {
+        proto: Proto::Window,
+        name: "window",
+        chosen_by: "RCCLX_PROTO=window (the default), above the LL sizes",
+        two_shot: true,
+        region: "the staging buffers, flags and window counters (shared with the codecs and stream)",
+    },
+    ProtoSpec {
+        proto: Proto::Stream,
+        name: "stream",
+        chosen_by: "RCCLX_PROTO=stream (per collective), from RCCLX_STREAM_MIN_BYTES",
+        two_shot: true,
+        region: "the staging buffers' parity halves as rings (no region of its own)",
+    },
+];
+
+impl Proto {
+    pub const ALL: [Proto; 4] = [Proto::Ll, Proto::Ll128, Proto::Window, Proto::Stream];
+
+    pub fn spec(self) -> &'static ProtoSpec {
+        &PROTOS[self as usize]
+    }
+}
+
 /// The buffer a rooted collective uses on its root only; off the root it may be NULL. NCCL's
 /// argument checks tell the two kinds apart (`src/misc/argcheck.cc`), and so must rcclx: a rank
 /// that took a NULL buffer it does not use for an error would forward alone while its peers run
@@ -77,6 +152,8 @@ pub struct Spec {
     pub root_only: Option<RootOnly>,
     /// Runs two-shot above its one-shot limit (else one-shot up to its limit).
     pub two_shot: bool,
+    /// The protocols it has kernels for (LL and window: every collective).
+    pub protos: &'static [Proto],
     /// `RCCL_ENABLE_DDA_*`: DDA switched on (default on).
     pub dda_var: &'static str,
     /// DDA up to this many bytes (as `CallDesc::bytes` counts them), the stock library above.
@@ -156,6 +233,7 @@ pub const COLLS: [Spec; COUNT] = [
         reduces: true,
         root_only: None,
         two_shot: true,
+        protos: &[Proto::Ll, Proto::Ll128, Proto::Window, Proto::Stream],
         dda_var: "RCCL_ENABLE_DDA_ALL_REDUCE",
         max_var: "RCCL_DDA_ALL_REDUCE_TREE_MAX_BYTES",
         one_shot_var: Some("RCCL_DDA_ALL_REDUCE_FLAT_MAX_BYTES"),
@@ -173,6 +251,7 @@ pub const COLLS: [Spec; COUNT] = [
         reduces: false,
         root_only: None,
         two_shot: false,
+        protos: &[Proto::Ll, Proto::Ll128, Proto::Window, Proto::Stream],
         dda_var: "RCCL_ENABLE_DDA_ALL_GATHER",
         max_var: "RCCL_DDA_ALL_GATHER_MAX_BYTES",
         one_shot_var: None,
@@ -190,6 +269,7 @@ pub const COLLS: [Spec; COUNT] = [
         reduces: true,
         root_only: None,
         two_shot: false,
+        protos: &[Proto::Ll, Proto::Window, Proto::Stream],
         dda_var: "RCCL_ENABLE_DDA_REDUCE_SCATTER",
         max_var: "RCCL_DDA_REDUCE_SCATTER_MAX_BYTES",
         one_shot_var: None,
@@ -207,6 +287,7 @@ pub const COLLS: [Spec; COUNT] = [
         reduces: false,
         root_only: None,
         two_shot: false,
+        protos: &[Proto::Ll, Proto::Window, Proto::Stream],
         dda_var: "RCCL_ENABLE_DDA_ALL_TO_ALL",
         max_var: "RCCL_DDA_ALL_TO_ALL_MAX_BYTES",
         one_shot_var: None,
@@ -224,6 +305,7 @@ pub const COLLS: [Spec; COUNT] = [
         reduces: false,
         root_only: Some(RootOnly::Send),
         two_shot: false,
+        protos: &[Proto::Ll, Proto::Window],
         dda_var: "RCCL_ENABLE_DDA_BROADCAST",
         max_var: "RCCL_DDA_BROADCAST_MAX_BYTES",
         one_shot_var: None,
@@ -241,6 +323,7 @@ pub const COLLS: [Spec; COUNT] = [
         reduces: true,
         root_only: Some(RootOnly::Recv),
         two_shot: false,
+        protos: &[Proto::Ll, Proto::Window],
         dda_var: "RCCL_ENABLE_DDA_REDUCE",
         max_var: "RCCL_DDA_REDUCE_MAX_BYTES",
         one_shot_var: None,
@@ -260,6 +343,11 @@ pub const AR_ONE_SHOT_MAX: OneShotByRanks = OneShotByRanks {
 };
 
 impl Spec {
+    /// Has kernels of protocol `proto`.
+    pub fn has(&self, proto: Proto) -> bool {
+        self.protos.contains(&proto)
+    }
+
     /// Has a rooted argument (`CallDesc::root`).
     pub fn rooted(&self) -> bool {
         self.root_only.is_some()
@@ -322,6 +410,12 @@ mod tests {
         assert_eq!(rank_row(3), 1);
         assert_eq!(rank_row(8), 2);
         assert_eq!(rank_row(64), 2);
+        for (i, p) in PROTOS.iter().enumerate() {
+            assert_eq!(p.proto as usize, i, "{}", p.name);
+        }
+        for s in &COLLS {
+            assert!(s.has(Proto::Ll) && s.has(Proto::Window), "{}: LL and window are every collective's", s.name);
+        }
     }
 
     /// AllReduce's one-shot limit: unchanged at 2 ranks (64 MiB), the model's crossovers from 3,

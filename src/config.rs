@@ -58,7 +58,7 @@ impl Parse for Option<u64> {
 }
 
 /// The wire codec of the low-precision collectives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum LowpCodec {
     /// Block-scaled FP8 E4M3 (RCCLX's codec).
     #[default]
@@ -87,16 +87,9 @@ impl Parse for LowpCodec {
     }
 }
 
-/// The protocol of the DDA calls above the LL sizes (`RCCLX_PROTO`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Proto {
-    /// The windowed kernels (flat, two-shot): copy-in, a barrier per window.
-    #[default]
-    Window,
-    /// Pipelined per-block rings (`hip_kernels/stream.cuh`) for the collectives that have them;
-    /// the others keep the windowed kernels.
-    Stream,
-}
+/// The protocol of the DDA calls above the LL sizes (`RCCLX_PROTO`): `window` or `stream`
+/// (LL and LL128 are chosen by size: `collective::PROTOS`).
+pub use crate::collective::Proto;
 
 impl Parse for Proto {
     fn parse(s: &str) -> Option<Self> {

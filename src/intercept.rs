@@ -15,53 +15,93 @@ use crate::config::{Config, LowpCodec, Proto};
 use crate::types::{ncclDataType_t, ncclRedOp_t};
 use std::ffi::CStr;
 
-/// rcclx's algorithms (a collective's algorithm is one family of the kernel table, named by
-/// [`Algo::name`]: the names are stable, they name kernels and statistics routes).
+/// How a kernel shares the work among the ranks: NCCL's algorithm, apart from the protocol
+/// ([`Proto`]) and the codec.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Algo {
-    /// One-shot with the LL protocol (flagged words, no barrier): the smallest messages.
-    Ll,
-    /// One-shot through the staging buffers (copy-in, barrier, every rank reads every peer).
-    Flat,
-    /// Two-shot (reduce-scatter, then all-gather, through the staging buffers).
+    /// Every rank reads (or writes) every peer's whole part.
+    OneShot,
+    /// A reduce-scatter, then an all-gather of the owners' results (`Spec::two_shot`
+    /// collectives above their one-shot limit).
     TwoShot,
-    /// Low precision with the FP8 codec: block-scaled FP8 E4M3 on the wire, FP32 arithmetic.
-    Fp8,
-    /// Low precision with the INT8 codec: the same kernels and bytes, block-scaled INT8.
-    Int8,
-    /// The stream protocol (`RCCLX_PROTO=stream`): pipelined per-block rings through the staging
-    /// buffers, no barrier per window; where the windowed kernels (flat, two-shot) would run.
-    Stream,
-    /// The stream protocol's two-shot (AllReduce above the one-shot limit): a reduce-scatter ring
-    /// whose owners' results every rank pulls.
-    StreamTree,
-    /// One-shot with the LL128 protocol (flagged lines through credited rings, no barrier): above
-    /// the LL sizes up to `RCCLX_LL128_MAX_BYTES`, where the one-shot would run.
-    Ll128,
 }
 
-impl Algo {
-    pub const ALL: [Algo; 8] =
-        [Algo::Ll, Algo::Flat, Algo::TwoShot, Algo::Fp8, Algo::Int8, Algo::Stream, Algo::StreamTree, Algo::Ll128];
+/// What runs a call on rcclx's kernels: an algorithm, a protocol and a codec (none: exact). Each
+/// combination that has kernels is one family of the kernel table per collective, named by
+/// [`Kernel::name`] (the names are stable: they name kernels and statistics routes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Kernel {
+    pub algo: Algo,
+    pub proto: Proto,
+    pub codec: Option<LowpCodec>,
+}
 
-    /// The algorithm's name in the kernel table and statistics (`tree` is the two-shot, `lowp`
-    /// the FP8 codec: RCCLX's names).
+impl Kernel {
+    const fn exact(algo: Algo, proto: Proto) -> Kernel {
+        Kernel { algo, proto, codec: None }
+    }
+
+    /// One-shot with the LL protocol: the smallest messages.
+    pub const LL: Kernel = Kernel::exact(Algo::OneShot, Proto::Ll);
+    /// One-shot with the LL128 protocol: above the LL sizes up to `RCCLX_LL128_MAX_BYTES`.
+    pub const LL128: Kernel = Kernel::exact(Algo::OneShot, Proto::Ll128);
+    /// One-shot through the staging buffers (copy-in, barrier, every rank reads every peer).
+    pub const FLAT: Kernel = Kernel::exact(Algo::OneShot, Proto::Window);
+    /// Two-shot through the staging buffers.
+    pub const TWO_SHOT: Kernel = Kernel::exact(Algo::TwoShot, Proto::Window);
+    /// One-shot on the stream protocol (`RCCLX_PROTO=stream`).
+    pub const STREAM: Kernel = Kernel::exact(Algo::OneShot, Proto::Stream);
+    /// Two-shot on the stream protocol: a reduce-scatter ring whose owners' results every rank
+    /// pulls.
+    pub const STREAM_TWO_SHOT: Kernel = Kernel::exact(Algo::TwoShot, Proto::Stream);
+
+    /// Low precision with `codec` on the wire, FP32 arithmetic, through the staging buffers
+    /// (two-shot where the collective is: an AllReduce's owners re-quantize their sums).
+    pub fn coded(coll: Coll, codec: LowpCodec) -> Kernel {
+        let algo = if coll.spec().two_shot { Algo::TwoShot } else { Algo::OneShot };
+        Kernel { algo, proto: Proto::Window, codec: Some(codec) }
+    }
+
+    /// Every exact kernel with a name, then the codecs (of a one-shot collective).
+    pub const ALL: [Kernel; 8] = [
+        Kernel::LL,
+        Kernel::FLAT,
+        Kernel::TWO_SHOT,
+        Kernel { algo: Algo::OneShot, proto: Proto::Window, codec: Some(LowpCodec::Fp8) },
+        Kernel { algo: Algo::OneShot, proto: Proto::Window, codec: Some(LowpCodec::Int8) },
+        Kernel::STREAM,
+        Kernel::STREAM_TWO_SHOT,
+        Kernel::LL128,
+    ];
+
+    /// Its family's name in the kernel table and statistics (`tree` is the two-shot, `lowp` the
+    /// FP8 codec: RCCLX's names); `none` for a combination without kernels.
     pub fn name(self) -> &'static str {
-        match self {
-            Algo::Ll => "ll",
-            Algo::Flat => "flat",
-            Algo::TwoShot => "tree",
-            Algo::Fp8 => "lowp",
-            Algo::Int8 => "int8",
-            Algo::Stream => "stream",
-            Algo::StreamTree => "stream_tree",
-            Algo::Ll128 => "ll128",
+        match (self.codec, self.algo, self.proto) {
+            (Some(LowpCodec::Fp8), ..) => "lowp",
+            (Some(LowpCodec::Int8), ..) => "int8",
+            (None, Algo::OneShot, Proto::Ll) => "ll",
+            (None, Algo::OneShot, Proto::Ll128) => "ll128",
+            (None, Algo::OneShot, Proto::Window) => "flat",
+            (None, Algo::TwoShot, Proto::Window) => "tree",
+            (None, Algo::OneShot, Proto::Stream) => "stream",
+            (None, Algo::TwoShot, Proto::Stream) => "stream_tree",
+            (None, Algo::TwoShot, Proto::Ll | Proto::Ll128) => "none",
         }
     }
 
     /// A low-precision codec.
     pub fn is_low_precision(self) -> bool {
-        matches!(self, Algo::Fp8 | Algo::Int8)
+        self.codec.is_some()
+    }
+
+    /// The same kernel of a collective as `coll` has it: a codec's algorithm follows the
+    /// collective (so that `FamilyKey`s compare equal however the kernel was made).
+    fn of(self, coll: Coll) -> Kernel {
+        match self.codec {
+            Some(codec) => Kernel::coded(coll, codec),
+            None => self,
+        }
     }
 }
 
@@ -69,8 +109,8 @@ impl Algo {
 /// `kernel_table::FAMILIES` ([`family`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FamilyKey {
-    /// `coll` on `algo`: `allreduce.ll`, `broadcast.flat`, `alltoall.lowp`, ...
-    Coll(Coll, Algo),
+    /// `coll` on a kernel: `allreduce.ll`, `broadcast.flat`, `alltoall.lowp`, ...
+    Coll(Coll, Kernel),
     /// The 2-rank low-precision AllReduce, a gather of codes: `allreduce.lowp_pair` (FP8),
     /// `allreduce.int8_pair`.
     AllReducePair(LowpCodec),
@@ -87,7 +127,7 @@ impl FamilyKey {
         let codecs = [LowpCodec::Fp8, LowpCodec::Int8];
         COLLS
             .iter()
-            .flat_map(|c| Algo::ALL.map(|a| FamilyKey::Coll(c.coll, a)))
+            .flat_map(|c| Kernel::ALL.map(|k| FamilyKey::Coll(c.coll, k.of(c.coll))))
             .chain(codecs.map(FamilyKey::AllReducePair))
             .chain([None, Some(LowpCodec::Fp8), Some(LowpCodec::Int8)].map(FamilyKey::AllToAllv))
             .chain(
@@ -100,12 +140,11 @@ impl FamilyKey {
     /// The family's `coll` and `algo` in the kernel table.
     pub fn names(self) -> (&'static str, &'static str) {
         match self {
-            FamilyKey::Coll(coll, algo) => (coll.name(), algo.name()),
+            FamilyKey::Coll(coll, kernel) => (coll.name(), kernel.name()),
             FamilyKey::AllReducePair(LowpCodec::Fp8) => ("allreduce", "lowp_pair"),
             FamilyKey::AllReducePair(LowpCodec::Int8) => ("allreduce", "int8_pair"),
             FamilyKey::AllToAllv(None) => ("alltoallv", "dynamic"),
-            FamilyKey::AllToAllv(Some(LowpCodec::Fp8)) => ("alltoallv", Algo::Fp8.name()),
-            FamilyKey::AllToAllv(Some(LowpCodec::Int8)) => ("alltoallv", Algo::Int8.name()),
+            FamilyKey::AllToAllv(Some(codec)) => ("alltoallv", Kernel::coded(Coll::AllToAll, codec).name()),
             FamilyKey::Rail(coll, LowpCodec::Fp8) => (coll.name(), "hier_lowp"),
             FamilyKey::Rail(coll, LowpCodec::Int8) => (coll.name(), "hier_int8"),
         }
@@ -114,6 +153,10 @@ impl FamilyKey {
 
 /// The kernel family (index into `kernel_table::FAMILIES`) of `key`, if the table has one.
 pub fn family(key: FamilyKey) -> Option<usize> {
+    let key = match key {
+        FamilyKey::Coll(coll, kernel) => FamilyKey::Coll(coll, kernel.of(coll)),
+        other => other,
+    };
     // Resolved by the table's names once; every call asks (statistics, planning).
     static TABLE: std::sync::OnceLock<Vec<(FamilyKey, usize)>> = std::sync::OnceLock::new();
     let table = TABLE.get_or_init(|| {
@@ -230,14 +273,9 @@ impl Policies {
                     },
                     max,
                     lowp_min: c.lowp_min_bytes.unwrap_or(s.lowp_min[row]),
-                    stream: (c.proto.of(s.coll) == Proto::Stream
-                        && family(FamilyKey::Coll(s.coll, Algo::Stream)).is_some()) as u64,
+                    stream: (c.proto.of(s.coll) == Proto::Stream && s.has(Proto::Stream)) as u64,
                     stream_min: c.stream_min_bytes,
-                    ll128_max: if family(FamilyKey::Coll(s.coll, Algo::Ll128)).is_some() {
-                        c.ll128_max_bytes
-                    } else {
-                        0
-                    },
+                    ll128_max: if s.has(Proto::Ll128) { c.ll128_max_bytes } else { 0 },
                 }
             }),
             ll_max: c.dda_ll_max_bytes.unwrap_or(LL_MAX[row]),
@@ -306,7 +344,7 @@ pub struct CommFacts {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Route {
     Upstream(Reason),
-    Own(Algo),
+    Own(Kernel),
     /// A communicator spanning hosts: the hierarchy (rcclx in each host, the stock library on
     /// the rails), with this codec on the rails, or exact (`None`).
     AcrossHosts(Option<LowpCodec>),
@@ -316,7 +354,7 @@ impl Route {
     /// In words, for the logs: `rcclx allreduce.ll`, or `stock library (size)`.
     pub fn describe(self, coll: Coll) -> String {
         match self {
-            Route::Own(algo) => format!("rcclx {}.{}", coll.name(), algo.name()),
+            Route::Own(kernel) => format!("rcclx {}.{}", coll.name(), kernel.name()),
             Route::AcrossHosts(Some(codec)) => {
                 let (c, a) = FamilyKey::Rail(coll, codec).names();
                 format!("rcclx {c}.{a} (across hosts)")
@@ -394,7 +432,7 @@ pub fn decide(call: &CallDesc, comm: &CommFacts) -> Route {
     let policy = comm.policies.of(call.coll);
     // Low precision first (as RCCLX): large messages of float types, op sum.
     if takes_lowp(call, policy, bytes) {
-        return Route::Own(if comm.policies.int8 != 0 { Algo::Int8 } else { Algo::Fp8 });
+        return Route::Own(Kernel::coded(call.coll, codec_of(&comm.policies)));
     }
     if policy.dda == 0 {
         return Up(Reason::Disabled);
@@ -411,21 +449,28 @@ pub fn decide(call: &CallDesc, comm: &CommFacts) -> Route {
     // Bytes of one rank's part: the LL inbox holds that much per source rank.
     let per_rank = (call.count as u64).saturating_mul(call.dtype.size().unwrap_or(0) as u64);
     if per_rank <= comm.policies.ll_max {
-        Route::Own(Algo::Ll)
-    } else if bytes > policy.max {
-        Up(Reason::Size)
-    } else if bytes <= policy.ll128_max && (!spec.two_shot || bytes <= policy.one_shot_max) {
-        Route::Own(Algo::Ll128)
-    } else if policy.stream != 0 && bytes >= policy.stream_min {
-        let two_shot = spec.two_shot
-            && bytes > policy.one_shot_max
-            && family(FamilyKey::Coll(call.coll, Algo::StreamTree)).is_some();
-        Route::Own(if two_shot { Algo::StreamTree } else { Algo::Stream })
-    } else if !spec.two_shot || bytes <= policy.one_shot_max {
-        Route::Own(Algo::Flat)
-    } else {
-        Route::Own(Algo::TwoShot)
+        return Route::Own(Kernel::LL);
     }
+    if bytes > policy.max {
+        return Up(Reason::Size);
+    }
+    // The algorithm by size, then the protocol: LL128 (one-shot only) in its sizes, else the
+    // stream protocol where it is on, else the windowed kernels.
+    let algo = if spec.two_shot && bytes > policy.one_shot_max { Algo::TwoShot } else { Algo::OneShot };
+    let has = |p: Proto| spec.has(p) && (algo == Algo::OneShot || p.spec().two_shot);
+    let proto = if bytes <= policy.ll128_max && has(Proto::Ll128) {
+        Proto::Ll128
+    } else if policy.stream != 0 && bytes >= policy.stream_min && has(Proto::Stream) {
+        Proto::Stream
+    } else {
+        Proto::Window
+    };
+    Route::Own(Kernel { algo, proto, codec: None })
+}
+
+/// The codec of the communicator's low-precision calls.
+fn codec_of(p: &Policies) -> LowpCodec {
+    if p.int8 != 0 { LowpCodec::Int8 } else { LowpCodec::Fp8 }
 }
 
 /// Whether `call` of `bytes` takes low precision under `policy`: switched on, a float type, a
@@ -442,7 +487,7 @@ fn takes_lowp(call: &CallDesc, policy: &Policy, bytes: u64) -> bool {
 fn across_hosts(call: &CallDesc, comm: &CommFacts, bytes: u64) -> Route {
     use Route::Upstream as Up;
     let policy = comm.policies.of(call.coll);
-    let codec = if comm.policies.int8 != 0 { LowpCodec::Int8 } else { LowpCodec::Fp8 };
+    let codec = codec_of(&comm.policies);
     match call.coll {
         Coll::AllReduce => {}
         Coll::ReduceScatter if comm.policies.hier_rs != 0 && comm.rank_step != 0 && takes_lowp(call, policy, bytes) => {
@@ -602,7 +647,7 @@ mod tests {
                             if spec.rooted() {
                                 assert!((0..nranks as i32).contains(&call.root), "{call:?} -> {r:?}");
                             }
-                            let two_shot = matches!(algo, Algo::TwoShot | Algo::StreamTree);
+                            let two_shot = algo.algo == Algo::TwoShot;
                             assert!(!two_shot || spec.two_shot, "{call:?} -> {r:?}");
                         }
                         Route::Own(_) => {
@@ -680,10 +725,10 @@ mod tests {
     #[test]
     fn deterministic_and_monotone_in_size() {
         let rank = |r: Route| match r {
-            Route::Own(Algo::Ll) => -1,
-            Route::Own(Algo::Flat | Algo::Ll128) => 0,
-            Route::Own(Algo::TwoShot | Algo::Stream | Algo::StreamTree) => 1,
-            Route::Own(Algo::Fp8 | Algo::Int8) | Route::AcrossHosts(_) => 2,
+            Route::Own(Kernel { codec: Some(_), .. }) | Route::AcrossHosts(_) => 2,
+            Route::Own(Kernel::LL) => -1,
+            Route::Own(Kernel { algo: Algo::OneShot, .. }) => 0,
+            Route::Own(Kernel { algo: Algo::TwoShot, .. }) => 1,
             Route::Upstream(_) => 3,
         };
         for nranks in 2..=8 {
@@ -740,11 +785,11 @@ mod tests {
             for call in all_calls(&stream.policies) {
                 let (w, s) = (decide(&call, &window), decide(&call, &stream));
                 match w {
-                    Route::Own(Algo::Flat) if !matches!(call.coll, Coll::Broadcast | Coll::Reduce) => {
-                        assert_eq!(s, Route::Own(Algo::Stream), "{call:?}");
+                    Route::Own(Kernel::FLAT) if !matches!(call.coll, Coll::Broadcast | Coll::Reduce) => {
+                        assert_eq!(s, Route::Own(Kernel::STREAM), "{call:?}");
                         streamed += 1;
                     }
-                    Route::Own(Algo::TwoShot) => assert_eq!(s, Route::Own(Algo::StreamTree), "{call:?}"),
+                    Route::Own(Kernel::TWO_SHOT) => assert_eq!(s, Route::Own(Kernel::STREAM_TWO_SHOT), "{call:?}"),
                     _ => assert_eq!(s, w, "{call:?}"),
                 }
             }
@@ -758,10 +803,12 @@ mod tests {
                 let (w, s) = (decide(&call, &window), decide(&call, &above));
                 let big = call.bytes(nranks).is_some_and(|b| b >= min);
                 match w {
-                    Route::Own(Algo::Flat) if !matches!(call.coll, Coll::Broadcast | Coll::Reduce) && big => {
-                        assert_eq!(s, Route::Own(Algo::Stream), "{call:?}")
+                    Route::Own(Kernel::FLAT) if !matches!(call.coll, Coll::Broadcast | Coll::Reduce) && big => {
+                        assert_eq!(s, Route::Own(Kernel::STREAM), "{call:?}")
                     }
-                    Route::Own(Algo::TwoShot) if big => assert_eq!(s, Route::Own(Algo::StreamTree), "{call:?}"),
+                    Route::Own(Kernel::TWO_SHOT) if big => {
+                        assert_eq!(s, Route::Own(Kernel::STREAM_TWO_SHOT), "{call:?}")
+                    }
                     _ => assert_eq!(s, w, "{call:?}"),
                 }
             }
@@ -771,7 +818,7 @@ mod tests {
         let f = CommFacts { nranks: 2, hosts: 1, rank_step: 1, policies: lowp };
         let big =
             CallDesc::new(Coll::AllReduce, (lowp.of(Coll::AllReduce).lowp_min / 2) as usize, ncclDataType_t::Bfloat16);
-        assert_eq!(decide(&big, &f), Route::Own(Algo::Fp8));
+        assert_eq!(decide(&big, &f), Route::Own(Kernel::coded(Coll::AllReduce, LowpCodec::Fp8)));
     }
 
     /// `RCCLX_LL128_MAX_BYTES` takes, of the collectives with LL128 kernels (AllReduce, AllGather), the calls
@@ -800,11 +847,11 @@ mod tests {
                 let mut taken = 0;
                 for call in all_calls(&after.policies) {
                     let (was, now) = (decide(&call, &before), decide(&call, &after));
-                    let has = family(FamilyKey::Coll(call.coll, Algo::Ll128)).is_some();
+                    let has = family(FamilyKey::Coll(call.coll, Kernel::LL128)).is_some();
                     let small = call.bytes(nranks).is_some_and(|b| b <= limit);
                     match was {
-                        Route::Own(Algo::Flat | Algo::Stream) if has && small => {
-                            assert_eq!(now, Route::Own(Algo::Ll128), "{call:?}");
+                        Route::Own(Kernel::FLAT | Kernel::STREAM) if has && small => {
+                            assert_eq!(now, Route::Own(Kernel::LL128), "{call:?}");
                             taken += 1;
                         }
                         _ => assert_eq!(now, was, "{call:?}"),
@@ -821,18 +868,18 @@ mod tests {
         let f = CommFacts { nranks: 2, hosts: 1, rank_step: 1, policies: Policies::for_comm(&c, 2, Fabric::Switch) };
         let ar =
             |bytes: u64| decide(&CallDesc::new(Coll::AllReduce, (bytes / 4) as usize, ncclDataType_t::Float32), &f);
-        assert_eq!(ar(f.policies.ll_max), Route::Own(Algo::Ll));
-        assert_eq!(ar(f.policies.ll_max + 4), Route::Own(Algo::Ll128));
-        assert_eq!(ar(1 << 20), Route::Own(Algo::Ll128));
-        assert_eq!(ar((1 << 20) + 4), Route::Own(Algo::Flat));
+        assert_eq!(ar(f.policies.ll_max), Route::Own(Kernel::LL));
+        assert_eq!(ar(f.policies.ll_max + 4), Route::Own(Kernel::LL128));
+        assert_eq!(ar(1 << 20), Route::Own(Kernel::LL128));
+        assert_eq!(ar((1 << 20) + 4), Route::Own(Kernel::FLAT));
         // Above the one-shot limit the two-shot stays, whatever the LL128 limit.
         let mut c = Config { ll128_max_bytes: 8 << 20, ..Config::default() };
         c.per_coll.one_shot_max_bytes[Coll::AllReduce as usize] = Some(1 << 20);
         let f = CommFacts { nranks: 4, hosts: 1, rank_step: 1, policies: Policies::for_comm(&c, 4, Fabric::Switch) };
         let ar =
             |bytes: u64| decide(&CallDesc::new(Coll::AllReduce, (bytes / 4) as usize, ncclDataType_t::Float32), &f);
-        assert_eq!(ar(1 << 20), Route::Own(Algo::Ll128));
-        assert_eq!(ar((1 << 20) + 4), Route::Own(Algo::TwoShot));
+        assert_eq!(ar(1 << 20), Route::Own(Kernel::LL128));
+        assert_eq!(ar((1 << 20) + 4), Route::Own(Kernel::TWO_SHOT));
     }
 
     #[test]
@@ -842,42 +889,59 @@ mod tests {
         let q = *p.of(Coll::AllReduce);
         let route = |dtype, bytes: u64| decide(&CallDesc::new(Coll::AllReduce, (bytes / 4) as usize, dtype), &f);
         let ar = |bytes| route(ncclDataType_t::Int32, bytes);
-        assert_eq!(ar(p.ll_max), Route::Own(Algo::Ll));
-        assert_eq!(ar(p.ll_max + 4), Route::Own(Algo::Flat));
-        assert_eq!(ar(q.one_shot_max), Route::Own(Algo::Flat));
-        assert_eq!(ar(q.one_shot_max + 4), Route::Own(Algo::TwoShot));
-        assert_eq!(ar(q.max), Route::Own(Algo::TwoShot));
+        assert_eq!(ar(p.ll_max), Route::Own(Kernel::LL));
+        assert_eq!(ar(p.ll_max + 4), Route::Own(Kernel::FLAT));
+        assert_eq!(ar(q.one_shot_max), Route::Own(Kernel::FLAT));
+        assert_eq!(ar(q.one_shot_max + 4), Route::Own(Kernel::TWO_SHOT));
+        assert_eq!(ar(q.max), Route::Own(Kernel::TWO_SHOT));
         assert_eq!(ar(q.max + 4), Route::Upstream(Reason::Size));
         let lp = |bytes| route(ncclDataType_t::Float32, bytes);
-        assert_eq!(lp(q.lowp_min), Route::Own(Algo::Fp8));
-        assert_ne!(lp(q.lowp_min - 4), Route::Own(Algo::Fp8));
+        assert_eq!(lp(q.lowp_min), Route::Own(Kernel::coded(Coll::AllReduce, LowpCodec::Fp8)));
+        assert_ne!(lp(q.lowp_min - 4), Route::Own(Kernel::coded(Coll::AllReduce, LowpCodec::Fp8)));
     }
 
     #[test]
     fn lowp_for_every_collective_that_has_it_and_float_type_when_switched_on() {
         let call = |coll, dtype, op| CallDesc { op, ..CallDesc::new(coll, 64 << 20, dtype) };
+        let fp8 = |coll| Route::Own(Kernel::coded(coll, LowpCodec::Fp8));
         for coll in Coll::ALL {
             let has = coll.spec().lowp_var.is_some();
             for dtype in [ncclDataType_t::Float32, ncclDataType_t::Bfloat16, ncclDataType_t::Float16] {
                 let on = decide(&call(coll, dtype, ncclRedOp_t::Sum), &facts(2, true));
-                assert_eq!(on == Route::Own(Algo::Fp8), has, "{coll:?} {dtype:?}: {on:?}");
-                assert_ne!(decide(&call(coll, dtype, ncclRedOp_t::Sum), &facts(2, false)), Route::Own(Algo::Fp8));
+                assert_eq!(on == fp8(coll), has, "{coll:?} {dtype:?}: {on:?}");
+                assert_ne!(decide(&call(coll, dtype, ncclRedOp_t::Sum), &facts(2, false)), fp8(coll));
             }
-            assert_ne!(
-                decide(&call(coll, ncclDataType_t::Int32, ncclRedOp_t::Sum), &facts(2, true)),
-                Route::Own(Algo::Fp8)
-            );
+            assert_ne!(decide(&call(coll, ncclDataType_t::Int32, ncclRedOp_t::Sum), &facts(2, true)), fp8(coll));
         }
         assert_ne!(
             decide(&call(Coll::AllReduce, ncclDataType_t::Float32, ncclRedOp_t::Max), &facts(2, true)),
-            Route::Own(Algo::Fp8)
+            fp8(Coll::AllReduce)
         );
         // The INT8 codec takes the same calls, on its own kernels.
         let int8 = CommFacts { policies: Policies { int8: 1, ..policies(2, true) }, ..facts(2, true) };
         for coll in Coll::ALL.into_iter().filter(|c| c.spec().lowp_var.is_some()) {
-            assert_eq!(decide(&call(coll, ncclDataType_t::Bfloat16, ncclRedOp_t::Sum), &int8), Route::Own(Algo::Int8));
-            assert!(family(FamilyKey::Coll(coll, Algo::Int8)).is_some(), "{coll:?}");
-            assert!(family(FamilyKey::Coll(coll, Algo::Fp8)).is_some(), "{coll:?}");
+            assert_eq!(
+                decide(&call(coll, ncclDataType_t::Bfloat16, ncclRedOp_t::Sum), &int8),
+                Route::Own(Kernel::coded(coll, LowpCodec::Int8))
+            );
+            assert!(family(FamilyKey::Coll(coll, Kernel::coded(coll, LowpCodec::Int8))).is_some(), "{coll:?}");
+            assert!(family(FamilyKey::Coll(coll, Kernel::coded(coll, LowpCodec::Fp8))).is_some(), "{coll:?}");
+        }
+    }
+
+    /// The protocols each collective lists (`Spec::protos`, `ProtoSpec::two_shot`) are exactly
+    /// its exact kernel families: what `decide` may route to has kernels, and none sit unlisted.
+    #[test]
+    fn listed_protocols_are_the_kernel_families() {
+        for coll in Coll::ALL {
+            let spec = coll.spec();
+            for proto in Proto::ALL {
+                for algo in [Algo::OneShot, Algo::TwoShot] {
+                    let listed = spec.has(proto) && (algo == Algo::OneShot || (spec.two_shot && proto.spec().two_shot));
+                    let k = Kernel { algo, proto, codec: None };
+                    assert_eq!(family(FamilyKey::Coll(coll, k)).is_some(), listed, "{coll:?} {k:?}");
+                }
+            }
         }
     }
 
@@ -902,11 +966,11 @@ mod tests {
                 op: ncclRedOp_t::Max,
                 ..CallDesc::new(coll, (bytes / per) as usize, ncclDataType_t::Float32)
             };
-            assert_eq!(decide(&call(16), &f), Route::Own(Algo::Ll));
-            assert_eq!(decide(&call(ll_bytes), &f), Route::Own(Algo::Ll), "{coll:?}");
+            assert_eq!(decide(&call(16), &f), Route::Own(Kernel::LL));
+            assert_eq!(decide(&call(ll_bytes), &f), Route::Own(Kernel::LL), "{coll:?}");
             if q.max > ll_bytes {
-                assert_eq!(decide(&call(ll_bytes + per), &f), Route::Own(Algo::Flat), "{coll:?}");
-                assert_eq!(decide(&call(q.max), &f), Route::Own(Algo::Flat), "{coll:?}");
+                assert_eq!(decide(&call(ll_bytes + per), &f), Route::Own(Kernel::FLAT), "{coll:?}");
+                assert_eq!(decide(&call(q.max), &f), Route::Own(Kernel::FLAT), "{coll:?}");
             }
             let beyond = q.max.max(ll_bytes) + per;
             assert_eq!(decide(&call(beyond), &f), Route::Upstream(Reason::Size), "{coll:?}");
@@ -916,9 +980,9 @@ mod tests {
         }
         // Data movement takes any type, ReduceScatter only the ones it reduces.
         let fp8 = |coll| CallDesc::new(coll, 64, ncclDataType_t::Float8e4m3);
-        assert_eq!(decide(&fp8(Coll::AllGather), &f), Route::Own(Algo::Ll));
-        assert_eq!(decide(&fp8(Coll::AllToAll), &f), Route::Own(Algo::Ll));
-        assert_eq!(decide(&fp8(Coll::Broadcast), &f), Route::Own(Algo::Ll));
+        assert_eq!(decide(&fp8(Coll::AllGather), &f), Route::Own(Kernel::LL));
+        assert_eq!(decide(&fp8(Coll::AllToAll), &f), Route::Own(Kernel::LL));
+        assert_eq!(decide(&fp8(Coll::Broadcast), &f), Route::Own(Kernel::LL));
         assert_eq!(decide(&fp8(Coll::ReduceScatter), &f), Route::Upstream(Reason::Dtype));
     }
 
@@ -929,7 +993,7 @@ mod tests {
             let call =
                 |root| CallDesc { root, op: ncclRedOp_t::Prod, ..CallDesc::new(coll, 1000, ncclDataType_t::Float32) };
             for root in 0..4 {
-                assert_eq!(decide(&call(root), &f), Route::Own(Algo::Ll), "{coll:?}");
+                assert_eq!(decide(&call(root), &f), Route::Own(Kernel::LL), "{coll:?}");
             }
             assert_eq!(decide(&call(4), &f), Route::Upstream(Reason::Root), "{coll:?}");
             assert_eq!(decide(&call(-1), &f), Route::Upstream(Reason::Root), "{coll:?}");
@@ -955,14 +1019,14 @@ mod tests {
                         root: (n - 1) as i32,
                         ..CallDesc::new(Coll::Reduce, count as usize, ncclDataType_t(t))
                     };
-                    assert_eq!(decide(&call(1), &f), Route::Own(Algo::Ll));
-                    assert_eq!(decide(&call(f.policies.ll_max / s), &f), Route::Own(Algo::Ll));
+                    assert_eq!(decide(&call(1), &f), Route::Own(Kernel::LL));
+                    assert_eq!(decide(&call(f.policies.ll_max / s), &f), Route::Own(Kernel::LL));
                     if q.max > f.policies.ll_max {
-                        assert_eq!(decide(&call(f.policies.ll_max / s + 1), &f), Route::Own(Algo::Flat));
-                        assert_eq!(decide(&call(q.max / s), &f), Route::Own(Algo::Flat));
+                        assert_eq!(decide(&call(f.policies.ll_max / s + 1), &f), Route::Own(Kernel::FLAT));
+                        assert_eq!(decide(&call(q.max / s), &f), Route::Own(Kernel::FLAT));
                     }
                     assert_eq!(decide(&call(q.max / s + 1), &f), Route::Upstream(Reason::Size), "n={n}");
-                    for algo in [Algo::Ll, Algo::Flat] {
+                    for algo in [Kernel::LL, Kernel::FLAT] {
                         let fam = family(FamilyKey::Coll(Coll::Reduce, algo)).expect("reduce family");
                         assert!(crate::kernel_table::kernel_index(fam, t, op).is_some(), "{algo:?} {t} {op}");
                     }

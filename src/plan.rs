@@ -29,7 +29,7 @@
 use crate::clique::{Buffers, Clique, Launch, LaunchArgs, RAIL_WINDOW, StockStep, THREADS};
 use crate::config::LowpCodec;
 use crate::error::Error;
-use crate::intercept::{Algo, CallDesc, Coll, FamilyKey, family};
+use crate::intercept::{CallDesc, Coll, FamilyKey, Kernel, family};
 use crate::types::ncclRedOp_t;
 
 /// One step of a plan. Unboxed, as `LaunchArgs`: a plan is built per call, and a box per
@@ -227,23 +227,23 @@ fn family_of(key: FamilyKey) -> Result<usize, Error> {
     family(key).ok_or_else(|| Error::internal(format!("no kernel family {:?}", key.names())))
 }
 
-/// The algorithm of an exact step in the host whose rank's part is `per_rank` bytes: LL where
-/// the inbox holds it, else the windowed one-shot.
-fn host_algo(per_rank: u64, ll_max: u64) -> Algo {
-    if per_rank <= ll_max { Algo::Ll } else { Algo::Flat }
+/// The kernel of an exact step in the host whose rank's part is `per_rank` bytes: LL where the
+/// inbox holds it, else the windowed one-shot.
+fn host_kernel(per_rank: u64, ll_max: u64) -> Kernel {
+    if per_rank <= ll_max { Kernel::LL } else { Kernel::FLAT }
 }
 
 /// What an exact AllReduce of `count` elements of `elem` bytes across hosts of `local` ranks
 /// counts under in the statistics (its first kernel): the ReduceScatter of the shards, or, with
 /// less than one element per rank of a host, the AllReduce in the host.
-pub fn exact_counted_as(count: usize, elem: usize, local: usize, ll_max: u64) -> (Coll, Algo) {
+pub fn exact_counted_as(count: usize, elem: usize, local: usize, ll_max: u64) -> (Coll, Kernel) {
     let shard = count / local;
     let (coll, part) = if shard > 0 { (Coll::ReduceScatter, shard) } else { (Coll::AllReduce, count) };
-    (coll, host_algo((part * elem) as u64, ll_max))
+    (coll, host_kernel((part * elem) as u64, ll_max))
 }
 
 /// An exact DDA kernel in the host: `coll` of `count` (as `coll` counts) from `send` to `recv`
-/// ([`host_algo`]); a ReduceScatter's input blocks `stride` elements apart (0: `count`).
+/// ([`host_kernel`]); a ReduceScatter's input blocks `stride` elements apart (0: `count`).
 #[allow(clippy::too_many_arguments)]
 fn host_step(
     clique: &Clique,
@@ -257,9 +257,9 @@ fn host_step(
 ) -> Result<Launch, Error> {
     let step = CallDesc { coll, count: count as usize, ..*call };
     let per_rank = count.saturating_mul(call.dtype.size().unwrap_or(1) as u64);
-    let algo = host_algo(per_rank, clique.facts.policies.ll_max);
+    let kernel = host_kernel(per_rank, clique.facts.policies.ll_max);
     let b = Buffers { send: send as usize as *const _, recv: recv as usize as *mut _, stream: bufs.stream };
-    let mut launch = crate::dda::plan(clique, algo, &step, &b)?;
+    let mut launch = crate::dda::plan(clique, kernel, &step, &b)?;
     if let LaunchArgs::Collective(args) = &mut launch.args {
         args.stride = stride;
     }

@@ -8,9 +8,10 @@
 
 mod common;
 
+use rcclx::collective::Proto;
 use rcclx::collective::{COLLS, COUNT};
 use rcclx::config::Config;
-use rcclx::intercept::{Algo, CallDesc, Coll, CommFacts, Policies, Route, decide};
+use rcclx::intercept::{CallDesc, Coll, CommFacts, Kernel, Policies, Route, decide};
 use rcclx::types::{ncclDataType_t, ncclRedOp_t};
 
 const COUNTS: [usize; 10] = [1, 7, 255, 1023, 4099, 23000, 40000, 65541, 1048581, 12582913];
@@ -58,13 +59,10 @@ fn rcclx_route(
         }
         Route::Own(a) => {
             let algo = match a {
-                Algo::Ll => "ll",
-                Algo::Flat => "flat",
-                Algo::TwoShot => "tree",
-                Algo::Fp8 | Algo::Int8 => "lowp",
-                Algo::Ll128 => "ll128",
+                Kernel { codec: Some(_), .. } => "lowp",
                 // RCCLX_PROTO=stream, which the checker's model does not know (it runs off).
-                Algo::Stream | Algo::StreamTree => unreachable!("the default protocol is window"),
+                Kernel { proto: Proto::Stream, .. } => unreachable!("the default protocol is window"),
+                exact => exact.name(),
             };
             format!("{}.{algo}", coll.name())
         }

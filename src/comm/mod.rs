@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use crate::clique::{Buffers, Clique};
 use crate::dda::alltoallv::AllToAllvCall;
 use crate::error::Error;
-use crate::intercept::{Algo, CallDesc, Reason, Route};
+use crate::intercept::{CallDesc, Kernel, Reason, Route};
 use crate::plan::Plan;
 use crate::types::{ncclComm_t, ncclResult_t};
 
@@ -192,8 +192,8 @@ pub fn collective(
     let payload = crate::nvtx::Payload::new(call.coll, part_bytes, call.op.0, call.root);
     let _range = crate::nvtx::range(call.coll, payload);
     let planned = match route {
-        Route::Own(algo @ (Algo::Fp8 | Algo::Int8)) => crate::lowp::plan(&clique, &call, algo, &bufs).map(Plan::one),
-        Route::Own(algo) => crate::dda::plan(&clique, algo, &call, &bufs).map(Plan::one),
+        Route::Own(Kernel { codec: Some(codec), .. }) => crate::lowp::plan(&clique, &call, codec, &bufs).map(Plan::one),
+        Route::Own(kernel) => crate::dda::plan(&clique, kernel, &call, &bufs).map(Plan::one),
         Route::AcrossHosts(codec) => crate::plan::across_hosts(&clique, &call, codec, &bufs),
         Route::Upstream(_) => unreachable!("forwarded above"),
     };

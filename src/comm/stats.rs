@@ -110,7 +110,7 @@ impl Stats {
     /// Counts one call of `bytes` that `coll` took on `route`.
     pub fn count(&self, coll: crate::intercept::Coll, route: Route, bytes: u64) {
         match route {
-            Route::Own(algo) => match crate::intercept::family(FamilyKey::Coll(coll, algo)) {
+            Route::Own(kernel) => match crate::intercept::family(FamilyKey::Coll(coll, kernel)) {
                 Some(f) => self.count_family(f, bytes),
                 None => self.count_forwarded(Reason::Failed, bytes),
             },
@@ -150,17 +150,18 @@ impl Stats {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::intercept::{Algo, Coll};
+    use crate::config::LowpCodec;
+    use crate::intercept::{Coll, Kernel};
 
     #[test]
     fn counts_per_route_and_reason() {
         let s = Stats::default();
-        s.count(Coll::AllReduce, Route::Own(Algo::Flat), 100);
-        s.count(Coll::AllReduce, Route::Own(Algo::Flat), 28);
-        s.count(Coll::AllGather, Route::Own(Algo::Fp8), 5);
+        s.count(Coll::AllReduce, Route::Own(Kernel::FLAT), 100);
+        s.count(Coll::AllReduce, Route::Own(Kernel::FLAT), 28);
+        s.count(Coll::AllGather, Route::Own(Kernel::coded(Coll::AllGather, LowpCodec::Fp8)), 5);
         s.count(Coll::AllGather, Route::Upstream(Reason::Size), 7);
         let snap = s.snapshot();
-        let flat = crate::intercept::family(FamilyKey::Coll(Coll::AllReduce, Algo::Flat)).unwrap();
+        let flat = crate::intercept::family(FamilyKey::Coll(Coll::AllReduce, Kernel::FLAT)).unwrap();
         assert_eq!(snap.routes[family_route(flat)], Counter { calls: 2, bytes: 128 });
         assert_eq!(snap.routes[FORWARDED], Counter { calls: 1, bytes: 7 });
         assert_eq!(snap.reasons[Reason::Size as usize], 1);

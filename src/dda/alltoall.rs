@@ -8,15 +8,8 @@ use crate::intercept::Algo;
 /// The grid (window bytes per block, blocks, threads) for blocks of `bytes`; identical on every
 /// rank.
 /// A staging half holds one window of every block.
-pub fn grid(algo: Algo, w: &Work) -> Grid {
+pub fn window_grid(_: Algo, w: &Work) -> Grid {
     let bytes = w.count;
-    if algo == Algo::Stream {
-        return super::grid::stream_grid(w, w.nranks);
-    }
-    if algo == Algo::Ll {
-        let (blocks, threads) = blocks_for(bytes.div_ceil(8), w.max_blocks);
-        return Grid { window: bytes, blocks, threads };
-    }
     let window = (w.half_bytes / w.nranks / 16).max(1) * 16;
     let (blocks, threads) = blocks_for(bytes.min(window).div_ceil(16), w.max_blocks);
     Grid { window, blocks, threads }

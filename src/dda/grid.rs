@@ -1,7 +1,23 @@
-//! Grids shared by the collectives' grid functions: the block count of a pass, and the stream
-//! protocol's producer and consumer pairs.
+//! The grids of the protocols that are the same for every collective (LL, LL128, stream; the
+//! windowed protocol's are per collective: `allreduce.rs`, `allgather.rs`, ...), and the block
+//! count of a pass.
 
 use crate::clique::{Grid, THREADS, Work};
+use crate::collective::Coll;
+use crate::intercept::Algo;
+
+/// The LL grid: one pass of 8-byte units (4 data bytes each: the inbox holds the whole
+/// message); the window is the count.
+pub(crate) fn ll_grid(w: &Work) -> Grid {
+    let (blocks, threads) = blocks_for((w.count * w.unit_bytes).div_ceil(8), w.max_blocks);
+    Grid { window: w.count, blocks, threads }
+}
+
+/// Parts of a stream slot: a step of every rank's chunk where the kernel moves one chunk per
+/// rank (a two-shot's reduce-scatter, ReduceScatter, AllToAll), else one.
+pub(crate) fn stream_parts(coll: Coll, algo: Algo, nranks: u64) -> u64 {
+    if algo == Algo::TwoShot || matches!(coll, Coll::ReduceScatter | Coll::AllToAll) { nranks } else { 1 }
+}
 
 /// Blocks and threads for `units` work items of one pass: full blocks of `THREADS`, at most
 /// `max_blocks`, and a single smaller block (a multiple of 64 threads) for small passes.
@@ -40,4 +56,25 @@ pub(crate) fn ll128_grid(bytes: u64, max_blocks: u32) -> Grid {
     let step_bytes = u64::from(THREADS) / 4 * LL128_MIN_PAYLOAD;
     let blocks = bytes.div_ceil(step_bytes).clamp(1, u64::from(LL128_MAX_BLOCKS.min(max_blocks).max(1)));
     Grid { window: 0, blocks: blocks as u32, threads: THREADS }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// LL128: full blocks, at most 32 (the region's rings) and the cap, one per 7 KiB step.
+    #[test]
+    fn ll128_grid_stays_within_the_rings() {
+        for max_blocks in [1u32, 2, 31, 32, 33, 128, 1024] {
+            for es in [1u64, 2, 4, 8] {
+                for count in [1u64, 7, 4099, 65_536, 1 << 20, (1 << 22) + 3] {
+                    let w = Work { count, unit_bytes: es, nranks: 2, half_bytes: 8 << 20, max_blocks };
+                    let Grid { blocks, threads, .. } = ll128_grid(w.count * w.unit_bytes, w.max_blocks);
+                    assert_eq!(threads, crate::clique::THREADS);
+                    assert!(blocks >= 1 && blocks <= crate::clique::LL128_MAX_BLOCKS.min(max_blocks), "{w:?}");
+                    assert_eq!(blocks as u64, (count * es).div_ceil(7168).clamp(1, 32.min(max_blocks) as u64));
+                }
+            }
+        }
+    }
 }

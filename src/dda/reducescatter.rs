@@ -7,15 +7,8 @@ use crate::intercept::Algo;
 
 /// Window in elements per block: a staging half holds one window of every block, each a whole
 /// number of 16-byte vectors.
-pub fn grid(algo: Algo, w: &Work) -> Grid {
+pub fn window_grid(_: Algo, w: &Work) -> Grid {
     let Work { count, unit_bytes: elem_bytes, nranks, half_bytes, max_blocks } = *w;
-    if algo == Algo::Stream {
-        return super::grid::stream_grid(w, w.nranks);
-    }
-    if algo == Algo::Ll {
-        let (blocks, threads) = blocks_for((count * elem_bytes).div_ceil(8), max_blocks);
-        return Grid { window: count, blocks, threads };
-    }
     let vec = 16 / elem_bytes;
     let window = (half_bytes / nranks / elem_bytes / vec).max(1) * vec;
     let (blocks, threads) = blocks_for(count.min(window).div_ceil(vec), max_blocks);

@@ -10,7 +10,7 @@
 use crate::clique::{Buffers, Clique, Grid, Launch, LaunchArgs, THREADS, Work};
 use crate::config::LowpCodec;
 use crate::error::Error;
-use crate::intercept::{Algo, CallDesc, Coll, FamilyKey, family};
+use crate::intercept::{CallDesc, Coll, FamilyKey, Kernel, family};
 
 /// Elements per block (one 32-bit scale word each, both codecs).
 pub const BLOCK: u64 = 128;
@@ -55,14 +55,11 @@ pub fn grid(coll: Coll, w: &Work) -> Grid {
 }
 
 /// The launch of `call` on the low-precision kernel of its collective, type and codec.
-pub fn plan(clique: &Clique, call: &CallDesc, codec: Algo, bufs: &Buffers) -> Result<Launch, Error> {
+pub fn plan(clique: &Clique, call: &CallDesc, codec: LowpCodec, bufs: &Buffers) -> Result<Launch, Error> {
     // AllReduce of 2 ranks has a kernel of its own: a gather of codes, nothing re-quantized.
     let family = match (call.coll, clique.nranks) {
-        (Coll::AllReduce, 2) => {
-            let wire = if codec == Algo::Int8 { LowpCodec::Int8 } else { LowpCodec::Fp8 };
-            family(FamilyKey::AllReducePair(wire))
-        }
-        _ => family(FamilyKey::Coll(call.coll, codec)),
+        (Coll::AllReduce, 2) => family(FamilyKey::AllReducePair(codec)),
+        _ => family(FamilyKey::Coll(call.coll, Kernel::coded(call.coll, codec))),
     }
     .ok_or_else(|| Error::internal(format!("no low-precision kernels for {}", call.coll.spec().title)))?;
     let kernel = clique.kernel(family, call.dtype.0, call.op.0).ok_or_else(|| {
@@ -122,13 +119,13 @@ mod tests {
         use crate::kernel_table::{kernel_index, kernel_names};
         let names: Vec<String> = kernel_names().collect();
         for coll in Coll::ALL.into_iter().filter(|c| c.spec().lowp_var.is_some()) {
-            let f = family(FamilyKey::Coll(coll, Algo::Fp8)).unwrap();
+            let f = family(FamilyKey::Coll(coll, Kernel::coded(coll, LowpCodec::Fp8))).unwrap();
             for t in [ncclDataType_t::Float32, ncclDataType_t::Bfloat16, ncclDataType_t::Float16] {
                 assert!(kernel_index(f, t.0, 0).is_some(), "{coll:?} {t:?}");
             }
             assert!(kernel_index(f, ncclDataType_t::Int32.0, 0).is_none());
         }
-        let f = family(FamilyKey::Coll(Coll::AllToAll, Algo::Fp8)).unwrap();
+        let f = family(FamilyKey::Coll(Coll::AllToAll, Kernel::coded(Coll::AllToAll, LowpCodec::Fp8))).unwrap();
         assert_eq!(names[kernel_index(f, ncclDataType_t::Float16.0, 0).unwrap()], "ncclKernel_rcclx_alltoall_lowp_f16");
     }
 }

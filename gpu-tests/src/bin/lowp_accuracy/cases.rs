@@ -4,7 +4,7 @@
 
 use rcclx::clique::Work;
 use rcclx::config::{Config, LowpCodec};
-use rcclx::intercept::{Algo, CallDesc, Coll, CommFacts, Policies, Route};
+use rcclx::intercept::{CallDesc, Coll, CommFacts, Kernel, Policies, Route};
 use rcclx::types::ncclDataType_t;
 use rcclx_gpu_tests::codec::Io;
 use rcclx_gpu_tests::codec::synth::Dist;
@@ -23,12 +23,9 @@ pub fn env_codec() -> LowpCodec {
     env_config().lowp_codec
 }
 
-/// The algorithm (route) of rcclx's low-precision calls with `codec`: `lowp` (FP8) or `int8`.
-pub fn lowp_algo(codec: LowpCodec) -> Algo {
-    match codec {
-        LowpCodec::Fp8 => Algo::Fp8,
-        LowpCodec::Int8 => Algo::Int8,
-    }
+/// The route name of rcclx's low-precision calls with `codec`: `lowp` (FP8) or `int8`.
+pub fn lowp_algo(codec: LowpCodec) -> &'static str {
+    Kernel::coded(Coll::AllGather, codec).name()
 }
 
 /// `fp8` or `int8` (the values of `RCCLX_LOW_PRECISION_CODEC`).
@@ -231,5 +228,5 @@ pub fn expect_lowp(op: Op, io: Io, count: usize, n: usize) -> bool {
         rank_step: 1,
         policies: Policies::for_comm(&config, n, rcclx::clique::local_fabric()),
     };
-    !config.disable && matches!(rcclx::intercept::decide(&call, &facts), Route::Own(Algo::Fp8 | Algo::Int8))
+    !config.disable && matches!(rcclx::intercept::decide(&call, &facts), Route::Own(Kernel { codec: Some(_), .. }))
 }

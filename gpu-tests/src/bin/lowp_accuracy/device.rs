@@ -272,7 +272,7 @@ impl Comms {
         // The case's low-precision routes with the expected codec, and with the other one.
         let codec = env_codec();
         let other = if codec == LowpCodec::Int8 { LowpCodec::Fp8 } else { LowpCodec::Int8 };
-        let (coll, lp_algo, other_algo) = (op.coll().name(), lowp_algo(codec).name(), lowp_algo(other).name());
+        let (coll, lp_algo, other_algo) = (op.coll().name(), lowp_algo(codec), lowp_algo(other));
         watchdog::progress(&format!("{} (issue)", case.name()));
         // The harness's communicators need no group (there is no stock library to enqueue in).
         let grouped = self.comms.len() > 1 && self.world.is_none();
@@ -358,7 +358,7 @@ mod tests {
         let names = route_names();
         for coll in Coll::ALL.into_iter().filter(|c| c.spec().lowp_var.is_some()) {
             for codec in [LowpCodec::Fp8, LowpCodec::Int8] {
-                let algo = lowp_algo(codec).name();
+                let algo = lowp_algo(codec);
                 assert!(names.iter().any(|n| is_lowp_route(n, coll.name(), algo)), "{coll:?} {algo}: {names:?}");
             }
             assert!(

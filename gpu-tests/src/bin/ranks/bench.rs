@@ -4,7 +4,7 @@
 //! the same traffic do. Parts (`--parts`, comma-separated; default `families,micro`):
 //!
 //! * `families`: every DDA kernel family of the library (each collective x each algorithm of
-//!   `rcclx::intercept::Algo` with a family in the kernel table, low precision aside), at every
+//!   `rcclx::intercept::Kernel` with a family in the kernel table, low precision aside), at every
 //!   size of the list, forced: the call is planned by `rcclx::dda::plan` with that algorithm
 //!   and launched by `Clique::launch`, whatever the crossovers say (an LL family only up to the
 //!   inbox's size). Per (family, size): back-to-back calls (`eager`) and replays of a captured
@@ -27,14 +27,14 @@
 //! ([`COLUMNS`]); `scripts/gpu-tests.sh` (step `bench1`) gathers them into one CSV per run.
 //! `RCCLX_BENCH_TAG` (if set) fills the `tag` column, for runs with other settings.
 //!
-//! Adding a family: a new `Algo` with its kernel family is picked up by [`families`]; its twin
+//! Adding a family: a new `Kernel` with its kernel family is picked up by [`families`]; its twin
 //! is one `RCCLX_KERNEL` line in `hip_kernels/bench.cu` and one entry of [`TWINS`].
 
 use std::ffi::c_void;
 
 use rcclx::clique::{Buffers, Launch, LaunchArgs};
 use rcclx::gpu::{DevicePtr, Event, Function, GraphExec, MemKind};
-use rcclx::intercept::{Algo, CallDesc, Coll};
+use rcclx::intercept::{CallDesc, Coll, Kernel};
 use rcclx_gpu_tests::children::say;
 use rcclx_gpu_tests::reduce::{self, Op, Ty};
 use rcclx_gpu_tests::{Fail, watchdog};
@@ -87,10 +87,10 @@ fn sizes(quick: bool) -> &'static [u64] {
 
 /// Every DDA family the library has: (collective, algorithm) with a kernel family, low
 /// precision aside (its own suite, `time-lowp`).
-pub fn families() -> Vec<(Coll, Algo)> {
+pub fn families() -> Vec<(Coll, Kernel)> {
     let mut v = Vec::new();
     for coll in Coll::ALL {
-        for algo in Algo::ALL {
+        for algo in Kernel::ALL {
             if !algo.is_low_precision()
                 && rcclx::intercept::family(rcclx::intercept::FamilyKey::Coll(coll, algo)).is_some()
             {
@@ -120,10 +120,10 @@ fn case_for(coll: Coll, bytes: u64, n: usize) -> Option<Case> {
 
 /// Whether `algo` can run this call on a clique of `policies`: LL within the inbox (`ll_max`
 /// bytes per source), LL128 only where the clique has its region (`--ll128-max` above 0).
-fn fits(algo: Algo, call: &CallDesc, policies: &rcclx::intercept::Policies) -> bool {
+fn fits(algo: Kernel, call: &CallDesc, policies: &rcclx::intercept::Policies) -> bool {
     match algo {
-        Algo::Ll => (call.count as u64).saturating_mul(call.dtype.size().unwrap_or(0) as u64) <= policies.ll_max,
-        Algo::Ll128 => policies.ll128_on(),
+        Kernel::LL => (call.count as u64).saturating_mul(call.dtype.size().unwrap_or(0) as u64) <= policies.ll_max,
+        Kernel::LL128 => policies.ll128_on(),
         _ => true,
     }
 }
@@ -152,7 +152,7 @@ pub fn list(opts: &Opts) {
     }
 }
 
-fn twin_name(coll: Coll, algo: Algo) -> Option<&'static str> {
+fn twin_name(coll: Coll, algo: Kernel) -> Option<&'static str> {
     let key = format!("{}.{}", coll.name(), algo.name());
     TWINS.iter().find(|(k, _)| *k == key).map(|(_, v)| *v)
 }
@@ -426,7 +426,7 @@ fn time_family(
     twins: &[Twin],
     index: usize,
     part: &'static str,
-    (coll, algo): (Coll, Algo),
+    (coll, algo): (Coll, Kernel),
     case: &Case,
     placed: &Placed,
     quick: bool,
@@ -478,7 +478,7 @@ fn time_family(
         LaunchArgs::AllToAllv(_) => (0, 0, 0),
     };
     let elem = if coll.spec().reduces { call.dtype.size().unwrap_or(1) as u64 } else { 1 };
-    let windows = if algo == Algo::Ll || window_elems == 0 { 1 } else { count.div_ceil(window_elems) };
+    let windows = if algo == Kernel::LL || window_elems == 0 { 1 } else { count.div_ceil(window_elems) };
     let twin_fns = twins.iter().find(|(f, _)| *f == (coll, algo)).map(|(_, fns)| fns.as_slice());
     let counts = calls_for(bytes, quick);
     let mut verdicts: Vec<Verdict> = vec![(true, String::new(), String::new()); dev.local()];
@@ -533,7 +533,7 @@ fn time_family(
 }
 
 /// A family's twin kernel on every local rank's device.
-type Twin = ((Coll, Algo), Vec<Function>);
+type Twin = ((Coll, Kernel), Vec<Function>);
 
 /// The twins of every family that has one ([`TWINS`]).
 fn twin_functions(dev: &Ranks, kernels: &[(i32, Kernels)]) -> Result<Vec<Twin>, Fail> {
@@ -572,14 +572,14 @@ pub fn run(dev: &mut Ranks, opts: &Opts) -> Result<(), Fail> {
     for part in parts {
         match part {
             "families" | "sweep" => {
-                let plan: Vec<((Coll, Algo), u64)> = if part == "families" {
+                let plan: Vec<((Coll, Kernel), u64)> = if part == "families" {
                     families().into_iter().flat_map(|f| sizes(opts.quick).iter().map(move |&b| (f, b))).collect()
                 } else {
                     let f = [
-                        (Coll::AllReduce, Algo::Flat),
-                        (Coll::AllReduce, Algo::TwoShot),
-                        (Coll::AllGather, Algo::Flat),
-                        (Coll::AllToAll, Algo::Flat),
+                        (Coll::AllReduce, Kernel::FLAT),
+                        (Coll::AllReduce, Kernel::TWO_SHOT),
+                        (Coll::AllGather, Kernel::FLAT),
+                        (Coll::AllToAll, Kernel::FLAT),
                     ];
                     f.into_iter().flat_map(|f| [16 * MIB, 64 * MIB].map(move |b| (f, b))).collect()
                 };

@@ -424,7 +424,7 @@ pub fn run(dev: &mut Ranks, opts: &Opts) -> Result<(), Fail> {
 mod tests {
     use super::*;
     use rcclx::config::Config;
-    use rcclx::intercept::{Algo, CommFacts, Route, decide};
+    use rcclx::intercept::{CommFacts, Kernel, Route, decide};
 
     fn facts(n: usize) -> CommFacts {
         CommFacts {
@@ -457,10 +457,10 @@ mod tests {
                     let q = f.policies.of(coll);
                     // Flat exists where the limit passes LL's (Broadcast at 2 ranks: LL only).
                     let flat = q.max > f.policies.ll_max * if coll.spec().shape == Shape::Whole { 1 } else { n as u64 };
-                    assert!(seen.contains(&(coll, Algo::Ll)), "n={n} {coll:?}");
-                    assert!(!flat || seen.contains(&(coll, Algo::Flat)), "n={n} {coll:?}");
+                    assert!(seen.contains(&(coll, Kernel::LL)), "n={n} {coll:?}");
+                    assert!(!flat || seen.contains(&(coll, Kernel::FLAT)), "n={n} {coll:?}");
                     if coll.spec().two_shot && q.one_shot_max < q.max {
-                        assert!(seen.contains(&(coll, Algo::TwoShot)), "n={n}: no two-shot case");
+                        assert!(seen.contains(&(coll, Kernel::TWO_SHOT)), "n={n}: no two-shot case");
                     }
                 }
                 for coll in Coll::ALL.into_iter().filter(|c| c.spec().rooted()) {

@@ -8,7 +8,7 @@ use rcclx::clique::{Buffers, Clique, FLAG_STRIDE};
 use rcclx::comm;
 use rcclx::config::LowpCodec;
 use rcclx::gpu::{DeviceBuffer, DevicePtr, MemKind, Runtime, Stream};
-use rcclx::intercept::{Algo, CallDesc, Coll, CommFacts, FamilyKey, Route};
+use rcclx::intercept::{CallDesc, Coll, CommFacts, FamilyKey, Kernel, Route};
 use rcclx::kernel_table;
 use rcclx::types::ncclResult_t;
 use rcclx_gpu_tests::Fail;
@@ -67,8 +67,12 @@ pub fn route_for(facts: &CommFacts, call: &CallDesc) -> (String, String) {
     match rcclx::intercept::decide(call, facts) {
         Route::Own(algo) => {
             let key = match (call.coll, algo, facts.nranks) {
-                (Coll::AllReduce, Algo::Fp8, 2) => FamilyKey::AllReducePair(LowpCodec::Fp8),
-                (Coll::AllReduce, Algo::Int8, 2) => FamilyKey::AllReducePair(LowpCodec::Int8),
+                (Coll::AllReduce, Kernel { codec: Some(LowpCodec::Fp8), .. }, 2) => {
+                    FamilyKey::AllReducePair(LowpCodec::Fp8)
+                }
+                (Coll::AllReduce, Kernel { codec: Some(LowpCodec::Int8), .. }, 2) => {
+                    FamilyKey::AllReducePair(LowpCodec::Int8)
+                }
                 _ => FamilyKey::Coll(call.coll, algo),
             };
             let family = rcclx::intercept::family(key);

@@ -50,7 +50,7 @@ pub fn dda_routes(p: &rcclx::intercept::Policies, nranks: usize) -> Vec<String> 
         .collect()
 }
 
-/// The DDA algorithms (`Algo::name`) of `coll` that some size reaches with policies `p` at
+/// The DDA algorithms (`Kernel::name`) of `coll` that some size reaches with policies `p` at
 /// `nranks` ranks: LL, flat (or the stream protocol's one-shot) where its sizes pass LL's and,
 /// with LL128 on, LL128's limit, LL128 where its limit passes LL's, and the two-shot where it has
 /// one.
