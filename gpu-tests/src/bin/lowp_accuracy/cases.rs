@@ -20,7 +20,7 @@ fn env_config() -> Config {
 
 /// The low-precision codec a communicator created now would use (`RCCLX_LOW_PRECISION_CODEC`).
 pub fn env_codec() -> LowpCodec {
-    env_config().lowp_codec
+    env_config().lowp_codec.unwrap_or_default()
 }
 
 /// The route name of rcclx's low-precision calls with `codec`: `lowp` (FP8) or `int8`.

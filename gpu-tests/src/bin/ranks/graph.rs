@@ -30,7 +30,7 @@ fn calls(dev: &Ranks, seed: u64) -> Result<Vec<(String, Call)>, Fail> {
     let c = &dev.world.cliques[0];
     let n = dev.nranks();
     let p = c.facts.policies;
-    let lp = if p.int8 != 0 { "int8" } else { "lowp" };
+    let lp = if p.codec(1) == rcclx::config::LowpCodec::Int8 { "int8" } else { "lowp" };
     let (mut out, mut missing) = (Vec::new(), Vec::new());
     for coll in Coll::ALL {
         let q = *p.of(coll);
