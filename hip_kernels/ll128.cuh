@@ -171,12 +171,17 @@ RCCLX_DEV void rcclx_ll128_write(const RcclxArgs& a, const RcclxLl128Lane& l, ui
 // This thread's lane of local step i from `src`'s ring in this rank's region: rcclx_ll128_fetch
 // loads it once (so the loads of every source can be in flight together), rcclx_ll128_read
 // reloads until every line of the warp carries the step's flag (lines past the message count as
-// ready). On abort or timeout it sets *s_fail and returns what it last loaded.
+// ready), then loads the lane once more and returns that second load (`reload`; a caller that
+// waits for several sources passes false and fetches them all again itself, so the reloads are
+// in flight together). The second load is NCCL's and RCCL's: with it a line's lanes need only be
+// visible no later than its flag, not arrive as one untorn line read in one load (nothing
+// promises that over xGMI; docs/memory-model.md). A twin reloads too (the same traffic). On
+// abort or timeout it sets *s_fail and returns what it last loaded.
 RCCLX_DEV void rcclx_ll128_fetch(const RcclxArgs& a, int src, uint32_t step, uint64_t* w0, uint64_t* w1) {
   rcclx_ld_ll128(rcclx_ll128_region(a, a.rank), RCCLX_LL128_REGION_BYTES, rcclx_ll128_lane_off(src, step), w0, w1);
 }
 RCCLX_DEV void rcclx_ll128_read(const RcclxArgs& a, const RcclxLl128Lane& l, int src, uint32_t step, uint32_t i, uint64_t deadline,
-                                int* s_fail, uint64_t* w0, uint64_t* w1, bool fetched = false) {
+                                int* s_fail, uint64_t* w0, uint64_t* w1, bool fetched = false, bool reload = true) {
   const bool line_exists = l.line(i) < l.nlines;
   const uint64_t flag = rcclx_ll128_flag(step);
   for (uint32_t round = 0;; ++round) {
@@ -188,6 +193,7 @@ RCCLX_DEV void rcclx_ll128_read(const RcclxArgs& a, const RcclxLl128Lane& l, int
     if ((round & 1023) == 1023 && rcclx_should_stop(a, deadline)) *s_fail = 1;
     if (rcclx_warp_any(*(volatile int*)s_fail != 0)) break;
   }
+  if (reload) rcclx_ll128_fetch(a, src, step, w0, w1);
 }
 
 // The head of a step's consumer (rcclx_ll128): a lambda of the kernel's arguments, the lane, the
@@ -263,7 +269,12 @@ RCCLX_DEV void rcclx_allreduce_ll128(const RcclxArgs& a) {
       }
 #pragma unroll
       for (int p = 0; p < RCCLX_MAX_RANKS; ++p)
-        if (p != a.rank && p < a.nranks) rcclx_ll128_read(a, l, p, base + i, i, deadline, &s_fail, &in[p].w[0], &in[p].w[1], true);
+        if (p != a.rank && p < a.nranks)
+          rcclx_ll128_read(a, l, p, base + i, i, deadline, &s_fail, &in[p].w[0], &in[p].w[1], true, false);
+      // Every line seen with its flag: the second loads, in flight together (rcclx_ll128_read).
+#pragma unroll
+      for (int p = 0; p < RCCLX_MAX_RANKS; ++p)
+        if (p != a.rank && p < a.nranks) rcclx_ll128_fetch(a, p, base + i, &in[p].w[0], &in[p].w[1]);
 #pragma unroll
       for (int e = 0; e < PER; ++e) {
         acc.e[e] = R::pre(in[0].e[e], s);
@@ -296,8 +307,16 @@ RCCLX_DEV void rcclx_allgather_ll128(const RcclxArgs& a) {
       rcclx_ll128_load_payload((const unsigned char*)a.send, l, i, &w0, &w1);
       if (line_exists) rcclx_ll128_store_payload(own, l, i, w0, w1);
     }
-    // Every peer's lane first (their loads in flight together), then each waited for and stored.
+    // Every peer's lane first (their loads in flight together), then each waited for, then the
+    // second loads together (rcclx_ll128_read), then the stores.
     uint64_t v[RCCLX_MAX_RANKS][2];
+#pragma unroll
+    for (int k = 1; k < RCCLX_MAX_RANKS; ++k)
+      if (k < a.nranks) rcclx_ll128_fetch(a, (a.rank + k) % a.nranks, base + i, &v[k][0], &v[k][1]);
+#pragma unroll
+    for (int k = 1; k < RCCLX_MAX_RANKS; ++k)
+      if (k < a.nranks)
+        rcclx_ll128_read(a, l, (a.rank + k) % a.nranks, base + i, i, deadline, &s_fail, &v[k][0], &v[k][1], true, false);
 #pragma unroll
     for (int k = 1; k < RCCLX_MAX_RANKS; ++k)
       if (k < a.nranks) rcclx_ll128_fetch(a, (a.rank + k) % a.nranks, base + i, &v[k][0], &v[k][1]);
@@ -305,7 +324,6 @@ RCCLX_DEV void rcclx_allgather_ll128(const RcclxArgs& a) {
     for (int k = 1; k < RCCLX_MAX_RANKS; ++k) {
       if (k >= a.nranks) break;
       const int p = (a.rank + k) % a.nranks;
-      rcclx_ll128_read(a, l, p, base + i, i, deadline, &s_fail, &v[k][0], &v[k][1], true);
       if (line_exists) rcclx_ll128_store_payload(recv + p * a.count, l, i, v[k][0], v[k][1]);
     }
   });
