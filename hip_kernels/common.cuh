@@ -493,6 +493,7 @@ RCCLX_DEV void rcclx_ll_pull(const RcclxArgs& a, int src, uint64_t parity_off, u
   for (uint32_t round = 0;; ++round) {
     rcclx_ld_ll_unit(slot, &v0, &v1);
     if (RCCLX_TRAFFIC_TWIN || ((uint32_t)(v0 >> 32) == flag && (uint32_t)(v1 >> 32) == flag)) break;
+    rcclx_poll_pause();  // AMD: s_sleep 1 between polls, as RCCL's; nothing on NVIDIA
     if ((round & 1023) == 1023) {
       if (rcclx_should_stop(a, deadline)) *s_fail = 1;
       if (*(volatile int*)s_fail) break;

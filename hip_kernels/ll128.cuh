@@ -157,6 +157,7 @@ RCCLX_DEV void rcclx_ll128_write(const RcclxArgs& a, const RcclxLl128Lane& l, ui
       if (k < a.nranks)
         all = rcclx_epoch_geq(rcclx_ld_relaxed_sys(rcclx_ll128_counter(a, a.rank, (a.rank + k) % a.nranks)), need) && all;
     if (rcclx_warp_all(all)) break;
+    rcclx_poll_pause();  // AMD: s_sleep 1 between polls, as RCCL's; nothing on NVIDIA
     // The host's abort word every 1024 rounds (a PCIe read); the block's failure every round,
     // so that after one failed wait the call's remaining waits end at once.
     if ((round & 1023) == 1023 && rcclx_should_stop(a, deadline)) *s_fail = 1;
@@ -188,6 +189,7 @@ RCCLX_DEV void rcclx_ll128_read(const RcclxArgs& a, const RcclxLl128Lane& l, int
     if (!fetched || round > 0) rcclx_ll128_fetch(a, src, step, w0, w1);
     if (RCCLX_TRAFFIC_TWIN) break;
     if (rcclx_warp_all(!line_exists || !l.flag_lane || *w1 == flag)) break;
+    rcclx_poll_pause();
     // The host's abort word every 1024 rounds (a PCIe read); the block's failure every round,
     // so that after one failed wait the call's remaining waits end at once.
     if ((round & 1023) == 1023 && rcclx_should_stop(a, deadline)) *s_fail = 1;
