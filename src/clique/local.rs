@@ -357,6 +357,10 @@ pub(super) fn allocate(device: i32, s: &Sizes) -> Result<Slab, gpu::Error> {
     if let Some(slab) = teardown::reuse(device, sizes) {
         return Ok(slab);
     }
+    tracing::debug!(
+        "device {device}: new buffers (staging, flags, LL, counters, scratch: {sizes:?} bytes); pooled there: {:?}",
+        teardown::pooled_sizes(device)
+    );
     // A failure part-way keeps (leaks) what was allocated: a free waits for the whole device,
     // and a setup may run under the lock every destroy and abort takes (`comm::lifecycle`).
     use std::mem::ManuallyDrop as Kept;

@@ -78,6 +78,11 @@ impl Slab {
 /// Slabs of ended cliques, by device, ready for the next clique of the same sizes.
 static POOL: Mutex<Vec<Slab>> = Mutex::new(Vec::new());
 
+/// The sizes of the pooled slabs on `device` (for the log line of a new allocation).
+pub(super) fn pooled_sizes(device: i32) -> Vec<[usize; 5]> {
+    POOL.lock().iter().filter(|s| s.staging.device() == device).map(Slab::sizes).collect()
+}
+
 /// A slab of an ended clique on `device` with exactly these sizes (staging, flags, LL inbox,
 /// window counters, rail scratch), its flags, inbox, counters and status zeroed as a new one's are.
 pub(super) fn reuse(device: i32, sizes: [usize; 5]) -> Option<Slab> {
