@@ -185,6 +185,23 @@ mod tests {
         assert_eq!((default_level(false, 8), default_level(true, 2), default_level(true, 3)), (Pxb, Sys, Pxb));
     }
 
+    /// The stock library's own reading of `NCCL_P2P_LEVEL`, value by value: NCCL 2.28.9 (the
+    /// `nvidia-nccl-cu13` wheel) on one H100, 2026-12-07, from its INFO line "NCCL_P2P_LEVEL set
+    /// by environment to X" (`tests/gpu/p2p_level.c`, `STEPS=p2p bash scripts/gpu-tests.sh`;
+    /// `none`: no such line, the default stays). rcclx reads every value the same.
+    #[test]
+    fn levels_as_the_stock_library_read_them_on_a_gpu() {
+        let data = include_str!("../tests/data/nccl-p2p-levels.tsv");
+        let mut n = 0;
+        for line in data.lines() {
+            let (value, stock) = line.split_once('\t').expect("value<TAB>level");
+            let want = (stock != "none").then(|| PathType::ALL.into_iter().find(|p| p.name() == stock).unwrap());
+            assert_eq!(PathType::level(value), want, "NCCL_P2P_LEVEL={value:?}");
+            n += 1;
+        }
+        assert_eq!(n, 22, "every value the probe asked about");
+    }
+
     /// A fake machine under a temporary folder: PCI devices at the given paths below
     /// `sys/devices`, each linked from `sys/bus/pci/devices/<its name>`, with a NUMA node.
     struct Machine(PathBuf);
