@@ -46,7 +46,7 @@ pub(crate) use backend::{Backend, open_library, symbol};
 pub use error::Error;
 pub use handles::*;
 pub use load::{Runtime, runtime};
-pub use owners::{DeviceBuffer, DeviceGuard, HostMapped, IpcMapping, Relaxed, release_failures};
+pub use owners::{DeviceBuffer, DeviceGuard, HostMapped, IpcMapping, Relaxed, live_device_bytes, release_failures};
 
 #[cfg(test)]
 mod tests {

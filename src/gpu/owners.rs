@@ -2,7 +2,7 @@
 //! ([`release_failures`]).
 
 use std::fmt;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::error::Error;
 use super::handles::{DevicePtr, IpcHandle, MemKind, Pod};
@@ -15,6 +15,16 @@ static RELEASE_FAILURES: AtomicU32 = AtomicU32::new(0);
 /// at WARN level). Callers that must report late errors poll this.
 pub fn release_failures() -> u32 {
     RELEASE_FAILURES.load(Ordering::Relaxed)
+}
+
+/// Bytes of device memory allocated through [`Runtime::alloc`] and not freed yet, all devices.
+pub(super) static LIVE_DEVICE_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// Bytes of device memory this process holds through rcclx's runtime ([`Runtime::alloc`], not
+/// yet freed): what a test compares with the device's free memory, to tell a leak of its own
+/// from memory the driver takes for itself.
+pub fn live_device_bytes() -> u64 {
+    LIVE_DEVICE_BYTES.load(Ordering::Relaxed)
 }
 
 /// Logs and counts a failed release in `Drop`; never panics.
@@ -119,8 +129,9 @@ impl Drop for DeviceBuffer {
         // CUDA frees need a current context; a failed guard still lets the free be attempted.
         let _guard = self.rt.device_guard(self.device);
         // SAFETY: `ptr` came from `mem_alloc` and this owner is its only user.
-        if let Err(e) = unsafe { self.rt.backend.mem_free(self.ptr.0) } {
-            release_failed(&format!("{self:?}"), &e);
+        match unsafe { self.rt.backend.mem_free(self.ptr.0) } {
+            Ok(()) => _ = LIVE_DEVICE_BYTES.fetch_sub(self.bytes as u64, Ordering::Relaxed),
+            Err(e) => release_failed(&format!("{self:?}"), &e),
         }
     }
 }

@@ -113,6 +113,7 @@ impl Runtime {
             .backend
             .mem_alloc(bytes, kind)
             .map_err(|e| e.with_detail(format!("{bytes} bytes on device {device}")))?;
+        super::owners::LIVE_DEVICE_BYTES.fetch_add(bytes as u64, std::sync::atomic::Ordering::Relaxed);
         Ok(DeviceBuffer { rt: self, device, ptr: DevicePtr(ptr), bytes, kind })
     }
 
