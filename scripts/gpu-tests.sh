@@ -700,7 +700,8 @@ fi
 # error across hosts against one host of the same ranks and the stock library), train (DDP 20
 # steps: stock, rcclx low precision across hosts), perf (AllReduce 1-256 MiB, bf16 and float:
 # stock, the exact hierarchy, FP8 and INT8; ReduceScatter: stock, FP8 and INT8; HOSTS_PERF_MAX:
-# the largest size, 256M). bench/hosts_summary.py judges them (OUT/hosts/summary.md).
+# the largest size, 256M; HOSTS_PERF_TYPES, HOSTS_PERF_CODECS a subset, HOSTS_PERF_EXACT=0 no
+# exact hierarchy). bench/hosts_summary.py judges them (OUT/hosts/summary.md).
 if step hosts; then
   HO=$OUT/hosts
   sim_start "$HO"
@@ -733,10 +734,12 @@ if step hosts; then
   RX=(LD_PRELOAD="$LIB" RCCLX_TIMEOUT_MS=20000 NCCL_DEBUG=WARN SIM_LOCAL=2)
   if hpart perf; then
     PA=(-P 4 -g 1 -b 1M -e "${HOSTS_PERF_MAX:-256M}" -f 4 -n 5 -w 2)
-    for d in bfloat16 float; do
-      srun hosts-perf-exact-$d 150 "${H2[@]}" RCCLX_HIER_EXACT=1 "$B/all_reduce_perf" --libs "$LIBS" "${PA[@]}" -c 1 -d $d \
-        -J "$HO/perf-exact-$d.json"
-      for codec in fp8 int8; do
+    for d in ${HOSTS_PERF_TYPES:-bfloat16 float}; do
+      if [ "${HOSTS_PERF_EXACT:-1}" = 1 ]; then
+        srun hosts-perf-exact-$d 150 "${H2[@]}" RCCLX_HIER_EXACT=1 "$B/all_reduce_perf" --libs "$LIBS" "${PA[@]}" -c 1 -d $d \
+          -J "$HO/perf-exact-$d.json"
+      fi
+      for codec in ${HOSTS_PERF_CODECS:-fp8 int8}; do
         srun hosts-perf-$codec-$d 150 "${H2[@]}" "${LP[@]}" RCCLX_LOW_PRECISION_CODEC=$codec "$B/all_reduce_perf" \
           --libs "$LIBS" "${PA[@]}" -c 0 -d $d -J "$HO/perf-$codec-$d.json"
         srun hosts-perf-rs-$codec-$d 150 "${H2[@]}" "${LP[@]}" RCCLX_LOW_PRECISION_CODEC=$codec \
