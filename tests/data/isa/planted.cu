@@ -20,15 +20,17 @@ planted_clean(uint32_t* flag, const uint32_t* peer_flag, uint32_t* d, int n) {
 }
 
 #if defined(__HIP__)
-// Breaks `release-without-wait`: the release as the language writes it (what rcclx did before
-// the port spelled out the wait); clang 19 and 22 drop the s_waitcnt after buffer_wbl2.
+// Breaks `release-without-wait` by writing the hazard out: the L2 writeback of a release and the
+// workgroup barrier after it, with no `s_waitcnt vmcnt(0)` between them, in one asm statement
+// so that no compiler can add or drop a wait (the release as the language writes it loses its
+// wait only through a compiler bug, llvm/llvm-project PR 178316, which a fixed clang would not
+// plant). Then one thread's store of the flag, as rcclx's releases end.
 extern "C" __global__ void __launch_bounds__(512, 1)
 planted_release_without_wait(uint32_t* flag, uint32_t* d, int n) {
   for (int it = 0; it < n; ++it) {
-    __builtin_amdgcn_fence(__ATOMIC_RELEASE, "");
-    __syncthreads();
-    if (threadIdx.x == 0) __hip_atomic_store(flag, (uint32_t)it, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
     for (int i = threadIdx.x; i < 1024; i += 512) d[i + (it + 1) * 1024] = d[i + it * 1024] + 1;
+    asm volatile("buffer_wbl2 sc0 sc1\n\ts_barrier" ::: "memory");
+    if (threadIdx.x == 0) __hip_atomic_store(flag, (uint32_t)it, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
   }
 }
 #endif
