@@ -230,13 +230,6 @@ pub fn sm90_spills(res_usage: &str) -> Vec<Finding> {
         .collect()
 }
 
-/// The assembly file `-save-temps=obj` leaves beside `object` for an AMD target: clang names it
-/// after the source file.
-pub fn amd_assembly(src: &Path, object: &Path, target: Target) -> PathBuf {
-    let stem = src.file_stem().and_then(|s| s.to_str()).unwrap_or("input");
-    object.with_file_name(format!("{stem}-hip-amdgcn-amd-amdhsa-{}.s", target.name()))
-}
-
 /// The metadata block of an AMD assembly file.
 fn assembly_metadata(asm: &str) -> &str {
     let start = asm.find(".amdgpu_metadata").unwrap_or(asm.len());
@@ -330,7 +323,7 @@ pub fn check(
                     (format!("{} -d, {} --notes", objdump.display(), readelf.display()), asm, notes)
                 }
                 _ => {
-                    let path = amd_assembly(src, object, target);
+                    let path = crate::toolchain::amd_assembly(src, object, target);
                     let asm = std::fs::read_to_string(&path)
                         .map_err(|e| format!("{}: {e} (the assembly of -save-temps=obj)", path.display()))?;
                     let metadata = assembly_metadata(&asm).to_owned();
@@ -341,6 +334,14 @@ pub fn check(
             let kernels = amd_kernel_count(&metadata);
             if funcs.is_empty() || kernels == 0 {
                 return Err(format!("{source}: no kernel found"));
+            }
+            // A listing cut short, or an assembly file of another build, lists other functions
+            // than the object's metadata names: what the rules saw would not be the object.
+            if funcs.len() != kernels {
+                return Err(format!(
+                    "{source}: {} functions listed, {kernels} kernels in the code object's metadata",
+                    funcs.len()
+                ));
             }
             let mut findings = release_without_wait(&funcs);
             findings.extend(amd_scratch(&metadata));

@@ -353,9 +353,20 @@ fn write_lld_wrapper(dir: &Path) {
     }
 }
 
+/// The assembly file `-save-temps=obj` leaves beside `object` for an AMD target: clang names it
+/// after the source file.
+pub fn amd_assembly(src: &Path, object: &Path, target: Target) -> PathBuf {
+    let stem = src.file_stem().and_then(|s| s.to_str()).unwrap_or("input");
+    object.with_file_name(format!("{stem}-hip-amdgcn-amd-amdhsa-{}.s", target.name()))
+}
+
 fn build_target(target: Target, tools: &[Tool], notes: &[String], unit: &Unit, lld_wrapper_dir: &Path) -> Outcome {
     let out = unit.out_dir.join(target.file_name(unit.stem));
-    let _ = fs::remove_file(&out); // never embed a stale object from an earlier build
+    // Never embed a stale object from an earlier build, nor check its assembly.
+    let _ = fs::remove_file(&out);
+    if target != Target::Sm90 {
+        let _ = fs::remove_file(amd_assembly(unit.src, &out, target));
+    }
     let mut notes = notes.to_vec();
     for tool in tools {
         let mut cmd = command(target, tool, unit, &out, lld_wrapper_dir);

@@ -104,6 +104,20 @@ fn planted_kernels_fail_their_rules() {
             }
         }
     }
+    // An assembly listing that does not match its object (cut short, or of another build) is
+    // refused: the planted gfx950 assembly without one kernel's label.
+    for (target, outcome) in &outcomes {
+        if let (Target::Gfx950, Outcome::Built { tool, path, .. }) = (target, outcome) {
+            let asm_path = toolchain::amd_assembly(&src, path, *target);
+            let asm = std::fs::read_to_string(&asm_path).unwrap();
+            assert!(asm.contains("\nplanted_scratch:"), "the listing names its kernels");
+            std::fs::write(&asm_path, asm.replacen("\nplanted_scratch:", "\n", 1)).unwrap();
+            match isa_check::check(*target, path, &src, Some(tool.path()), &repo) {
+                Err(e) => assert!(e.contains("functions listed"), "{e}"),
+                Ok(c) => panic!("a listing without a kernel passed: {} kernels, {:?}", c.kernels, c.findings),
+            }
+        }
+    }
     let _ = std::fs::remove_dir_all(&out);
     for c in &checked {
         let name = c.target.name();
