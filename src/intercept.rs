@@ -62,7 +62,8 @@ impl Kernel {
         Kernel { algo, proto: Proto::Window, codec: Some(codec) }
     }
 
-    /// Every exact kernel with a name, then the codecs (of a one-shot collective).
+    /// Every kernel with a name (the codecs as a one-shot collective has them), in the order
+    /// the benchmark lists families.
     pub const ALL: [Kernel; 8] = [
         Kernel::LL,
         Kernel::FLAT,
