@@ -44,16 +44,12 @@ impl Parse for u64 {
     }
 }
 
-impl Parse for Option<bool> {
+/// A setting whose absence means a default chosen elsewhere (a byte count by rank count,
+/// `intercept::Policies`; the codec by the communicator, `Policies::codec`): set, it parses as
+/// its value does.
+impl<T: Parse> Parse for Option<T> {
     fn parse(s: &str) -> Option<Self> {
-        bool::parse(s).map(Some)
-    }
-}
-
-/// A byte count whose absence means "chosen by rank count" (see `intercept::Policies`).
-impl Parse for Option<u64> {
-    fn parse(s: &str) -> Option<Self> {
-        u64::parse(s).map(Some)
+        T::parse(s).map(Some)
     }
 }
 
@@ -84,13 +80,6 @@ impl Parse for LowpCodec {
             "int8" => Some(LowpCodec::Int8),
             _ => None,
         }
-    }
-}
-
-/// A codec whose absence means "by the communicator" (`intercept::Policies::codec`).
-impl Parse for Option<LowpCodec> {
-    fn parse(s: &str) -> Option<Self> {
-        LowpCodec::parse(s).map(Some)
     }
 }
 
