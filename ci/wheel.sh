@@ -3,14 +3,18 @@
 #
 #   1. build venv       setuptools + setuptools-rust + auditwheel (pinned) in $WORK/build-venv;
 #                       zig (ci/install-toolchains.sh zig) if .tools/ has none
-#   2. wheel            pip wheel --no-build-isolation ./python: setuptools-rust runs
+#   2. benchmark        rccl-tests-compat/portable.sh: the benchmark for the wheel (nvcc, then zig
+#                       against glibc 2.28), so `python -m rcclx tune` runs from the installed wheel
+#                       (skipped with RCCLX_NO_KERNELS=1: no nvcc)
+#      wheel            pip wheel --no-build-isolation ./python: setuptools-rust runs
 #                       `cargo rustc --lib --release --crate-type cdylib -- -C linker=zig-link.sh`
 #                       in the repository's target/: the library linked by zig against glibc 2.28
 #                       (RCCLX_REQUIRE_KERNELS=1: the kernels of all three GPU targets must be in
 #                       it). Kernels already built by `cargo build --release` (ci/test.sh) are
 #                       reused, not compiled again (see "Why no build isolation" below); the rcclx
 #                       crate itself is compiled again (its linker differs).
-#   3. wheel contents   py3-none-manylinux_2_28_<arch>; rcclx/librcclx.so is cargo's file stripped
+#   3. wheel contents   py3-none-manylinux_2_28_<arch>; rcclx/bin/rcclx_perf (the benchmark);
+#                       rcclx/librcclx.so is cargo's file stripped
 #                       (same code), with kernels, naming target/release/librcclx.so.debug (its
 #                       debug info, CRC checked); LICENSE-MIT and LICENSE-APACHE in the metadata
 #   4. auditwheel show  the wheel's policy is manylinux_2_28 or older (the glibc it needs)
@@ -27,6 +31,8 @@
 #                       rcclx.stats(group=...)
 #   9. Python tests     python -m unittest on python/tests/ against the installed package (no torch,
 #                       no GPU: a stand-in torch module), e.g. the coded AllToAllv's FP8 format check
+#  10. tune             `python -m rcclx tune` finds the wheel's benchmark (no source tree) and it
+#                       runs (--help)
 #
 # Ends with PASS/FAIL per check and "N passed, N failed"; exit status 1 if any check failed.
 #
@@ -129,12 +135,22 @@ build_venv() {
 }
 check 1 "build venv (${BUILD_PINS[*]}), zig" build_venv
 
+# The benchmark the wheel carries (python/setup.py: RCCLX_WHEEL_BENCH).
+BENCH=""
+if [ "${RCCLX_NO_KERNELS:-0}" = 1 ]; then
+  echo "  RCCLX_NO_KERNELS=1: no nvcc, the wheel carries no benchmark"
+else
+  BENCH="$WORK/rcclx_perf"
+  check 1 "the wheel's benchmark (rccl-tests-compat/portable.sh: glibc 2.28)" \
+    env ZIG="$ZIG" bash rccl-tests-compat/portable.sh "$BENCH"
+fi
+
 BUILD_LOG="$WORK/build.log"
 build_wheel() {
   local rc=0 marker="$WORK/before-build"
   touch "$marker"
   # -v: setuptools-rust prints the cargo command and cargo's progress (into the log).
-  RCCLX_WHEEL_ZIG="$ZIG" "$BVENV/bin/python" -m pip wheel --disable-pip-version-check \
+  RCCLX_WHEEL_ZIG="$ZIG" RCCLX_WHEEL_BENCH="$BENCH" "$BVENV/bin/python" -m pip wheel --disable-pip-version-check \
     --no-build-isolation --no-deps -v -w "$WORK/dist" ./python > "$BUILD_LOG" 2>&1 || rc=$?
   grep -E '^ *(cargo rustc|Compiling|Finished|Created wheel|error|rcclx setup.py)' "$BUILD_LOG" \
     | sed 's/^ */  /' | cut -c1-240 || true
@@ -163,9 +179,10 @@ fi
 
 # --- 3: contents ---------------------------------------------------------------------------
 wheel_contents() {
-  "$PY" - "$WHEEL" "$REPO" "${RCCLX_REQUIRE_KERNELS:-0}" "$GLIBC_MINOR" <<'EOF'
+  "$PY" - "$WHEEL" "$REPO" "${RCCLX_REQUIRE_KERNELS:-0}" "$GLIBC_MINOR" "$BENCH" <<'EOF'
 import os, re, struct, sys, zipfile, zlib
 whl, repo, require, glibc_minor = sys.argv[1], sys.argv[2], sys.argv[3] == "1", int(sys.argv[4])
+bench = sys.argv[5]
 bad = []
 name = os.path.basename(whl)
 m = re.fullmatch(r"rcclx-([0-9][^-]*)-py3-none-manylinux_2_(\d+)_[a-z0-9_]+\.whl", name)
@@ -188,6 +205,14 @@ if so[:4] != b"\x7fELF":
     bad.append("rcclx/librcclx.so is not an ELF file")
 if info and not (info.external_attr >> 16) & 0o111:
     bad.append("rcclx/librcclx.so is not executable in the wheel")
+if bench:
+    perf = "rcclx/bin/rcclx_perf"
+    if perf not in names:
+        bad.append(f"missing {perf}")
+    elif z.read(perf) != open(bench, "rb").read():
+        bad.append(f"{perf} is not {bench}")
+    elif not (z.getinfo(perf).external_attr >> 16) & 0o111:
+        bad.append(f"{perf} is not executable in the wheel")
 
 
 def sections(data):
@@ -495,6 +520,29 @@ pytests() {
   (cd "$WORK" && env -u LD_PRELOAD "$VPY" -m unittest discover -v -s "$REPO/python/tests" -t "$REPO/python/tests")
 }
 check 0 "python unit tests (python/tests/, installed package)" pytests
+
+# --- 10: tune's benchmark --------------------------------------------------------------------
+tune_bench() {
+  # From the work folder: no source tree around the installed package.
+  (cd "$WORK" && "$VPY" -c '
+import subprocess, sys
+from rcclx import tune
+found = tune.find_bench()
+if found is None:
+    sys.exit("tune.find_bench() found no benchmark")
+where, command = found
+if where != tune.BUNDLED:
+    sys.exit(f"tune uses {where}, not the wheel'"'"'s {tune.BUNDLED}")
+cmd = command("all_reduce") + ["--help"]
+p = subprocess.run(cmd, capture_output=True, text=True)
+if p.returncode != 0 or "USAGE" not in p.stdout:
+    sys.exit(f"{cmd}: exit {p.returncode}: {p.stdout[:200]} {p.stderr[:200]}")
+print(f"  {where}: {p.stdout.splitlines()[0]}")
+')
+}
+if [ -n "$BENCH" ]; then
+  check 0 "python -m rcclx tune finds the wheel's benchmark, which runs" tune_bench
+fi
 
 summary
 [ "$FAILED" = 0 ]

@@ -18,7 +18,10 @@ target directory) and copy the cdylib into the package. Adjustments, all below:
   version it needs (28 when zig linked it), if it needs nothing outside the manylinux set of
   system libraries; else `linux_<arch>`;
 * the library in the wheel is stripped; its debug info goes to `librcclx.so.debug` next to
-  cargo's output (`target/release/`), which the stripped library names (`.gnu_debuglink`).
+  cargo's output (`target/release/`), which the stripped library names (`.gnu_debuglink`);
+* `RCCLX_WHEEL_BENCH` (a path; `ci/wheel.sh` builds it with `rccl-tests-compat/portable.sh`)
+  puts the benchmark into the wheel as `rcclx/bin/rcclx_perf`, so that `python -m rcclx tune`
+  runs from an installed wheel; the platform tag then covers it too.
 
 Everything else is in pyproject.toml. Why not maturin: python/README.md, "Packaging".
 """
@@ -33,6 +36,7 @@ import subprocess
 import sys
 
 from setuptools import setup
+from setuptools.command.build_py import build_py
 from setuptools_rust import Binding, RustExtension, build_rust
 
 try:
@@ -48,6 +52,8 @@ CARGO_TOML = os.path.join(os.pardir, "Cargo.toml")
 os.makedirs(os.path.join(HERE, os.pardir, "target", "python-build"), exist_ok=True)
 LIB_NAME = "librcclx.so"
 GLIBC = "2.28"
+# The benchmark's place in the package (rcclx/tune.py looks there).
+BENCH_NAME = os.path.join("bin", "rcclx_perf")
 
 
 def log(message):
@@ -187,6 +193,23 @@ class build_rust_cdylib(build_rust):
                 f"({os.path.getsize(debug)} bytes)")
 
 
+class build_py_bench(build_py):
+    """Copies the benchmark named by ``RCCLX_WHEEL_BENCH`` into the package (module docstring)."""
+
+    def run(self):
+        super().run()
+        bench = os.environ.get("RCCLX_WHEEL_BENCH")
+        if not bench:
+            return
+        if not os.path.isfile(bench):
+            sys.exit(f"RCCLX_WHEEL_BENCH={bench}: no such file")
+        dest = os.path.join(self.build_lib, "rcclx", BENCH_NAME)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        shutil.copyfile(bench, dest)
+        os.chmod(dest, 0o755)
+        log(f"{dest}: the benchmark from {bench}")
+
+
 class bdist_wheel_py3(bdist_wheel):
     """Platform wheel (it holds a native library) for any Python 3: py3-none-<platform>, the
     platform read from the library (``platform_tag``)."""
@@ -197,9 +220,11 @@ class bdist_wheel_py3(bdist_wheel):
 
     def get_tag(self):
         _, _, plat = super().get_tag()
-        lib = os.path.join(self.bdist_dir, "rcclx", LIB_NAME)
-        if os.path.isfile(lib):
-            plat = platform_tag(lib, plat)
+        tags = [platform_tag(f, plat) for f in (os.path.join(self.bdist_dir, "rcclx", name)
+                                                for name in (LIB_NAME, BENCH_NAME)) if os.path.isfile(f)]
+        # The oldest-compatible tag that covers every native file: the newest glibc any needs.
+        if tags:
+            plat = plat if plat in tags else max(tags, key=lambda t: int(t.split("_")[2]))
         return "py3", "none", plat
 
 
@@ -222,6 +247,6 @@ setup(
             rustc_flags=["-C", f"linker={os.path.join(HERE, 'zig-link.sh')}"] if ZIG else [],
         )
     ],
-    cmdclass={"build_rust": build_rust_cdylib, "bdist_wheel": bdist_wheel_py3},
+    cmdclass={"build_rust": build_rust_cdylib, "build_py": build_py_bench, "bdist_wheel": bdist_wheel_py3},
     zip_safe=False,
 )

@@ -10,8 +10,9 @@
 # Environment:
 #   NVCC          nvcc to use (else .tools/cuda/nvidia/cu13/bin/nvcc, else nvcc on PATH;
 #                 ci/cuda-toolkit.sh)
-#   NCCL_INCLUDE  folder holding nccl.h (else the nvidia-nccl-cu13==2.28.9 wheel is downloaded
-#                 with pip and extracted into build/nccl-2.28.9/)
+#   NCCL_INCLUDE  folder holding nccl.h (else ci/fetch-nccl.sh's 2.28.9 in .cache/nccl/, else the
+#                 nvidia-nccl-cu13==2.28.9 wheel is downloaded with pip and extracted into
+#                 build/nccl-2.28.9/; nccl-header.sh)
 #   GENCODE       nvcc -gencode flags (default: arch=compute_90,code=sm_90)
 #   EXTRA_FLAGS   more nvcc flags (e.g. -g -lineinfo)
 set -euo pipefail
@@ -24,26 +25,8 @@ mkdir -p "$BUILD"
 # shellcheck source=../ci/cuda-toolkit.sh
 source "$REPO/ci/cuda-toolkit.sh"
 
-if [ -z "${NCCL_INCLUDE:-}" ]; then
-  NCCL_INCLUDE="$BUILD/nccl-2.28.9/nvidia/nccl/include"
-  if [ ! -f "$NCCL_INCLUDE/nccl.h" ]; then
-    echo "build.sh: fetching nccl.h from the nvidia-nccl-cu13==2.28.9 wheel"
-    rm -rf "$BUILD/whl"
-    python3 -m pip download --disable-pip-version-check --no-deps --only-binary=:all: \
-      --dest "$BUILD/whl" nvidia-nccl-cu13==2.28.9
-    python3 - "$BUILD/whl" "$BUILD/nccl-2.28.9" <<'EOF'
-import glob, sys, zipfile
-whl = glob.glob(sys.argv[1] + "/nvidia_nccl_cu13-2.28.9-*.whl")[0]
-with zipfile.ZipFile(whl) as z:
-    z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("nvidia/nccl/")])
-EOF
-    rm -rf "$BUILD/whl"
-  fi
-fi
-if [ ! -f "$NCCL_INCLUDE/nccl.h" ]; then
-  echo "build.sh: $NCCL_INCLUDE/nccl.h not found" >&2
-  exit 1
-fi
+# shellcheck source=nccl-header.sh
+source "$HERE/nccl-header.sh"
 
 GENCODE="${GENCODE:--gencode arch=compute_90,code=sm_90}"
 # shellcheck disable=SC2206

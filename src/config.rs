@@ -655,6 +655,7 @@ pub const TOOL_NAMES: &[&str] = &[
     "RCCLX_LP_FORCE",
     // The wheel's and the zig link's build variables (python/README.md).
     "RCCLX_WHEEL_ZIG",
+    "RCCLX_WHEEL_BENCH",
     "RCCLX_LINK_ZIG",
     "RCCLX_LINK_TARGET",
 ];

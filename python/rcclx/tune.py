@@ -1,7 +1,9 @@
 """``python -m rcclx tune``: measure rcclx against the stock library on this node and write the
 tuning file rcclx reads (``src/tuning.rs``).
 
-The benchmark is rccl-tests-compat (``rccl-tests-compat/build.sh`` builds it; CUDA only): for
+The benchmark is rccl-tests-compat (CUDA only): the wheel built by ``ci/wheel.sh`` carries it
+(``rcclx/bin/rcclx_perf``, built for any manylinux_2_28 machine by
+``rccl-tests-compat/portable.sh``); in a source tree ``rccl-tests-compat/build.sh`` builds it. For
 every collective rcclx intercepts, ``<coll>_perf --libs stock=...,rcclx=...`` runs both libraries
 side by side in one process group, eagerly and in a CUDA graph, 1 KiB - 256 MiB in steps of 2x,
 over the node's GPUs (one process each). While measuring, rcclx's DDA limits are raised to the
@@ -212,19 +214,31 @@ def table(tables, limits, margin):
     return "\n".join(lines)
 
 
-def _bench_dir(given):
-    here = os.path.dirname(os.path.abspath(__file__))
-    repo = os.path.dirname(os.path.dirname(here))
-    candidates = [given] if given else [os.path.join(repo, "rccl-tests-compat", "build"),
-                                         os.path.join(repo, ".carry", "bench")]
-    for d in candidates:
+# The benchmark in the wheel (``rccl-tests-compat/portable.sh``; ``python/setup.py``): one program
+# for every collective, chosen with --coll.
+BUNDLED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin", "rcclx_perf")
+
+
+def find_bench(given=None, tree=None):
+    """The benchmark: ``(where, command)``, ``command(program)`` the first arguments of the run of
+    ``<program>_perf`` (``all_reduce``, ...); or None. ``given`` (--bench-dir), else the build in
+    the source tree ``tree`` (default: the one this package lies in, if any:
+    rccl-tests-compat/build, .carry/bench), else the program in the wheel."""
+    if tree is None:
+        tree = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    folders = [given] if given else [os.path.join(tree, "rccl-tests-compat", "build"),
+                                     os.path.join(tree, ".carry", "bench")]
+    for d in folders:
         if d and os.path.isfile(os.path.join(d, "all_reduce_perf")):
-            return d
+            return d, lambda program, d=d: [os.path.join(d, f"{program}_perf")]
+    if not given and os.access(BUNDLED, os.X_OK):
+        return BUNDLED, lambda program: [BUNDLED, "--coll", program]
     return None
 
 
 def measure(bench, stock, lib, nranks, workdir, dtypes, cycles, log=print):
-    """Runs every collective eager and in a graph; returns the JSON paths."""
+    """Runs every collective eager and in a graph with ``bench`` (``find_bench``'s command);
+    returns the JSON paths."""
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
     env["RCCLX_UPSTREAM_LIB"] = stock
@@ -236,7 +250,7 @@ def measure(bench, stock, lib, nranks, workdir, dtypes, cycles, log=print):
         for mode in ("eager", "graph"):
             for dt in dtypes:
                 out = os.path.join(workdir, f"{name}-{mode}-{dt}.json")
-                cmd = [os.path.join(bench, f"{program}_perf"), "--libs", f"stock={stock},rcclx={lib}",
+                cmd = bench(program) + ["--libs", f"stock={stock},rcclx={lib}",
                        "-P", str(nranks), "-g", "1", "-b", str(MIN_BYTES), "-e", str(MAX_BYTES), "-f", "2",
                        "-n", "20", "-w", "5", "-c", "0", "-N", str(cycles), "-d", dt, "-J", out]
                 if mode == "graph":
@@ -293,12 +307,14 @@ def main(args, version, library_info):
                   file=sys.stderr)
             return 1
         nranks = min(args.nranks or count, count, MAX_RANKS)
-        bench = _bench_dir(args.bench_dir)
-        if bench is None:
-            print("rcclx tune: the benchmark (rccl-tests-compat's all_reduce_perf and friends) was not found; "
-                  "build it with `bash rccl-tests-compat/build.sh` in rcclx's source tree and pass "
-                  "--bench-dir rccl-tests-compat/build", file=sys.stderr)
+        found = find_bench(args.bench_dir)
+        if found is None:
+            print("rcclx tune: the benchmark (rccl-tests-compat's all_reduce_perf and friends) was not found"
+                  f"{' in ' + args.bench_dir if args.bench_dir else ''}; this rcclx package has none (a wheel "
+                  "built by ci/wheel.sh has it): build it with `bash rccl-tests-compat/build.sh` in rcclx's "
+                  "source tree and pass --bench-dir rccl-tests-compat/build", file=sys.stderr)
             return 1
+        where, bench = found
         if not stock:
             print("rcclx tune: no stock NCCL library found; set RCCLX_UPSTREAM_LIB", file=sys.stderr)
             return 1
@@ -311,7 +327,7 @@ def main(args, version, library_info):
             print(f"rcclx tune: the benchmark failed: {e}", file=sys.stderr)
             return 1
         runs = [Run(p) for p in paths]
-        source = f"measured with {bench} ({nranks} ranks; JSON in {workdir})"
+        source = f"measured with {where} ({nranks} ranks; JSON in {workdir})"
     try:
         gpu, nranks, limits, tables = choose(runs, args.margin)
     except ValueError as e:
@@ -346,7 +362,8 @@ def add_parser(sub):
                    help="rcclx must be this much faster (default 0.05: 5%%)")
     p.add_argument("--dtypes", default="float,bfloat16", help="types measured (default float,bfloat16)")
     p.add_argument("--cycles", type=int, default=3, help="cycles per size (median over them; default 3)")
-    p.add_argument("--bench-dir", help="folder of rccl-tests-compat's *_perf programs")
+    p.add_argument("--bench-dir", help="folder of rccl-tests-compat's *_perf programs (default: the source "
+                   "tree's build, else the one in the wheel)")
     p.add_argument("--keep", metavar="DIR", help="write the benchmark's JSON files into DIR")
     p.add_argument("--from", dest="inputs", nargs="+", metavar="JSON",
                    help="select from these benchmark JSON files (or folders of them) instead of measuring")

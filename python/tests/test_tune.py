@@ -222,6 +222,43 @@ class Measure(unittest.TestCase):
             self.assertIn("alltoall = 16777216", text)
 
 
+class FindBench(unittest.TestCase):
+    """Where the tuner takes the benchmark from: a folder of ``*_perf`` programs, else the one
+    program in the wheel (``rcclx/bin/rcclx_perf``), which takes the collective as --coll."""
+
+    def test_a_folder_of_programs(self):
+        with tempfile.TemporaryDirectory() as d:
+            open(os.path.join(d, "all_reduce_perf"), "w").close()
+            where, command = tune.find_bench(d)
+            self.assertEqual(where, d)
+            self.assertEqual(command("reduce_scatter"), [os.path.join(d, "reduce_scatter_perf")])
+
+    def test_a_folder_without_them(self):
+        with tempfile.TemporaryDirectory() as d:
+            self.assertIsNone(tune.find_bench(d))
+
+    def test_the_wheels_program(self):
+        with tempfile.TemporaryDirectory() as d:
+            bundled = os.path.join(d, "rcclx_perf")
+            with open(bundled, "w") as f:
+                f.write("#!/bin/sh\n")
+            os.chmod(bundled, 0o755)
+            saved, tune.BUNDLED = tune.BUNDLED, bundled
+            try:
+                where, command = tune.find_bench(tree=d)
+                self.assertEqual(where, bundled)
+                self.assertEqual(command("all_gather"), [bundled, "--coll", "all_gather"])
+                # A source tree's build wins over it.
+                build = os.path.join(d, "rccl-tests-compat", "build")
+                os.makedirs(build)
+                open(os.path.join(build, "all_reduce_perf"), "w").close()
+                self.assertEqual(tune.find_bench(tree=d)[0], build)
+                # A folder given by hand that lacks the programs: none.
+                self.assertIsNone(tune.find_bench(os.path.join(d, "none"), tree=d))
+            finally:
+                tune.BUNDLED = saved
+
+
 class Refusal(unittest.TestCase):
     def args(self, out):
         parser = argparse.ArgumentParser()
