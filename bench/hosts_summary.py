@@ -119,11 +119,12 @@ def times(path):
     return {k: statistics.median(v) for k, v in t.items()}
 
 
-def rs_perf_rows(hosts):
-    """ReduceScatter at 2x2: stock against FP8 and INT8 across hosts (each run has both)."""
+def rs_perf_rows(hosts, coll="rs"):
+    """ReduceScatter (``coll`` "rs") or AllGather ("ag") at 2x2: stock against FP8 and INT8
+    across hosts (each run has both)."""
     lines = ["| type | size | stock ms | FP8 ms | INT8 ms | FP8 / stock | INT8 / stock |", "|---|---|---|---|---|---|---|"]
     for d in ("bfloat16", "float"):
-        f8, i8 = (times(os.path.join(hosts, f"perf-rs-{k}-{d}.json")) for k in ("fp8", "int8"))
+        f8, i8 = (times(os.path.join(hosts, f"perf-{coll}-{k}-{d}.json")) for k in ("fp8", "int8"))
         if not f8 or not i8:
             lines.append(f"| {d} | - | no result |")
             continue
@@ -182,6 +183,7 @@ def main(argv=None):
     lines += ["", "## Error of the codecs across hosts", ""] + e + ["", "## Training", ""] + t
     lines += ["", "## AllReduce at 2x2 (median, out of place)", ""] + perf_rows(hosts)
     lines += ["", "## ReduceScatter at 2x2 (median, out of place; size: the input per rank)", ""] + rs_perf_rows(hosts)
+    lines += ["", "## AllGather at 2x2 (median, out of place; size: the output per rank)", ""] + rs_perf_rows(hosts, "ag")
     failed |= ef or tf
     n = len(rs)
     lines += ["", f"{'FAIL' if failed else 'PASS'}: {n} runs, error and training {'out of' if ef or tf else 'within'} bounds"]

@@ -1,6 +1,7 @@
 // DDA AllGather (host side: src/dda/allgather.rs): data movement only, so one instance per
 // algorithm serves every element type: T = uint8_t and `count` is the bytes per rank; output
-// block p (at p * count) is rank p's input.
+// block p (at p * stride; stride = count unless RcclxArgs::stride says otherwise: the blocks of
+// one host of a communicator spanning hosts, src/plan.rs) is rank p's input.
 //   ll:   every rank pushes its data as flagged words into slot [rank] of every peer's LL inbox
 //         (remote stores, no barrier) and copies what arrives into its output; small messages.
 //   flat: copy-in to the own staging buffer -> barrier -> every rank reads its blocks from
@@ -21,7 +22,8 @@ RCCLX_DEV void rcclx_allgather_ll(const RcclxArgs& a) {
   const uint64_t parity_off = rcclx_ll_parity(a, seq);
   const unsigned char* send = (const unsigned char*)a.send;
   unsigned char* recv = (unsigned char*)a.recv;
-  unsigned char* own = recv + a.rank * a.count;
+  const uint64_t stride = a.stride ? a.stride : a.count;
+  unsigned char* own = recv + a.rank * stride;
   RCCLX_FOR_VEC(u, (a.count + 7) / 8) {
     uint32_t lo, hi;
     rcclx_ll_load8(send, u, a.count, &lo, &hi);
@@ -30,7 +32,7 @@ RCCLX_DEV void rcclx_allgather_ll(const RcclxArgs& a) {
     for (int i = 1; i < a.nranks; ++i) {
       const int p = (a.rank + i) % a.nranks;
       rcclx_ll_pull(a, p, parity_off, u, flag, deadline, &s_fail, &lo, &hi);
-      rcclx_ll_store8(recv + p * a.count, u, a.count, lo, hi);
+      rcclx_ll_store8(recv + p * stride, u, a.count, lo, hi);
     }
   }
   rcclx_seq_store(a, seq + 1);
@@ -42,7 +44,8 @@ template <typename T>
 RCCLX_DEV void rcclx_allgather_flat(const RcclxArgs& a) {
   const T* send = (const T*)a.send;
   T* recv = (T*)a.recv;
-  T* own = recv + a.rank * a.count;
+  const uint64_t stride = a.stride ? a.stride : a.count;
+  T* own = recv + a.rank * stride;
   rcclx_windows(
       a,
       RCCLX_PHASE {
@@ -52,7 +55,7 @@ RCCLX_DEV void rcclx_allgather_flat(const RcclxArgs& a) {
       RCCLX_PHASE {
         for (int i = 1; i < a.nranks; ++i) {
           const int p = (a.rank + i) % a.nranks;
-          rcclx_copy<T>(recv + p * a.count + w.base, (const T*)(a.staging[p] + w.half), w.n);
+          rcclx_copy<T>(recv + p * stride + w.base, (const T*)(a.staging[p] + w.half), w.n);
         }
       });
 }

@@ -69,8 +69,9 @@ struct RcclxArgs {
   int32_t nranks;
   int32_t root;                // rooted collectives: the root rank (0 for the others)
   int32_t pad;
-  uint64_t stride;             // ReduceScatter: elements between input blocks (0: count; a host's
-                               // blocks of a communicator spanning hosts are farther apart)
+  uint64_t stride;             // ReduceScatter: units between input blocks; AllGather: between
+                               // output blocks (0: count; a host's blocks of a communicator
+                               // spanning hosts are farther apart)
   uint64_t aux;                // the rail step's reduce-out: where the sums go (rail.cuh)
 };
 RCCLX_ASSERT_SIZE(RcclxArgs, 304);

@@ -1,4 +1,4 @@
-// rail.cuh - the low-precision rail step of an AllReduce or a ReduceScatter across hosts
+// rail.cuh - the low-precision rail step of an AllReduce, a ReduceScatter or an AllGather across hosts
 // (src/plan.rs): the codes of a window's pieces, one piece per host, which the stock library
 // moves between hosts (an all-to-all, then, for an AllReduce, an AllGather on the rail). No peer memory, no barrier: each kernel reads and
 // writes this rank's buffers only, ordered by the stream.
@@ -15,7 +15,8 @@
 //   2 decode: the H slots at `send` (every host's summed piece) -> the window at `recv`;
 //   3 reduce-out (ReduceScatter): as reduce, this host's own term at `send` itself (one piece),
 //     the sum in T -> `aux` (which may be `send`: each element is read before it is written).
-// An encode of one piece is stage 0 with H = 1 (`recv`: that piece's slot).
+// An encode of one piece is stage 0 with H = 1 (`recv`: that piece's slot), a decode of one
+// piece stage 2 with H = 1 (an AllGather: each host's piece to its own place in the output).
 #ifndef RCCLX_RAIL_CUH
 #define RCCLX_RAIL_CUH
 
@@ -97,5 +98,7 @@ template <typename T> RCCLX_DEV void rcclx_allreduce_hier_lowp(const RcclxArgs& 
 template <typename T> RCCLX_DEV void rcclx_allreduce_hier_int8(const RcclxArgs& a) { rcclx_rail_step<T, RcclxInt8>(a); }
 template <typename T> RCCLX_DEV void rcclx_reducescatter_hier_lowp(const RcclxArgs& a) { rcclx_rail_step<T, RcclxFp8>(a); }
 template <typename T> RCCLX_DEV void rcclx_reducescatter_hier_int8(const RcclxArgs& a) { rcclx_rail_step<T, RcclxInt8>(a); }
+template <typename T> RCCLX_DEV void rcclx_allgather_hier_lowp(const RcclxArgs& a) { rcclx_rail_step<T, RcclxFp8>(a); }
+template <typename T> RCCLX_DEV void rcclx_allgather_hier_int8(const RcclxArgs& a) { rcclx_rail_step<T, RcclxInt8>(a); }
 
 #endif  // RCCLX_RAIL_CUH

@@ -689,9 +689,10 @@ fi
 #   exact     RCCLX_HIER_EXACT=1, rcclx_check: AllReduce on the exact hierarchy, AllGather and
 #             ReduceScatter forwarded (routes checked against the model), int32 bitwise, floats
 #             within the model's tolerance, every op, odd counts, in place and out of place
-#   fp8 int8  RCCL_LOW_PRECISION_ENABLE=1 RCCLX_LP_MIN_BYTES=0 RCCLX_HIER_RS=1: AllReduce and ReduceScatter of
-#             bf16, float and half within 0.2 x sum|inputs| per element (int8: plus 0.035 x N
-#             absolute), an AllReduce's the same bits on every rank
+#   fp8 int8  RCCL_LOW_PRECISION_ENABLE=1 RCCLX_LP_MIN_BYTES=0 RCCLX_HIER_RS=1 RCCLX_HIER_AG=1:
+#             AllReduce, ReduceScatter and AllGather of bf16, float and half within 0.2 x
+#             sum|inputs| per element (int8: plus 0.035 x N absolute), an AllReduce's the same
+#             bits on every rank
 # At 2x2 (HOSTS_PARTS, default all): graph (one CUDA graph of AllReduces, 20 replays, exact and
 # fp8), split (RCCLX_FAULT_INJECT=split:1: every rank forwards, with a WARN each), torch
 # (tests/gpu/torch_cases.py with the exact hierarchy: subgroups made after the rails, coalesced
@@ -699,7 +700,7 @@ fi
 # others end by themselves, stock and rcclx), error (tests/gpu/hosts_error.py: the codecs'
 # error across hosts against one host of the same ranks and the stock library), train (DDP 20
 # steps: stock, rcclx low precision across hosts), perf (AllReduce 1-256 MiB, bf16 and float:
-# stock, the exact hierarchy, FP8 and INT8; ReduceScatter: stock, FP8 and INT8; HOSTS_PERF_MAX:
+# stock, the exact hierarchy, FP8 and INT8; ReduceScatter, AllGather: stock, FP8 and INT8; HOSTS_PERF_MAX:
 # the largest size, 256M; HOSTS_PERF_TYPES, HOSTS_PERF_CODECS a subset, HOSTS_PERF_EXACT=0 no
 # exact hierarchy). bench/hosts_summary.py judges them (OUT/hosts/summary.md).
 if step hosts; then
@@ -707,7 +708,7 @@ if step hosts; then
   sim_start "$HO"
   BX=(env RCCLX_BENCH_SIM_HOSTS=hostsim RCCLX_TIMEOUT_MS=20000 NCCL_DEBUG=WARN)
   CK=("$B/rcclx_check" --libs "$LIBS" -g 1)
-  LP=(RCCL_LOW_PRECISION_ENABLE=1 RCCLX_LP_MIN_BYTES=0 RCCLX_HIER_RS=1)
+  LP=(RCCL_LOW_PRECISION_ENABLE=1 RCCLX_LP_MIN_BYTES=0 RCCLX_HIER_RS=1 RCCLX_HIER_AG=1)
   hosts_shape() {
     local il=0 s=$1 h l n abs codec
     if [[ $s == i* ]]; then il=1 s=${s#i}; fi
@@ -720,7 +721,7 @@ if step hosts; then
       abs=0
       if [ $codec = int8 ]; then abs=$(awk "BEGIN { print 0.035 * $n }"); fi
       srun hosts-$codec-$1 150 "${HX[@]}" "${LP[@]}" RCCLX_LOW_PRECISION_CODEC=$codec "${CK[@]}" -P $n \
-        --coll all_reduce,reduce_scatter -d bfloat16,float,half -o sum --counts 1,4095,65536,1048581,3000007 \
+        --coll all_reduce,reduce_scatter,all_gather -d bfloat16,float,half -o sum --counts 1,4095,65536,1048581,3000007 \
         --inplace both --rel-tol 0.2 --abs-tol $abs
     done
   }
@@ -744,6 +745,8 @@ if step hosts; then
           --libs "$LIBS" "${PA[@]}" -c 0 -d $d -J "$HO/perf-$codec-$d.json"
         srun hosts-perf-rs-$codec-$d 150 "${H2[@]}" "${LP[@]}" RCCLX_LOW_PRECISION_CODEC=$codec \
           "$B/reduce_scatter_perf" --libs "$LIBS" "${PA[@]}" -c 0 -d $d -J "$HO/perf-rs-$codec-$d.json"
+        srun hosts-perf-ag-$codec-$d 150 "${H2[@]}" "${LP[@]}" RCCLX_LOW_PRECISION_CODEC=$codec \
+          "$B/all_gather_perf" --libs "$LIBS" "${PA[@]}" -c 0 -d $d -J "$HO/perf-ag-$codec-$d.json"
       done
     done
   fi

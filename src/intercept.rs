@@ -117,8 +117,8 @@ pub enum FamilyKey {
     AllReducePair(LowpCodec),
     /// The GPU-resident AllToAllv: `alltoallv.dynamic` (plain), `.lowp` (FP8), `.int8`.
     AllToAllv(Option<LowpCodec>),
-    /// The low-precision rail step of an AllReduce or a ReduceScatter across hosts:
-    /// `allreduce.hier_lowp` (FP8), `reducescatter.hier_int8`, ...
+    /// The low-precision rail step of an AllReduce, a ReduceScatter or an AllGather across
+    /// hosts: `allreduce.hier_lowp` (FP8), `reducescatter.hier_int8`, ...
     Rail(Coll, LowpCodec),
 }
 
@@ -132,7 +132,7 @@ impl FamilyKey {
             .chain(codecs.map(FamilyKey::AllReducePair))
             .chain([None, Some(LowpCodec::Fp8), Some(LowpCodec::Int8)].map(FamilyKey::AllToAllv))
             .chain(
-                [Coll::AllReduce, Coll::ReduceScatter]
+                [Coll::AllReduce, Coll::ReduceScatter, Coll::AllGather]
                     .into_iter()
                     .flat_map(move |c| codecs.map(|k| FamilyKey::Rail(c, k))),
             )
@@ -243,11 +243,20 @@ pub struct Policies {
     pub hier_exact: u64,
     /// 1: across hosts, ReduceScatter with low precision runs its plan (`RCCLX_HIER_RS`).
     pub hier_rs: u64,
+    /// 1: across hosts, AllGather with low precision runs its plan (`RCCLX_HIER_AG`).
+    pub hier_ag: u64,
 }
 
 impl Default for Policies {
     fn default() -> Self {
-        Policies { colls: [Policy::default(); COUNT], ll_max: 0, codec: CODEC_DEFAULT, hier_exact: 0, hier_rs: 0 }
+        Policies {
+            colls: [Policy::default(); COUNT],
+            ll_max: 0,
+            codec: CODEC_DEFAULT,
+            hier_exact: 0,
+            hier_rs: 0,
+            hier_ag: 0,
+        }
     }
 }
 
@@ -306,6 +315,7 @@ impl Policies {
             },
             hier_exact: c.hier_exact as u64,
             hier_rs: c.hier_rs as u64,
+            hier_ag: c.hier_ag as u64,
         }
     }
 
@@ -345,9 +355,11 @@ impl Policies {
     }
 
     /// Some collective runs with low precision across hosts (AllReduce; ReduceScatter with
-    /// `RCCLX_HIER_RS`): the ranks then have the rail scratch.
+    /// `RCCLX_HIER_RS`, AllGather with `RCCLX_HIER_AG`): the ranks then have the rail scratch.
     pub fn lowp_across_hosts(&self) -> bool {
-        self.of(Coll::AllReduce).lowp != 0 || (self.hier_rs != 0 && self.of(Coll::ReduceScatter).lowp != 0)
+        self.of(Coll::AllReduce).lowp != 0
+            || (self.hier_rs != 0 && self.of(Coll::ReduceScatter).lowp != 0)
+            || (self.hier_ag != 0 && self.of(Coll::AllGather).lowp != 0)
     }
 }
 
@@ -500,9 +512,10 @@ fn takes_lowp(call: &CallDesc, policy: &Policy, bytes: u64) -> bool {
 
 /// [`decide`] on a communicator spanning hosts: AllReduce takes the hierarchy, with low
 /// precision on the rails where it would take it on one host, else exact where
-/// `RCCLX_HIER_EXACT` asks for it (and each host has ranks to reduce over); ReduceScatter takes
-/// it with low precision only, where `RCCLX_HIER_RS` asks for it and every host's ranks are
-/// evenly spaced alike (its blocks are then a strided window); everything else forwards.
+/// `RCCLX_HIER_EXACT` asks for it (and each host has ranks to reduce over); ReduceScatter and
+/// AllGather take theirs with low precision only, where `RCCLX_HIER_RS` / `RCCLX_HIER_AG` ask for
+/// it and every host's ranks are evenly spaced alike (a host's blocks are then a strided
+/// window); everything else forwards.
 fn across_hosts(call: &CallDesc, comm: &CommFacts, bytes: u64) -> Route {
     use Route::Upstream as Up;
     let policy = comm.policies.of(call.coll);
@@ -510,6 +523,9 @@ fn across_hosts(call: &CallDesc, comm: &CommFacts, bytes: u64) -> Route {
     match call.coll {
         Coll::AllReduce => {}
         Coll::ReduceScatter if comm.policies.hier_rs != 0 && comm.rank_step != 0 && takes_lowp(call, policy, bytes) => {
+            return Route::AcrossHosts(Some(codec));
+        }
+        Coll::AllGather if comm.policies.hier_ag != 0 && comm.rank_step != 0 && takes_lowp(call, policy, bytes) => {
             return Route::AcrossHosts(Some(codec));
         }
         _ => return Up(Reason::MultiHost),
@@ -683,13 +699,14 @@ mod tests {
     }
 
     /// A communicator spanning hosts: AllReduce takes the hierarchy (low precision where it
-    /// would on one host, the exact one only where asked), every other collective forwards.
+    /// would on one host, the exact one only where asked), ReduceScatter and AllGather with low
+    /// precision where asked, every other collective forwards.
     #[test]
-    fn across_hosts_allreduce_and_low_precision_reduce_scatter_run() {
+    fn across_hosts_allreduce_and_low_precision_reduce_scatter_and_all_gather_run() {
         let across = |local: usize, lowp: bool, exact: bool, int8: bool| {
             let mut p = policies(2 * local, lowp);
             let codec = if int8 { CODEC_INT8 } else { CODEC_FP8 };
-            (p.hier_exact, p.codec, p.hier_rs) = (exact as u64, codec, 1);
+            (p.hier_exact, p.codec, p.hier_rs, p.hier_ag) = (exact as u64, codec, 1, 1);
             CommFacts { nranks: local, hosts: 2, rank_step: 1, policies: p }
         };
         let call = |coll, count, dtype, op| CallDesc { coll, count, dtype, op: ncclRedOp_t(op), root: 0 };
@@ -733,7 +750,28 @@ mod tests {
         assert_eq!(decide(&rs, &across(2, false, true, false)), Route::Upstream(Reason::MultiHost));
         let rs_max = call(Coll::ReduceScatter, 16 << 20, ncclDataType_t::Bfloat16, 3);
         assert_eq!(decide(&rs_max, &across(2, true, true, false)), Route::Upstream(Reason::MultiHost));
-        for coll in Coll::ALL.into_iter().filter(|&c| c != Coll::AllReduce && c != Coll::ReduceScatter) {
+        // AllGather likewise (its op is the export's Sum).
+        let ag = call(Coll::AllGather, 4 << 20, ncclDataType_t::Float32, 0);
+        let Route::AcrossHosts(Some(LowpCodec::Int8)) = decide(&ag, &across(1, true, false, true)) else { panic!() };
+        let Route::AcrossHosts(Some(LowpCodec::Fp8)) = decide(&ag, &across(2, true, true, false)) else { panic!() };
+        assert_eq!(decide(&ag, &uneven), Route::Upstream(Reason::MultiHost));
+        let mut off = across(2, true, true, false);
+        off.policies.hier_ag = 0;
+        assert_eq!(decide(&ag, &off), Route::Upstream(Reason::MultiHost), "RCCLX_HIER_AG unset");
+        assert_eq!(decide(&ag, &across(2, false, true, false)), Route::Upstream(Reason::MultiHost));
+        let ag_int = call(Coll::AllGather, 4 << 20, ncclDataType_t::Int32, 0);
+        assert_eq!(decide(&ag_int, &across(2, true, true, false)), Route::Upstream(Reason::MultiHost));
+        let ag_small = call(Coll::AllGather, 1000, ncclDataType_t::Float32, 0);
+        assert_eq!(decide(&ag_small, &across(2, true, true, false)), Route::Upstream(Reason::MultiHost));
+        // The rail scratch is there for either alone.
+        let mut p = policies(4, true);
+        p.colls.iter_mut().filter(|q| q.lowp != 0).for_each(|q| q.lowp = 0);
+        p.colls[Coll::AllGather as usize].lowp = 1;
+        assert!(!p.lowp_across_hosts());
+        p.hier_ag = 1;
+        assert!(p.lowp_across_hosts());
+        let forwarded = [Coll::AllReduce, Coll::ReduceScatter, Coll::AllGather];
+        for coll in Coll::ALL.into_iter().filter(|c| !forwarded.contains(c)) {
             let c = call(coll, 64 << 20, ncclDataType_t::Bfloat16, 0);
             assert_eq!(decide(&c, &across(2, true, true, false)), Route::Upstream(Reason::MultiHost), "{c:?}");
         }

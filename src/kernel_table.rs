@@ -206,6 +206,9 @@ pub const FAMILIES: &[Family] = &[
     // The same steps in a ReduceScatter across hosts (its reduce-out ends the plan).
     Family::new("reducescatter", "hier_lowp", "rcclx_reducescatter_hier_lowp", LOWP_TYPES, NO_OP, COLL_ARGS).route(36),
     Family::new("reducescatter", "hier_int8", "rcclx_reducescatter_hier_int8", LOWP_TYPES, NO_OP, COLL_ARGS).route(37),
+    // And in an AllGather across hosts (encode this rank's piece, decode every other host's).
+    Family::new("allgather", "hier_lowp", "rcclx_allgather_hier_lowp", LOWP_TYPES, NO_OP, COLL_ARGS).route(38),
+    Family::new("allgather", "hier_int8", "rcclx_allgather_hier_int8", LOWP_TYPES, NO_OP, COLL_ARGS).route(39),
 ];
 
 /// The algorithms of the low-precision families (both codecs, both AllReduce forms, the rail
@@ -354,6 +357,8 @@ mod tests {
         (35, "allreduce.hier_int8"),
         (36, "reducescatter.hier_lowp"),
         (37, "reducescatter.hier_int8"),
+        (38, "allgather.hier_lowp"),
+        (39, "allgather.hier_int8"),
     ];
 
     #[test]

@@ -24,6 +24,14 @@
 //! The tail of each block past the last whole 512 goes exact: the host's ReduceScatter, then
 //! the stock Reduce on the rail to that host.
 //!
+//! An AllGather across hosts (low precision only; [`ag_layout`]), per window of this rank's
+//! block: its codes, the stock AllGather of the codes on the rail, every other host's piece
+//! decoded into its place in the output; then, per host, rcclx's exact AllGather in the host of
+//! that host's blocks (a host's blocks `RankMap::step` blocks apart). A block is exact on its own
+//! host and decoded once everywhere else, so every rank holds the same values (as the one-host
+//! low-precision AllGather keeps a rank's own block exact). Block tails past the last whole 512
+//! go exact: the stock Broadcast on the rail from each host.
+//!
 //! Layer: above `dda`, `lowp`, `clique`, `intercept`, `error`; below `comm`.
 
 use crate::clique::{Buffers, Clique, Launch, LaunchArgs, RAIL_WINDOW, StockStep, THREADS};
@@ -41,6 +49,8 @@ pub enum Step {
     Kernel(Launch),
     /// A stock call on this rank's rail.
     Rail(StockStep),
+    /// A copy of `bytes` bytes between the call's buffers on the stream (`dst` and `src` apart).
+    Copy { dst: u64, src: u64, bytes: usize },
 }
 
 /// A call's steps, and the kernel family it counts under in the statistics (its route).
@@ -188,6 +198,10 @@ pub fn across_hosts(clique: &Clique, call: &CallDesc, codec: Option<LowpCodec>, 
         let codec = codec.ok_or_else(|| Error::internal("an exact ReduceScatter across hosts"))?;
         return reduce_scatter_across_hosts(clique, call, codec, bufs);
     }
+    if call.coll == Coll::AllGather {
+        let codec = codec.ok_or_else(|| Error::internal("an exact AllGather across hosts"))?;
+        return all_gather_across_hosts(clique, call, codec, bufs);
+    }
     let span = clique.span();
     let (hosts, local) = (span.hosts as u64, clique.nranks as u64);
     let elem = call.dtype.size().ok_or_else(|| Error::internal("a type without a size"))? as u64;
@@ -243,7 +257,8 @@ pub fn exact_counted_as(count: usize, elem: usize, local: usize, ll_max: u64) ->
 }
 
 /// An exact DDA kernel in the host: `coll` of `count` (as `coll` counts) from `send` to `recv`
-/// ([`host_kernel`]); a ReduceScatter's input blocks `stride` elements apart (0: `count`).
+/// ([`host_kernel`]); a ReduceScatter's input blocks, an AllGather's output blocks `stride`
+/// elements apart (0: `count`).
 #[allow(clippy::too_many_arguments)]
 fn host_step(
     clique: &Clique,
@@ -261,7 +276,8 @@ fn host_step(
     let b = Buffers { send: send as usize as *const _, recv: recv as usize as *mut _, stream: bufs.stream };
     let mut launch = crate::dda::plan(clique, kernel, &step, &b)?;
     if let LaunchArgs::Collective(args) = &mut launch.args {
-        args.stride = stride;
+        // The data-movement kernels count bytes (`dda::plan`), the reducing ones elements.
+        args.stride = if coll.spec().reduces { stride } else { stride * call.dtype.size().unwrap_or(1) as u64 };
     }
     Ok(launch)
 }
@@ -483,6 +499,149 @@ fn reduce_scatter_across_hosts(
                 root: root as usize,
             })),
         }
+    }
+    let mut steps = steps.into_iter();
+    let first = steps.next().ok_or_else(|| Error::internal("a plan without a step"))?;
+    Ok(Plan { first, rest: steps.collect(), family })
+}
+
+/// One step of an AllGather across hosts with low precision ([`ag_layout`]), in elements of
+/// the call; pieces of whole 512-element groups.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AgLayout {
+    /// The codes of this rank's piece of `piece` elements at `from` into the rail scratch.
+    Encode { piece: u64, from: At },
+    /// The stock AllGather of the codes on the rail: every host's piece, in host order.
+    Gather { piece: u64 },
+    /// Host `slot`'s codes of the last [`AgLayout::Gather`] decoded into `to`.
+    Decode { piece: u64, slot: u64, to: At },
+    /// The stock Broadcast on the rail of `count` elements at rail rank `root`'s `from` into
+    /// every rail rank's `to`.
+    RailBroadcast { count: u64, from: At, to: At, root: u64 },
+    /// An exact AllGather in the host of `count` elements per rank from `from`, local rank `l`'s
+    /// block to `to + l x stride`.
+    Host { count: u64, stride: u64, from: At, to: At },
+    /// A copy of `count` elements (this rank's own block, alone on its host).
+    Copy { count: u64, from: At, to: At },
+}
+
+/// The steps of an AllGather of `count` elements per rank on local rank `local_rank` of host
+/// `host` of `hosts` of `local` ranks each, host `h`'s ranks being `firsts[h] + l x step`;
+/// windows of at most `window` elements (a multiple of 512). The same rail steps in the same
+/// order on every rank of a rail; the same host steps on every rank of a host.
+#[allow(clippy::too_many_arguments)]
+pub fn ag_layout(
+    count: u64,
+    hosts: u64,
+    local: u64,
+    host: u64,
+    local_rank: u64,
+    firsts: &[usize],
+    step: u64,
+    window: u64,
+) -> Vec<AgLayout> {
+    let body = count - count % 512;
+    let rank = |h: u64, l: u64| firsts[h as usize] as u64 + l * step;
+    // Where host h's block of this rank's rail (local rank `local_rank`) goes, from element `at`.
+    let block = |h: u64, at: u64| At::Recv(rank(h, local_rank) * count + at);
+    let mut steps = Vec::new();
+    let mut at = 0;
+    while at < body {
+        let w = window.min(body - at);
+        steps.push(AgLayout::Encode { piece: w, from: At::Send(at) });
+        steps.push(AgLayout::Gather { piece: w });
+        for h in (0..hosts).filter(|&h| h != host) {
+            steps.push(AgLayout::Decode { piece: w, slot: h, to: block(h, at) });
+        }
+        at += w;
+    }
+    if count > body {
+        for h in 0..hosts {
+            steps.push(AgLayout::RailBroadcast { count: count - body, from: At::Send(body), to: block(h, body), root: h });
+        }
+    }
+    if local > 1 {
+        // Each host's blocks, this host's from the input (exact: never coded).
+        for h in 0..hosts {
+            let from = if h == host { At::Send(0) } else { block(h, 0) };
+            let to = At::Recv(rank(h, 0) * count);
+            steps.push(AgLayout::Host { count, stride: step * count, from, to });
+        }
+    } else if body > 0 {
+        steps.push(AgLayout::Copy { count: body, from: At::Send(0), to: block(host, 0) });
+    }
+    steps
+}
+
+/// Elements of an AllGather window across hosts (a multiple of 512) whose codes sent and
+/// received (`hosts` + 1 slots) fit `scratch` bytes; 0 where none does.
+fn ag_window(hosts: u64, scratch: u64) -> u64 {
+    // Codes take 33/32 bytes per element: the bound, rounded down to whole groups.
+    let w = (scratch * 32 / ((hosts + 1) * 33)) / 512 * 512;
+    debug_assert!(w == 0 || (hosts + 1) * coded_bytes(w) <= scratch);
+    w
+}
+
+/// The AllGather `call` across hosts with `codec` on the rails: its [`ag_layout`], launched.
+fn all_gather_across_hosts(clique: &Clique, call: &CallDesc, codec: LowpCodec, bufs: &Buffers) -> Result<Plan, Error> {
+    let span = clique.span();
+    let (hosts, local) = (span.hosts as u64, clique.nranks as u64);
+    let me = span.host;
+    let elem = call.dtype.size().ok_or_else(|| Error::internal("a type without a size"))? as u64;
+    let family = family_of(FamilyKey::Rail(Coll::AllGather, codec))?;
+    let kernel = clique
+        .kernel(family, call.dtype.0, 0)
+        .ok_or_else(|| Error::internal(format!("no rail kernel for {}", call.dtype.name())))?;
+    let (scratch, scratch_bytes) = span.scratch;
+    let window = ag_window(hosts, scratch_bytes);
+    if scratch == 0 || window == 0 {
+        return Err(Error::internal("no rail scratch for the low-precision step"));
+    }
+    let step = clique.facts.rank_step as u64;
+    if step == 0 {
+        return Err(Error::internal("an AllGather across hosts whose ranks are unevenly spaced"));
+    }
+    let bases = [bufs.send as u64, bufs.recv as u64, 0];
+    let addr = |x: At| x.address(bases, elem);
+    let cap = clique.resident_blocks(kernel);
+    let rail = |piece| RailKernel { clique, family, func: kernel.func, cap, piece };
+    // The scratch: this rank's codes, then every host's.
+    let (sent, received) = (scratch, scratch + coded_bytes(window));
+    let layout = ag_layout(call.count as u64, hosts, local, me as u64, clique.rank as u64, &span.firsts, step, window);
+    let mut steps = Vec::new();
+    for s in layout {
+        steps.push(match s {
+            AgLayout::Encode { piece, from } => rail(piece).launch(Stage::Encode, addr(from), sent, (0, 1)),
+            AgLayout::Gather { piece } => {
+                Step::Rail(StockStep::AllGather { send: sent, recv: received, bytes: coded_bytes(piece) as usize })
+            }
+            AgLayout::Decode { piece, slot, to } => {
+                rail(piece).launch(Stage::Decode, received + slot * coded_bytes(piece), addr(to), (0, 1))
+            }
+            AgLayout::RailBroadcast { count, from, to, root } => Step::Rail(StockStep::Broadcast {
+                send: addr(from),
+                recv: addr(to),
+                count: count as usize,
+                dtype: call.dtype,
+                root: root as usize,
+            }),
+            AgLayout::Host { count, stride, from, to } => Step::Kernel(host_step(
+                clique,
+                Coll::AllGather,
+                count,
+                stride,
+                call,
+                addr(from),
+                addr(to),
+                bufs,
+            )?),
+            AgLayout::Copy { count, from, to } => {
+                if addr(from) == addr(to) {
+                    continue; // in place
+                }
+                Step::Copy { dst: addr(to), src: addr(from), bytes: (count * elem) as usize }
+            }
+        });
     }
     let mut steps = steps.into_iter();
     let first = steps.next().ok_or_else(|| Error::internal("a plan without a step"))?;
@@ -785,6 +944,159 @@ mod tests {
                 assert_eq!(got, want, "{what}: rank {r} element {j}");
             }
         }
+    }
+
+    /// Runs every rank's [`ag_layout`] of an AllGather across `hosts` hosts of `local` ranks on
+    /// the CPU (codes as a mark on the value) and checks every rank's output: each block its
+    /// rank's input, exact on its own host, decoded once elsewhere (whole groups; tails exact).
+    fn simulate_ag(count: u64, hosts: u64, local: u64, interleaved: bool, window: u64, in_place: bool) {
+        let n = hosts * local;
+        let (firsts, step): (Vec<usize>, u64) = if interleaved {
+            ((0..hosts as usize).collect(), hosts)
+        } else {
+            ((0..hosts as usize).map(|h| h * local as usize).collect(), 1)
+        };
+        let rank = |h: u64, l: u64| firsts[h as usize] as u64 + l * step;
+        let place = |r: u64| -> (u64, u64) {
+            let h = (0..hosts).find(|&h| (0..local).any(|l| rank(h, l) == r)).unwrap();
+            (h, (0..local).find(|&l| rank(h, l) == r).unwrap())
+        };
+        let input = |r: u64, i: u64| (r * 1000 + i) as f64;
+        let what =
+            format!("count {count} {hosts}x{local} interleaved {interleaved} window {window} in place {in_place}");
+        // (value, decoded) per element; in place, the input is the rank's block of the output.
+        type Cell = (f64, bool);
+        struct Rank {
+            send: Vec<Cell>,
+            recv: Vec<Cell>,
+            sent: Vec<Cell>,
+            received: Vec<Vec<Cell>>,
+        }
+        let mut mem: Vec<Rank> = (0..n)
+            .map(|r| {
+                let mine: Vec<Cell> = (0..count).map(|i| (input(r, i), false)).collect();
+                let mut recv = vec![(f64::NAN, false); (n * count) as usize];
+                if in_place {
+                    recv[(r * count) as usize..((r + 1) * count) as usize].copy_from_slice(&mine);
+                }
+                Rank { send: mine, recv, sent: Vec::new(), received: Vec::new() }
+            })
+            .collect();
+        let get = |m: &Rank, r: u64, at: At, j: u64| -> Cell {
+            match at {
+                At::Send(i) if in_place => m.recv[(r * count + i + j) as usize],
+                At::Send(i) => m.send[(i + j) as usize],
+                At::Recv(i) => m.recv[(i + j) as usize],
+                At::Temp(_) => panic!("{what}: an AllGather has no temp"),
+            }
+        };
+        let plans: Vec<Vec<AgLayout>> = (0..n)
+            .map(|r| {
+                let (h, l) = place(r);
+                ag_layout(count, hosts, local, h, l, &firsts, step, window)
+            })
+            .collect();
+        for p in &plans {
+            assert_eq!(p.len(), plans[0].len(), "{what}: ranks with different step counts");
+        }
+        for k in 0..plans[0].len() {
+            // Every rank's step k is of the same kind with the same sizes (rail and host steps pair up).
+            for p in &plans {
+                assert_eq!(std::mem::discriminant(&p[k]), std::mem::discriminant(&plans[0][k]), "{what}: step {k}");
+            }
+            let mut writes: Vec<(u64, At, Vec<Cell>)> = Vec::new();
+            for r in 0..n {
+                let (h, l) = place(r);
+                let m = &mem[r as usize];
+                match plans[r as usize][k] {
+                    AgLayout::Encode { piece, from } => {
+                        let v = (0..piece).map(|j| get(m, r, from, j)).collect();
+                        mem[r as usize].sent = v;
+                        continue;
+                    }
+                    AgLayout::Gather { piece } => {
+                        let got: Vec<Vec<Cell>> = (0..hosts)
+                            .map(|g| {
+                                let peer = &mem[rank(g, l) as usize];
+                                assert_eq!(peer.sent.len() as u64, piece, "{what}: rail pieces differ");
+                                peer.sent.clone()
+                            })
+                            .collect();
+                        mem[r as usize].received = got;
+                        continue;
+                    }
+                    AgLayout::Decode { piece, slot, to } => {
+                        assert_ne!(slot, h, "{what}: a host decodes its own codes");
+                        let v = m.received[slot as usize][..piece as usize].iter().map(|c| (c.0, true)).collect();
+                        writes.push((r, to, v));
+                    }
+                    AgLayout::RailBroadcast { count: c, from, to, root } => {
+                        let src = rank(root, l);
+                        let v = (0..c).map(|j| get(&mem[src as usize], src, from, j)).collect();
+                        writes.push((r, to, v));
+                    }
+                    AgLayout::Host { count: c, stride, from, to } => {
+                        for q in 0..local {
+                            let peer = rank(h, q);
+                            let AgLayout::Host { count: c2, stride: s2, from: f, .. } = plans[peer as usize][k] else {
+                                panic!("{what}: step {k} differs in host {h}")
+                            };
+                            assert_eq!((c2, s2), (c, stride), "{what}");
+                            let v = (0..c).map(|j| get(&mem[peer as usize], peer, f, j)).collect();
+                            writes.push((r, to.shift(q * stride), v));
+                        }
+                        let _ = from;
+                    }
+                    AgLayout::Copy { count: c, from, to } => {
+                        let v = (0..c).map(|j| get(m, r, from, j)).collect();
+                        writes.push((r, to, v));
+                    }
+                }
+            }
+            for (r, at, v) in writes {
+                let At::Recv(i) = at else { panic!("{what}: a write to {at:?}") };
+                let m = &mut mem[r as usize];
+                m.recv[i as usize..i as usize + v.len()].copy_from_slice(&v);
+            }
+        }
+        let body = count - count % 512;
+        for r in 0..n {
+            for q in 0..n {
+                for i in 0..count {
+                    let (v, decoded) = mem[r as usize].recv[(q * count + i) as usize];
+                    let coded = place(q).0 != place(r).0 && i < body;
+                    assert!(v == input(q, i) && decoded == coded, "{what}: rank {r}, block {q}, element {i}: {v} {decoded}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_all_gather_layout_gives_every_block_once_coded_at_most() {
+        for hosts in 2..=4u64 {
+            for local in [1u64, 2, 3, 4] {
+                for count in [1, 511, 512, 513, 1024 + 7, 5 * 512] {
+                    for window in [512, 1024] {
+                        for interleaved in [false, true] {
+                            for in_place in [false, true] {
+                                simulate_ag(count, hosts, local, interleaved, window, in_place);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn all_gather_windows_fit_the_scratch() {
+        let scratch = crate::clique::args::rail_scratch_bytes() as u64;
+        for hosts in 2..=64u64 {
+            let w = ag_window(hosts, scratch);
+            assert!(w >= 512 && w.is_multiple_of(512), "{hosts}");
+            assert!((hosts + 1) * coded_bytes(w) <= scratch && (hosts + 1) * coded_bytes(w + 512) > scratch, "{hosts}");
+        }
+        assert_eq!(ag_window(2, 1000), 0);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! model" markers) against rcclx's own decision (`intercept::decide`): the same route for every
 //! collective, type, op, count and rank count of a grid, at the default crossovers with low
 //! precision off, and on from 0 bytes, each with LL128 off and on up to 4 MiB, on one host and on
-//! two hosts of 1-8 ranks (exact hierarchy and `RCCLX_HIER_RS` off and on). The checker's model
+//! two hosts of 1-8 ranks (exact hierarchy, `RCCLX_HIER_RS` and `RCCLX_HIER_AG` off and on). The checker's model
 //! is written apart from `decide` (so a wrong decision fails on the GPU); this keeps the two from
 //! drifting apart when a crossover changes. Needs a C++ compiler (`$CXX`, else `c++`).
 
@@ -37,7 +37,7 @@ fn rcclx_route(
     lowp: bool,
     ll128_max: u64,
 ) -> String {
-    let mut cfg = Config { ll128_max_bytes: ll128_max, hier_exact: exact, hier_rs: exact, ..Config::default() };
+    let mut cfg = Config { ll128_max_bytes: ll128_max, hier_exact: exact, hier_rs: exact, hier_ag: exact, ..Config::default() };
     if lowp {
         cfg.lowp_enable = true;
         cfg.lowp_min_bytes = Some(0);
@@ -100,6 +100,7 @@ int main() {{
     g_model.ll128Max = mode & 2 ? {ll128} : 0;
     g_model.hierExact = layout == 2;
     g_model.hierRs = layout == 2;
+    g_model.hierAg = layout == 2;
     for (int n : nranks)
       for (int c = 0; c < {ncolls}; c++)
         for (int t = 0; t < {types}; t++)

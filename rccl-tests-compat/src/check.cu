@@ -126,6 +126,7 @@ struct RouteModel {
   int local = 0;             // ranks per simulated host (RCCLX_BENCH_SIM_LOCAL; 0: one host)
   bool hierExact = false;    // RCCLX_HIER_EXACT
   bool hierRs = false;       // RCCLX_HIER_RS
+  bool hierAg = false;       // RCCLX_HIER_AG
 };
 static RouteModel g_model;
 
@@ -149,7 +150,7 @@ static const uint64_t kLlMax[3] = {256 * KiB, 64 * KiB, 32 * KiB};  // bytes per
 
 // The route a call of B is expected to take: `forwarded`, `<coll>.ll|flat|tree|ll128`,
 // `<coll>.lowp` (every low-precision kernel of the collective, FP8 or INT8, pair or not) or, on
-// a communicator spanning hosts, `allreduce.hier` / `reducescatter.hier` (low precision on the rails) or the first host
+// a communicator spanning hosts, `allreduce.hier` / `reducescatter.hier` / `allgather.hier` (low precision on the rails) or the first host
 // step of the exact hierarchy (`reducescatter.ll|flat`; `allreduce.ll|flat` below one element
 // per rank of a host).
 static std::string expectedRoute(CollId coll, const TypeDesc* type, OpId op, size_t count, int root, int nranks) {
@@ -163,9 +164,10 @@ static std::string expectedRoute(CollId coll, const TypeDesc* type, OpId op, siz
   // ncclSum, or op "none" of the data-movement collectives (their calls carry ncclSum).
   const bool sum = op == OP_SUM || op == OP_NONE;
   const int local = g_model.local;
-  if (local > 0 && local < nranks) {  // several hosts: AllReduce, and ReduceScatter with low precision
+  if (local > 0 && local < nranks) {  // several hosts: AllReduce; ReduceScatter, AllGather with low precision
     const bool lowp = g_model.lowpAll && lowpType && sum && bytes >= lowpMin;
     if (coll == COLL_RS && lowp && g_model.hierRs) return "reducescatter.hier";  // hosts contiguous or round-robin
+    if (coll == COLL_AG && lowp && g_model.hierAg) return "allgather.hier";
     if (coll != COLL_AR) return "forwarded";
     if (lowp) return "allreduce.hier";
     if (!g_model.hierExact || local < 2 || (int)type->type > 9 || op == OP_MULSUM) return "forwarded";
@@ -253,6 +255,7 @@ static bool routeExpectations(const Lib& B, int proc) {
   if (const char* sl = getenv("RCCLX_BENCH_SIM_LOCAL")) g_model.local = atoi(sl);
   if (envSet(B, "RCCLX_HIER_EXACT", &v)) g_model.hierExact = v == "1";
   if (envSet(B, "RCCLX_HIER_RS", &v)) g_model.hierRs = v == "1";
+  if (envSet(B, "RCCLX_HIER_AG", &v)) g_model.hierAg = v == "1";
   if (envSet(B, "RCCLX_LL128_MAX_BYTES", &v)) {
     char* end = nullptr;
     const long long ll128 = strtoll(v.c_str(), &end, 10);

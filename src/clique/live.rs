@@ -144,6 +144,15 @@ impl Clique {
         .map_err(Error::from)
     }
 
+    /// Enqueues a copy of `bytes` bytes from `src` to `dst` on `stream` (a plan's copy step).
+    pub fn copy(&self, dst: u64, src: u64, bytes: usize, stream: gpu::Stream) -> Result<(), Error> {
+        let rt = gpu::runtime()?;
+        let _guard = rt.device_guard(self.device)?;
+        // SAFETY: a plan copies only between the call's buffers, inside their declared sizes and
+        // apart (`plan::ag_layout`), on the stream's device.
+        unsafe { rt.memcpy_async(gpu::DevicePtr(dst), gpu::DevicePtr(src), bytes, stream) }.map_err(Error::from)
+    }
+
     /// The first error a kernel reported: `ncclRemoteError` after a timeout, none after an abort
     /// the host asked for (the stock library reports that state itself).
     pub fn kernel_error(&self) -> ncclResult_t {

@@ -180,6 +180,8 @@ pub enum StockStep {
     },
     /// `ncclAllGather` of `bytes` per rank.
     AllGather { send: u64, recv: u64, bytes: usize },
+    /// `ncclBroadcast` of `count` elements from rail rank `root`.
+    Broadcast { send: u64, recv: u64, count: usize, dtype: crate::types::ncclDataType_t, root: usize },
     /// An all-to-all of `bytes` per peer as grouped `ncclSend`/`ncclRecv` (every stock
     /// version has them): block `p` of `send` goes to rank `p`, block `p` of `recv` comes
     /// from it; this rank's own block is not moved.
@@ -219,6 +221,11 @@ impl StockStep {
                     upstream::guarded(|| unsafe { g(p(send), p(recv), bytes, ncclDataType_t::Uint8, comm, stream) }),
                     "AllGather",
                 )
+            }
+            StockStep::Broadcast { send, recv, count, dtype, root } => {
+                let g = f.ncclBroadcast.ok_or_else(|| missing("ncclBroadcast"))?;
+                // SAFETY: as above; only the root reads `send`.
+                ok(upstream::guarded(|| unsafe { g(p(send), p(recv), count, dtype, root as c_int, comm, stream) }), "Broadcast")
             }
             StockStep::AllToAll { send, recv, bytes, nranks, rank } => {
                 let (Some(start), Some(end), Some(s), Some(r)) =

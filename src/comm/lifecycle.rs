@@ -668,6 +668,7 @@ impl Job {
                     .clique
                     .with_rail(|rail| call.run(rail, self.stream))
                     .unwrap_or_else(|| Err(Error::internal("a rail step after the rail ended"))),
+                Step::Copy { dst, src, bytes } => self.clique.copy(dst, src, bytes, self.stream),
             }?;
             enqueued += 1;
             Ok(())
