@@ -53,6 +53,20 @@ pub enum Step {
     Copy { dst: u64, src: u64, bytes: usize },
 }
 
+impl Step {
+    /// Enqueues the step on `stream` (`captured`: inside the application's graph capture).
+    /// A new kind of step is a variant and its arm here.
+    pub fn enqueue(self, clique: &Clique, stream: crate::gpu::Stream, captured: bool) -> Result<(), Error> {
+        match self {
+            Step::Kernel(launch) => clique.launch(launch, stream, captured),
+            Step::Rail(call) => clique
+                .with_rail(|rail| call.run(rail, stream))
+                .unwrap_or_else(|| Err(Error::internal("a rail step after the rail ended"))),
+            Step::Copy { dst, src, bytes } => clique.copy(dst, src, bytes, stream),
+        }
+    }
+}
+
 /// A call's steps, and the kernel family it counts under in the statistics (its route).
 #[derive(Clone, Debug)]
 pub struct Plan {

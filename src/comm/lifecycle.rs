@@ -52,7 +52,7 @@ use super::state::{State, insert, lookup, remove};
 use crate::clique::{self, Clique};
 use crate::error::Error;
 use crate::intercept::Reason;
-use crate::plan::{Plan, Step};
+use crate::plan::Plan;
 use crate::types::{ncclComm_t, ncclResult_t};
 use crate::upstream;
 
@@ -662,16 +662,9 @@ impl Job {
         let family = plan.family;
         let mut enqueued = 0;
         let ran = plan.steps().try_for_each(|step| {
-            match step {
-                Step::Kernel(launch) => self.clique.launch(launch, self.stream, captured),
-                Step::Rail(call) => self
-                    .clique
-                    .with_rail(|rail| call.run(rail, self.stream))
-                    .unwrap_or_else(|| Err(Error::internal("a rail step after the rail ended"))),
-                Step::Copy { dst, src, bytes } => self.clique.copy(dst, src, bytes, self.stream),
-            }?;
+            step.enqueue(&self.clique, self.stream, captured)?;
             enqueued += 1;
-            Ok(())
+            Ok::<_, Error>(())
         });
         match ran {
             Ok(()) => {
