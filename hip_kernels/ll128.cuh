@@ -76,6 +76,14 @@ RCCLX_DEV uint32_t* rcclx_ll128_counter(const RcclxArgs& a, int r, int w) {
   return (uint32_t*)rcclx_ll128_region(a, r) + blockIdx.x * RCCLX_FLAG_STRIDE + w;
 }
 
+// Credit word w of this rank's region, block b (rcclx_ll128_counter), one relaxed system-scope
+// load: a buffer load on AMD (rcclx_ld_ll128_credit), which marks the wait as an LL128 credit
+// wait, not a flag wait, for the machine-code check.
+RCCLX_DEV uint32_t rcclx_ll128_credit(const RcclxArgs& a, int w) {
+  return rcclx_ld_ll128_credit(rcclx_ll128_region(a, a.rank), RCCLX_LL128_REGION_BYTES,
+                               (uint32_t)((blockIdx.x * RCCLX_FLAG_STRIDE + w) * sizeof(uint32_t)));
+}
+
 // The flag word of absolute step `step`.
 RCCLX_DEV uint64_t rcclx_ll128_flag(uint32_t step) {
   return ((uint64_t)(RCCLX_TRAFFIC_TWIN ? RCCLX_LL128_TWIN_TAG : RCCLX_LL128_TAG) << 32) | (step + 1);
@@ -155,7 +163,7 @@ RCCLX_DEV void rcclx_ll128_write(const RcclxArgs& a, const RcclxLl128Lane& l, ui
 #pragma unroll
     for (int k = 1; k < RCCLX_MAX_RANKS; ++k)
       if (k < a.nranks)
-        all = rcclx_epoch_geq(rcclx_ld_relaxed_sys(rcclx_ll128_counter(a, a.rank, (a.rank + k) % a.nranks)), need) && all;
+        all = rcclx_epoch_geq(rcclx_ll128_credit(a, (a.rank + k) % a.nranks), need) && all;
     if (rcclx_warp_all(all)) break;
     rcclx_poll_pause();  // AMD: s_sleep 1 between polls, as RCCL's; nothing on NVIDIA
     // The host's abort word every 1024 rounds (a PCIe read); the block's failure every round,
@@ -225,7 +233,10 @@ RCCLX_DEV void rcclx_ll128(const RcclxArgs& a, uint32_t seq, uint64_t deadline, 
     if (i + RCCLX_LL128_AHEAD < steps) rcclx_ll128_write(a, l, base, i + RCCLX_LL128_AHEAD, deadline, s_fail);
     consume(a, l, base, i);
     // Credit back: the block's loads of the step have returned (the consumer used their values),
-    // so the writers may refill the slot.
+    // so the writers may refill the slot. Released as every block publish is (every wave's
+    // memory operations complete before the barrier, rule `publish-without-wait`): the loads
+    // need no wait, but the check cannot tell this release from one that publishes stores.
+    rcclx_block_publish();
     __syncthreads();
     const int p = threadIdx.x;
     if (!RCCLX_TRAFFIC_TWIN && p < a.nranks && p != a.rank) rcclx_st_release_sys(rcclx_ll128_counter(a, p, a.rank), base + i + 1);

@@ -202,6 +202,14 @@ RCCLX_DEV void rcclx_ld_ll128(const uint64_t* base, uint32_t bytes, uint32_t off
   *w0 = (uint64_t)v.x | ((uint64_t)v.y << 32);
   *w1 = (uint64_t)v.z | ((uint64_t)v.w << 32);
 }
+// order: relaxed, sys: one 4-byte load instruction (buffer_load_dword sc0 sc1) of a word of an
+// LL128 region (a credit; base uniform, as above). The same load as rcclx_ld_relaxed_sys, as a
+// buffer load so that the machine code tells an LL128 credit wait (it gates only stores and
+// takes no acquire, docs/memory-model.md) from a flag wait (global_load_dword: an acquire must
+// follow, build/isa_check.rs rule `acquire-missing`).
+RCCLX_DEV uint32_t rcclx_ld_ll128_credit(const uint64_t* base, uint32_t bytes, uint32_t off) {
+  return __builtin_amdgcn_raw_buffer_load_b32(rcclx_buffer(base, bytes), off, 0, RCCLX_BUFFER_SC_SYS);
+}
 // order: n/a. True in every lane when p holds in every active lane of the wavefront (all
 // lanes of the wavefront must execute it).
 RCCLX_DEV bool rcclx_warp_all(bool p) { return __builtin_amdgcn_ballot_w64(!p) == 0; }
@@ -419,6 +427,10 @@ RCCLX_DEV void rcclx_ld_ll128(const uint64_t* base, uint32_t, uint32_t off, uint
   asm volatile("ld.relaxed.sys.global.v2.b64 {%0, %1}, [%2];" : "=l"(x), "=l"(y) : "l"((const char*)base + off) : "memory");
   *w0 = x;
   *w1 = y;
+}
+// order: relaxed, sys: a word of an LL128 region (a credit), rcclx_ld_relaxed_sys at base + off.
+RCCLX_DEV uint32_t rcclx_ld_ll128_credit(const uint64_t* base, uint32_t, uint32_t off) {
+  return rcclx_ld_relaxed_sys((const uint32_t*)((const char*)base + off));
 }
 // order: n/a. True in every lane when p holds in every lane of the warp (all 32 lanes must
 // execute it).
