@@ -5,8 +5,13 @@
 //! | rule | targets | fails when |
 //! |---|---|---|
 //! | `release-without-wait` | gfx942, gfx950 | a `buffer_wbl2` (the L2 writeback of a release) reaches a store, an atomic, `s_barrier` or a branch before an `s_waitcnt vmcnt(0)` |
+//! | `release-missing` | gfx942, gfx950 | a flag store (32-bit, `sc0 sc1`) is reached from the kernel's start or the previous flag store with no `buffer_wbl2` |
+//! | `publish-without-wait` | gfx942, gfx950 | a vector memory instruction reaches the `s_barrier` before a block's release with no `s_waitcnt vmcnt(0)` |
 //! | `scratch` | gfx942, gfx950 | a kernel has a private segment (scratch) or a dynamic stack |
 //! | `spill` | sm_90 | a kernel has a stack frame or local memory |
+//!
+//! The flow rules read each kernel's branches, loops and waits; what they cannot tell from
+//! machine code alone, and how rcclx's primitives make it visible, is in docs/memory-model.md.
 //!
 //! What is read: gfx942, the code object itself (`llvm-objdump -d`, `llvm-readelf --notes`, LLVM
 //! 17 or later); gfx950, which LLVM 19 cannot disassemble, the assembly the compiler assembled into the
@@ -17,6 +22,7 @@
 //! Used by `build/main.rs`, `gpu-tests/build.rs` and `tests/isa_check.rs`. Uses only `std`.
 #![allow(dead_code)]
 
+use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -26,14 +32,24 @@ use crate::toolchain::{Outcome, Target};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rule {
     ReleaseWithoutWait,
+    PublishWithoutWait,
+    ReleaseMissing,
     Scratch,
     Spill,
 }
 
 impl Rule {
+    /// Whether the rule is one of the memory model's (a kernel that breaks it may give wrong
+    /// results), not one of speed.
+    pub fn memory_model(self) -> bool {
+        !matches!(self, Rule::Scratch | Rule::Spill)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Rule::ReleaseWithoutWait => "release-without-wait",
+            Rule::PublishWithoutWait => "publish-without-wait",
+            Rule::ReleaseMissing => "release-missing",
             Rule::Scratch => "scratch",
             Rule::Spill => "spill",
         }
@@ -63,10 +79,31 @@ pub struct Checked {
     pub findings: Vec<Finding>,
 }
 
+/// One function of a disassembly or an assembly file: its instructions (mnemonic and operands,
+/// comments dropped) in address order, and where each branch goes.
+#[derive(Clone, Debug, Default)]
+pub struct Function {
+    pub name: String,
+    pub insts: Vec<String>,
+    /// The instruction a branch (`s_branch`, `s_cbranch_*`) goes to, by index; `None` for other
+    /// instructions and for a branch whose target was not found.
+    pub target: Vec<Option<usize>>,
+}
+
 /// The functions of a disassembly (`llvm-objdump -d`) or of a clang assembly file, each with
-/// its instructions (mnemonic and operands, comments dropped), in address order.
-pub fn functions(text: &str) -> Vec<(String, Vec<String>)> {
-    let mut out: Vec<(String, Vec<String>)> = Vec::new();
+/// its instructions (mnemonic and operands, comments dropped), in address order, and its
+/// branches' targets (objdump: the `<name+0x..>` of the comment; assembly: the local labels).
+pub fn functions(text: &str) -> Vec<Function> {
+    // Per function: its start address (objdump), each instruction's address or the labels
+    // before it, and each branch's target as written.
+    struct Raw {
+        f: Function,
+        start: u64,
+        addr: Vec<Option<u64>>,
+        labels: Vec<(String, usize)>,
+        dest: Vec<Option<String>>,
+    }
+    let mut out: Vec<Raw> = Vec::new();
     let mut in_text = true;
     // An assembly file ends with its metadata (YAML), which is no code.
     let code = text.split(".amdgpu_metadata").next().unwrap_or(text);
@@ -77,11 +114,13 @@ pub fn functions(text: &str) -> Vec<(String, Vec<String>)> {
             && !rest.0.is_empty()
             && let Some(name) = rest.1.strip_suffix(">:")
         {
-            out.push((name.to_owned(), Vec::new()));
+            let start = u64::from_str_radix(rest.0, 16).unwrap_or(0);
+            let f = Function { name: name.to_owned(), ..Function::default() };
+            out.push(Raw { f, start, addr: Vec::new(), labels: Vec::new(), dest: Vec::new() });
             continue;
         }
-        let line = raw.split("//").next().unwrap_or("");
-        let line = line.split(';').next().unwrap_or("").trim();
+        let (body, comment) = raw.split_once("//").unwrap_or((raw, ""));
+        let line = body.split(';').next().unwrap_or("").trim();
         if line.is_empty() {
             continue;
         }
@@ -93,31 +132,63 @@ pub fn functions(text: &str) -> Vec<(String, Vec<String>)> {
         if let Some(label) = line.strip_suffix(':') {
             // A kernel's label in assembly (local labels start with `.`).
             if !label.starts_with('.') && !label.contains(' ') && in_text {
-                out.push((label.to_owned(), Vec::new()));
+                let f = Function { name: label.to_owned(), ..Function::default() };
+                out.push(Raw { f, start: 0, addr: Vec::new(), labels: Vec::new(), dest: Vec::new() });
+            } else if let Some(r) = out.last_mut() {
+                r.labels.push((label.to_owned(), r.f.insts.len()));
             }
             continue;
         }
         if line.starts_with('.') {
             continue;
         }
-        if let Some((_, insts)) = out.last_mut()
+        if let Some(r) = out.last_mut()
             && in_text
         {
-            insts.push(line.to_owned());
+            // objdump's comment: `// 000000001C88: BF870007 <k+0xa8>`.
+            let comment = comment.trim();
+            let addr = comment.split_once(':').and_then(|(a, _)| u64::from_str_radix(a.trim(), 16).ok());
+            let m = mnemonic(line);
+            let dest = if m == "s_branch" || m.starts_with("s_cbranch") {
+                if let Some(t) = comment.rsplit_once('<').and_then(|(_, t)| t.strip_suffix('>')) {
+                    // `<name+0xa8>` (or `<name>` for the start), relative to the function.
+                    let off = t.rsplit_once("+0x").and_then(|(_, o)| u64::from_str_radix(o, 16).ok()).unwrap_or(0);
+                    Some(format!("@{:x}", r.start + off))
+                } else {
+                    line.split_whitespace().nth(1).map(str::to_owned)
+                }
+            } else {
+                None
+            };
+            r.f.insts.push(line.to_owned());
+            r.addr.push(addr);
+            r.dest.push(dest);
         }
     }
-    out.retain(|(_, insts)| !insts.is_empty());
-    out
-}
-
-fn mnemonic(inst: &str) -> &str {
-    inst.split_whitespace().next().unwrap_or("")
+    out.retain(|r| !r.f.insts.is_empty());
+    out.into_iter()
+        .map(|mut r| {
+            let n = r.f.insts.len();
+            let by_addr: HashMap<u64, usize> =
+                r.addr.iter().enumerate().filter_map(|(i, a)| a.map(|a| (a, i))).collect();
+            let by_label: HashMap<&str, usize> =
+                r.labels.iter().filter(|(_, i)| *i < n).map(|(l, i)| (l.as_str(), *i)).collect();
+            let index = |d: &str| -> Option<usize> {
+                match d.strip_prefix('@') {
+                    Some(a) => by_addr.get(&u64::from_str_radix(a, 16).ok()?).copied(),
+                    None => by_label.get(d).copied(),
+                }
+            };
+            r.f.target = r.dest.iter().map(|d| d.as_deref().and_then(index)).collect();
+            r.f
+        })
+        .collect()
 }
 
 /// Rule `release-without-wait` over the functions of one AMD code object.
-pub fn release_without_wait(funcs: &[(String, Vec<String>)]) -> Vec<Finding> {
+pub fn release_without_wait(funcs: &[Function]) -> Vec<Finding> {
     let mut out = Vec::new();
-    for (name, insts) in funcs {
+    for Function { name, insts, .. } in funcs {
         let mut pending: Option<usize> = None;
         for (i, inst) in insts.iter().enumerate() {
             let m = mnemonic(inst);
@@ -145,6 +216,256 @@ pub fn release_without_wait(funcs: &[(String, Vec<String>)]) -> Vec<Finding> {
             }
         }
     }
+    out
+}
+
+fn mnemonic(inst: &str) -> &str {
+    inst.split_whitespace().next().unwrap_or("")
+}
+
+// ---- control flow ---------------------------------------------------------------------------
+
+fn is_branch(m: &str) -> bool {
+    m == "s_branch" || m.starts_with("s_cbranch")
+}
+
+/// The successors of each instruction of `f`: the next one unless it ends the path
+/// (`s_branch`, `s_endpgm`, `s_setpc`), and a branch's target.
+pub fn successors(f: &Function) -> Vec<Vec<usize>> {
+    let n = f.insts.len();
+    (0..n)
+        .map(|i| {
+            let m = mnemonic(&f.insts[i]);
+            let ends = m == "s_branch" || m.starts_with("s_endpgm") || m.starts_with("s_setpc");
+            let mut s = Vec::with_capacity(2);
+            if !ends && i + 1 < n {
+                s.push(i + 1);
+            }
+            if let Some(t) = f.target[i]
+                && !s.contains(&t)
+            {
+                s.push(t);
+            }
+            s
+        })
+        .collect()
+}
+
+fn predecessors(succ: &[Vec<usize>]) -> Vec<Vec<usize>> {
+    let mut pred = vec![Vec::new(); succ.len()];
+    for (i, s) in succ.iter().enumerate() {
+        for &j in s {
+            pred[j].push(i);
+        }
+    }
+    pred
+}
+
+/// The loops of a function: for each header, the instructions of its loop. A header is the
+/// target of a back edge (an edge to an instruction on the depth-first search's path from the
+/// start: the compiler's control flow is reducible); its loop is the header and every
+/// instruction that reaches one of its back edges without passing the header (the natural loop,
+/// back edges of one header merged).
+pub fn loops(succ: &[Vec<usize>], pred: &[Vec<usize>]) -> Vec<(usize, Vec<bool>)> {
+    let n = succ.len();
+    let mut back: Vec<(usize, usize)> = Vec::new();
+    let (mut visited, mut on_path) = (vec![false; n], vec![false; n]);
+    if n > 0 {
+        let mut stack: Vec<(usize, usize)> = vec![(0, 0)];
+        visited[0] = true;
+        on_path[0] = true;
+        while let Some(top) = stack.last_mut() {
+            let (x, k) = *top;
+            if let Some(&y) = succ[x].get(k) {
+                top.1 += 1;
+                if on_path[y] {
+                    back.push((x, y));
+                } else if !visited[y] {
+                    visited[y] = true;
+                    on_path[y] = true;
+                    stack.push((y, 0));
+                }
+            } else {
+                on_path[x] = false;
+                stack.pop();
+            }
+        }
+    }
+    let mut out: Vec<(usize, Vec<bool>)> = Vec::new();
+    for (latch, header) in back {
+        let at = match out.iter().position(|(h, _)| *h == header) {
+            Some(at) => at,
+            None => {
+                out.push((header, vec![false; n]));
+                out.len() - 1
+            }
+        };
+        let body = &mut out[at].1;
+        body[header] = true;
+        let mut stack = vec![latch];
+        while let Some(x) = stack.pop() {
+            if !body[x] {
+                body[x] = true;
+                stack.extend(&pred[x]);
+            }
+        }
+    }
+    out
+}
+
+// ---- instruction classes ----------------------------------------------------------------------
+
+fn vmem_load(m: &str) -> bool {
+    ["global_load", "buffer_load", "flat_load", "scratch_load"].iter().any(|p| m.starts_with(p))
+}
+fn vmem_store(m: &str) -> bool {
+    ["global_store", "buffer_store", "flat_store", "scratch_store"].iter().any(|p| m.starts_with(p))
+}
+fn vmem_atomic(m: &str) -> bool {
+    ["global_atomic", "buffer_atomic", "flat_atomic"].iter().any(|p| m.starts_with(p))
+}
+fn vmem(m: &str) -> bool {
+    vmem_load(m) || vmem_store(m) || vmem_atomic(m)
+}
+/// A system-scope access: both cache-coherence bits (`sc0 sc1`, AMDGPUUsage's "system" row).
+fn system_scope(inst: &str) -> bool {
+    let mut w = inst.split_whitespace().skip(1);
+    let (mut sc0, mut sc1) = (false, false);
+    for t in &mut w {
+        sc0 |= t == "sc0";
+        sc1 |= t == "sc1";
+    }
+    sc0 && sc1
+}
+fn waits_vmcnt0(inst: &str) -> bool {
+    mnemonic(inst) == "s_waitcnt" && inst.contains("vmcnt(0)")
+}
+/// The store of a flag: a 32-bit system-scope store (LL words are 8 bytes, LL128 lanes 16).
+fn flag_store(inst: &str) -> bool {
+    matches!(mnemonic(inst), "global_store_dword" | "flat_store_dword" | "buffer_store_dword") && system_scope(inst)
+}
+
+fn finding(kernel: &str, rule: Rule, detail: String) -> Finding {
+    Finding { kernel: kernel.to_owned(), rule, detail }
+}
+
+/// Rule `publish-without-wait`: a release after a workgroup barrier (`s_barrier`, then
+/// `buffer_wbl2` with no vector store, atomic, poll (system-scope load) or pause (`s_sleep`)
+/// between: one thread releasing for the block, not a wait reporting that it gave up) needs
+/// every wave's memory operations complete before the barrier (`rcclx_block_publish`): on every
+/// path into that `s_barrier`, an `s_waitcnt vmcnt(0)` comes after the last memory instruction.
+pub fn publish_without_wait(funcs: &[Function]) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for f in funcs {
+        let pred = predecessors(&successors(f));
+        let mut barriers: Vec<(usize, usize)> = Vec::new();
+        for (w, inst) in f.insts.iter().enumerate() {
+            if mnemonic(inst) != "buffer_wbl2" {
+                continue;
+            }
+            let mut seen = vec![false; f.insts.len()];
+            let mut stack: Vec<usize> = pred[w].clone();
+            while let Some(x) = stack.pop() {
+                if std::mem::replace(&mut seen[x], true) {
+                    continue;
+                }
+                let m = mnemonic(&f.insts[x]);
+                let poll = vmem_load(m) && system_scope(&f.insts[x]);
+                if m == "s_barrier" {
+                    if !barriers.iter().any(|(b, _)| *b == x) {
+                        barriers.push((x, w));
+                    }
+                } else if !vmem_store(m) && !vmem_atomic(m) && !poll && m != "buffer_wbl2" && m != "s_sleep" {
+                    stack.extend(&pred[x]);
+                }
+            }
+        }
+        for (b, w) in barriers {
+            let mut seen = vec![false; f.insts.len()];
+            let mut stack: Vec<usize> = pred[b].clone();
+            while let Some(x) = stack.pop() {
+                if std::mem::replace(&mut seen[x], true) {
+                    continue;
+                }
+                let inst = &f.insts[x];
+                // A release's own store (a flag store, after its `s_waitcnt vmcnt(0)`) needs no
+                // wait before a later barrier: the next release's wave waits for it.
+                if waits_vmcnt0(inst) || flag_store(inst) {
+                    continue;
+                }
+                if vmem(mnemonic(inst)) {
+                    out.push(finding(
+                        &f.name,
+                        Rule::PublishWithoutWait,
+                        format!(
+                            "`{inst}` (instruction {x}) reaches the `s_barrier` (instruction {b}) before the release's `{}` \
+                             (instruction {w}) with no `s_waitcnt vmcnt(0)`",
+                            f.insts[w]
+                        ),
+                    ));
+                    break;
+                }
+                stack.extend(&pred[x]);
+            }
+        }
+    }
+    out
+}
+
+/// Rule `release-missing`: every flag store (a 32-bit store with `sc0 sc1`: rcclx has no relaxed
+/// 32-bit system-scope store, `rcclx_port.h`) is a release: on every path into it a
+/// `buffer_wbl2` comes after the previous flag store (and `release-without-wait` puts its
+/// `s_waitcnt vmcnt(0)` between them).
+pub fn release_missing(funcs: &[Function]) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for f in funcs {
+        let pred = predecessors(&successors(f));
+        for (s, inst) in f.insts.iter().enumerate() {
+            if !flag_store(inst) {
+                continue;
+            }
+            let mut seen = vec![false; f.insts.len()];
+            let mut stack: Vec<usize> = vec![s];
+            let mut bad: Option<String> = None;
+            while let Some(x) = stack.pop() {
+                if std::mem::replace(&mut seen[x], true) {
+                    continue;
+                }
+                if x != s {
+                    let m = mnemonic(&f.insts[x]);
+                    if m == "buffer_wbl2" {
+                        continue;
+                    }
+                    if flag_store(&f.insts[x]) {
+                        bad = Some(format!("after the flag store `{}` (instruction {x})", f.insts[x]));
+                        break;
+                    }
+                }
+                if pred[x].is_empty() {
+                    bad = Some("from the kernel's start".to_owned());
+                    break;
+                }
+                stack.extend(&pred[x]);
+            }
+            if let Some(from) = bad {
+                out.push(finding(
+                    &f.name,
+                    Rule::ReleaseMissing,
+                    format!(
+                        "`{inst}` (instruction {s}) is reached {from} with no `buffer_wbl2` (a relaxed flag store)"
+                    ),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Every memory-model rule over the functions of one AMD code object.
+pub fn memory_model(funcs: &[Function]) -> Vec<Finding> {
+    let mut out = release_without_wait(funcs);
+    out.extend(publish_without_wait(funcs));
+    out.extend(release_missing(funcs));
     out
 }
 
@@ -343,7 +664,7 @@ pub fn check(
                     funcs.len()
                 ));
             }
-            let mut findings = release_without_wait(&funcs);
+            let mut findings = memory_model(&funcs);
             findings.extend(amd_scratch(&metadata));
             Ok(Checked { target, source, kernels, findings })
         }
@@ -361,7 +682,7 @@ pub fn turned_off() -> bool {
 
 /// Checks every built code object of a build script and applies the policy: with `require`
 /// (CI), a finding or a code object that could not be read panics; otherwise each is a cargo
-/// warning, and a target with a release that lacks its wait is left out (its GPUs forward:
+/// warning, and a target with a kernel that breaks a memory-model rule is left out (its GPUs forward:
 /// wrong results are worse than none), as is an AMD target whose code object could not be read
 /// (its memory model is proven by this check alone) unless `unchecked_ok` ([`turned_off`]).
 /// Returns the targets to leave out and the report for `isa-check.txt`.
@@ -396,12 +717,14 @@ pub fn enforce(
                         println!("cargo:warning={what}: machine-code check: {} {f}", target.name());
                     }
                 }
-                if c.findings.iter().any(|f| f.rule == Rule::ReleaseWithoutWait) {
+                if let Some(f) = c.findings.iter().find(|f| f.rule.memory_model()) {
                     rejected.push(*target);
                     if !require {
                         println!(
-                            "cargo:warning={what}: {} left out: a release without its wait gives wrong results",
-                            target.name()
+                            "cargo:warning={what}: {} left out: a kernel breaks the memory model ({}), which gives \
+                             wrong results",
+                            target.name(),
+                            f.rule.name()
                         );
                     }
                 }

@@ -33,6 +33,34 @@ planted_release_without_wait(uint32_t* flag, uint32_t* d, int n) {
     if (threadIdx.x == 0) __hip_atomic_store(flag, (uint32_t)it, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
   }
 }
+
+// The hazards of the other memory-model rules, each written out (a primitive left out, or the
+// instruction in inline assembly), so that no compiler has to make a mistake for the test.
+
+// Breaks `publish-without-wait`: every thread stores, then the workgroup barrier with no
+// `s_waitcnt vmcnt(0)` before it (rcclx_block_publish left out; the barrier in assembly, so
+// that nothing adds the wait), then one thread's release.
+extern "C" __global__ void __launch_bounds__(512, 1)
+planted_publish_without_wait(uint32_t* flag, uint32_t* d, int n) {
+  for (int it = 0; it < n; ++it) {
+    for (int i = threadIdx.x; i < 1024; i += 512) d[i + (it + 1) * 1024] = d[i + it * 1024] + 1;
+    asm volatile("s_barrier" ::: "memory");
+    if (threadIdx.x == 0) rcclx_st_release_sys(flag, (uint32_t)it);
+  }
+}
+
+// Breaks `release-missing`: the block publishes, then one thread stores the flag relaxed
+// (a 32-bit system-scope store with no `buffer_wbl2`): a release written as a plain store.
+extern "C" __global__ void __launch_bounds__(512, 1)
+planted_release_missing(uint32_t* flag, uint32_t* d, int n) {
+  for (int it = 0; it < n; ++it) {
+    for (int i = threadIdx.x; i < 1024; i += 512) d[i + (it + 1) * 1024] = d[i + it * 1024] + 1;
+    rcclx_block_publish();
+    __syncthreads();
+    if (threadIdx.x == 0) __hip_atomic_store(flag, (uint32_t)it, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+  }
+}
+
 #endif
 
 // Breaks `scratch` (AMD) and `spill` (sm_90): an array indexed by a run-time value lives in
