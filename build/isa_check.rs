@@ -7,6 +7,8 @@
 //! | `release-without-wait` | gfx942, gfx950 | a `buffer_wbl2` (the L2 writeback of a release) reaches a store, an atomic, `s_barrier` or a branch before an `s_waitcnt vmcnt(0)` |
 //! | `release-missing` | gfx942, gfx950 | a flag store (32-bit, `sc0 sc1`) is reached from the kernel's start or the previous flag store with no `buffer_wbl2` |
 //! | `publish-without-wait` | gfx942, gfx950 | a vector memory instruction reaches the `s_barrier` before a block's release with no `s_waitcnt vmcnt(0)` |
+//! | `acquire-missing` | gfx942, gfx950 | a flag wait has an exit with no path to `buffer_inv sc0 sc1` before a vector load or `s_barrier`, or a `buffer_inv` reaches `s_barrier` before `s_waitcnt vmcnt(0)` |
+//! | `poll-bits` | gfx942, gfx950 | a wait (the loop around an `s_sleep`) loads without `sc0 sc1`, loads a 32-bit word through the scalar cache, or polls nothing |
 //! | `scratch` | gfx942, gfx950 | a kernel has a private segment (scratch) or a dynamic stack |
 //! | `spill` | sm_90 | a kernel has a stack frame or local memory |
 //!
@@ -34,6 +36,8 @@ pub enum Rule {
     ReleaseWithoutWait,
     PublishWithoutWait,
     ReleaseMissing,
+    AcquireMissing,
+    PollBits,
     Scratch,
     Spill,
 }
@@ -50,6 +54,8 @@ impl Rule {
             Rule::ReleaseWithoutWait => "release-without-wait",
             Rule::PublishWithoutWait => "publish-without-wait",
             Rule::ReleaseMissing => "release-missing",
+            Rule::AcquireMissing => "acquire-missing",
+            Rule::PollBits => "poll-bits",
             Rule::Scratch => "scratch",
             Rule::Spill => "spill",
         }
@@ -313,6 +319,25 @@ pub fn loops(succ: &[Vec<usize>], pred: &[Vec<usize>]) -> Vec<(usize, Vec<bool>)
     out
 }
 
+/// The waits of a function: the innermost loop around each `s_sleep` (every rcclx wait pauses
+/// between its polls, `rcclx_poll_pause`, `rcclx_backoff`; no other loop sleeps).
+pub fn waits(f: &Function, succ: &[Vec<usize>], pred: &[Vec<usize>]) -> Vec<Vec<bool>> {
+    let all = loops(succ, pred);
+    let mut out: Vec<Vec<bool>> = Vec::new();
+    for (i, inst) in f.insts.iter().enumerate() {
+        if mnemonic(inst) != "s_sleep" {
+            continue;
+        }
+        let inner = all.iter().filter(|(_, b)| b[i]).min_by_key(|(_, b)| b.iter().filter(|x| **x).count());
+        if let Some((_, body)) = inner
+            && !out.contains(body)
+        {
+            out.push(body.clone());
+        }
+    }
+    out
+}
+
 // ---- instruction classes ----------------------------------------------------------------------
 
 fn vmem_load(m: &str) -> bool {
@@ -326,6 +351,12 @@ fn vmem_atomic(m: &str) -> bool {
 }
 fn vmem(m: &str) -> bool {
     vmem_load(m) || vmem_store(m) || vmem_atomic(m)
+}
+/// A 32-bit load through the scalar cache (`s_load_dword`, `s_buffer_load_dword`): a flag read
+/// that became scalar. Wider scalar loads in a wait are the kernel's arguments (pointers)
+/// loaded again on its rare paths (the abort check), which the host wrote before the launch.
+fn flag_smem_load(m: &str) -> bool {
+    matches!(m, "s_load_dword" | "s_buffer_load_dword")
 }
 /// A system-scope access: both cache-coherence bits (`sc0 sc1`, AMDGPUUsage's "system" row).
 fn system_scope(inst: &str) -> bool {
@@ -347,6 +378,131 @@ fn flag_store(inst: &str) -> bool {
 
 fn finding(kernel: &str, rule: Rule, detail: String) -> Finding {
     Finding { kernel: kernel.to_owned(), rule, detail }
+}
+
+/// Rule `poll-bits` over the functions of one AMD code object: every wait (the innermost loop
+/// around an `s_sleep`) loads memory with system-scope vector loads only (`sc0 sc1`), and loads
+/// some: a plain load may return a stale cached copy forever, a scalar load reads the scalar
+/// cache (not coherent with other agents), and a wait with no load has had its poll hoisted out.
+pub fn poll_bits(funcs: &[Function]) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for f in funcs {
+        let succ = successors(f);
+        let pred = predecessors(&succ);
+        for body in waits(f, &succ, &pred) {
+            let mut polls = 0;
+            let mut bad: Option<&str> = None;
+            for (i, inst) in f.insts.iter().enumerate().filter(|(i, _)| body[*i]) {
+                let m = mnemonic(inst);
+                if vmem_load(m) && system_scope(inst) {
+                    polls += 1;
+                } else if (vmem_load(m) || flag_smem_load(m)) && bad.is_none() {
+                    bad = Some(&f.insts[i]);
+                }
+            }
+            let first = f.insts[body.iter().position(|b| *b).unwrap_or(0)].as_str();
+            if let Some(inst) = bad {
+                out.push(finding(
+                    &f.name,
+                    Rule::PollBits,
+                    format!("the wait at `{first}` polls with `{inst}` (not a system-scope vector load)"),
+                ));
+            } else if polls == 0 {
+                out.push(finding(
+                    &f.name,
+                    Rule::PollBits,
+                    format!("the wait at `{first}` loads nothing with `sc0 sc1` (a poll hoisted out of its loop)"),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Rule `acquire-missing`: a flag wait (a wait whose polls are all 32-bit `global_load_dword` /
+/// `flat_load_dword` with `sc0 sc1`; LL and LL128 waits poll 8- and 16-byte words or buffer
+/// loads, their data or credits being the polled words) is an acquire: each edge that leaves
+/// the loop has a path to `buffer_inv sc0 sc1` that passes no vector load and no `s_barrier`,
+/// and every path from a `buffer_inv sc0 sc1` reaches `s_waitcnt vmcnt(0)` before an `s_barrier`
+/// (the invalidate done before the barrier hands the acquire to the block). The check follows
+/// paths, not values: it cannot tell the exit that saw the flag from one that gave up (which
+/// the compiler may merge and then split again on a saved condition), so it asks for a path to
+/// the acquire from every exit, not for the acquire on every path; an exit whose path reaches a
+/// `buffer_wbl2` first is a wait that gave up and reports it (`rcclx_should_stop`).
+pub fn acquire_missing(funcs: &[Function]) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for f in funcs {
+        let succ = successors(f);
+        let pred = predecessors(&succ);
+        for body in waits(f, &succ, &pred) {
+            let polls: Vec<usize> = (0..f.insts.len())
+                .filter(|i| body[*i] && vmem_load(mnemonic(&f.insts[*i])) && system_scope(&f.insts[*i]))
+                .collect();
+            if polls.is_empty()
+                || polls.iter().any(|p| !matches!(mnemonic(&f.insts[*p]), "global_load_dword" | "flat_load_dword"))
+            {
+                continue;
+            }
+            let exits: Vec<(usize, usize)> = (0..f.insts.len())
+                .filter(|x| body[*x])
+                .flat_map(|x| succ[x].iter().filter(|y| !body[**y]).map(move |y| (x, *y)))
+                .collect();
+            for (from, to) in exits {
+                let mut seen = vec![false; f.insts.len()];
+                let mut stack = vec![to];
+                let mut acquired = false;
+                while let Some(x) = stack.pop() {
+                    if std::mem::replace(&mut seen[x], true) {
+                        continue;
+                    }
+                    let inst = &f.insts[x];
+                    let m = mnemonic(inst);
+                    if (m == "buffer_inv" && system_scope(inst)) || m == "buffer_wbl2" {
+                        acquired = true;
+                        break;
+                    }
+                    if vmem_load(m) || m == "s_barrier" {
+                        continue;
+                    }
+                    stack.extend(&succ[x]);
+                }
+                if !acquired {
+                    out.push(finding(
+                        &f.name,
+                        Rule::AcquireMissing,
+                        format!(
+                            "the wait polling `{}` leaves at instruction {from} with no path to `buffer_inv sc0 sc1` \
+                             before a vector load or `s_barrier`",
+                            f.insts[polls[0]]
+                        ),
+                    ));
+                    break;
+                }
+            }
+        }
+        for (i, inst) in f.insts.iter().enumerate() {
+            if mnemonic(inst) != "buffer_inv" || !system_scope(inst) {
+                continue;
+            }
+            let mut seen = vec![false; f.insts.len()];
+            let mut stack = succ[i].clone();
+            while let Some(x) = stack.pop() {
+                if std::mem::replace(&mut seen[x], true) || waits_vmcnt0(&f.insts[x]) {
+                    continue;
+                }
+                if mnemonic(&f.insts[x]) == "s_barrier" {
+                    out.push(finding(
+                        &f.name,
+                        Rule::AcquireMissing,
+                        format!("`{inst}` (instruction {i}) reaches `s_barrier` (instruction {x}) with no `s_waitcnt vmcnt(0)`"),
+                    ));
+                    break;
+                }
+                stack.extend(&succ[x]);
+            }
+        }
+    }
+    out
 }
 
 /// Rule `publish-without-wait`: a release after a workgroup barrier (`s_barrier`, then
@@ -466,6 +622,8 @@ pub fn memory_model(funcs: &[Function]) -> Vec<Finding> {
     let mut out = release_without_wait(funcs);
     out.extend(publish_without_wait(funcs));
     out.extend(release_missing(funcs));
+    out.extend(acquire_missing(funcs));
+    out.extend(poll_bits(funcs));
     out
 }
 

@@ -55,6 +55,44 @@ fn release_rule_on_assembly() {
     assert_eq!(rules_of(&f, "k"), [Rule::ReleaseWithoutWait]);
 }
 
+/// The control flow of both listings (objdump's `<name+0x..>` targets, assembly's labels), and
+/// the flow rules on it: a paused poll loop with and without its acquire.
+#[test]
+fn flow_rules_on_disassembly_and_assembly() {
+    let dump = "\
+0000000000001c00 <good>:
+\tglobal_load_dword v1, v5, s[6:7] sc0 sc1                    // 000000001C00: DE518000 01060005
+\ts_waitcnt vmcnt(0)                                          // 000000001C08: BF8C0F70
+\ts_cbranch_vccnz 2                                           // 000000001C0C: BF870002 <good+0x18>
+\ts_sleep 1                                                   // 000000001C10: BF8E0001
+\ts_branch 65530                                              // 000000001C14: BF82FFFA <good>
+\tbuffer_inv sc0 sc1                                          // 000000001C18: E0A4C000 00000000
+\ts_waitcnt vmcnt(0)                                          // 000000001C20: BF8C0F70
+\ts_barrier                                                   // 000000001C24: BF8A0000
+\tglobal_load_dword v2, v[0:1], off                           // 000000001C28: DC508000 027F0000
+\ts_endpgm                                                    // 000000001C30: BF810000
+";
+    let asm = "\t.text\nbad:\n.LBB0_1:\n\tglobal_load_dword v1, v5, s[6:7] sc0 sc1\n\ts_waitcnt vmcnt(0)\n\
+               \ts_cbranch_vccnz .LBB0_2\n\ts_sleep 1\n\ts_branch .LBB0_1\n.LBB0_2:\n\ts_barrier\n\
+               \tglobal_load_dword v2, v[0:1], off\n\ts_endpgm\n";
+    let mut funcs = isa_check::functions(dump);
+    funcs.extend(isa_check::functions(asm));
+    assert_eq!(funcs.len(), 2);
+    for f in &funcs {
+        assert_eq!(f.target[2], Some(5), "{}: the forward branch", f.name);
+        assert_eq!(f.target[4], Some(0), "{}: the backward branch", f.name);
+        let succ = isa_check::successors(f);
+        let pred: Vec<Vec<usize>> =
+            (0..succ.len()).map(|i| (0..succ.len()).filter(|j| succ[*j].contains(&i)).collect()).collect();
+        let loops = isa_check::loops(&succ, &pred);
+        assert_eq!(loops.len(), 1, "{}", f.name);
+        assert_eq!(loops[0].1.iter().filter(|x| **x).count(), 5, "{}: the loop is the poll and its pause", f.name);
+    }
+    let found = isa_check::memory_model(&funcs);
+    assert_eq!(rules_of(&found, "bad"), [Rule::AcquireMissing], "{found:?}");
+    assert!(rules_of(&found, "good").is_empty(), "{found:?}");
+}
+
 #[test]
 fn scratch_and_spill_rules_on_metadata() {
     let notes = "amdhsa.kernels:\n  - .agpr_count:     0\n    .args:\n      - .name: a\n        .size: 8\n\
@@ -132,6 +170,10 @@ fn planted_kernels_fail_their_rules() {
                     ("planted_release_without_wait", Rule::ReleaseWithoutWait),
                     ("planted_publish_without_wait", Rule::PublishWithoutWait),
                     ("planted_release_missing", Rule::ReleaseMissing),
+                    ("planted_acquire_missing", Rule::AcquireMissing),
+                    ("planted_acquire_unwaited", Rule::AcquireMissing),
+                    ("planted_poll_plain", Rule::PollBits),
+                    ("planted_poll_scalar", Rule::PollBits),
                 ] {
                     let found = rules_of(&c.findings, kernel);
                     assert!(!found.is_empty() && found.iter().all(|r| *r == rule), "{name} {kernel}: {found:?}");

@@ -61,6 +61,61 @@ planted_release_missing(uint32_t* flag, uint32_t* d, int n) {
   }
 }
 
+// Breaks `acquire-missing`: a flag wait (rcclx_poll_sys, paused) with no rcclx_acquire_sys
+// after it; the block then reads what the peer published.
+extern "C" __global__ void __launch_bounds__(512, 1)
+planted_acquire_missing(const uint32_t* peer_flag, uint32_t* d, int n) {
+  if (threadIdx.x == 0)
+    while (!rcclx_epoch_geq(rcclx_poll_sys(peer_flag), (uint32_t)n)) rcclx_poll_pause();
+  __syncthreads();
+  for (int i = threadIdx.x; i < 1024; i += 512) d[i + 1024] = d[i] + 1;
+}
+
+// Breaks `acquire-missing` the other way: the acquire's `buffer_inv` and the barrier after it
+// in one asm statement, with no `s_waitcnt vmcnt(0)` between (the invalidate may not be done
+// when the other waves read).
+extern "C" __global__ void __launch_bounds__(512, 1)
+planted_acquire_unwaited(const uint32_t* peer_flag, uint32_t* d, int n) {
+  if (threadIdx.x == 0)
+    while (!rcclx_epoch_geq(rcclx_poll_sys(peer_flag), (uint32_t)n)) rcclx_poll_pause();
+  asm volatile("buffer_inv sc0 sc1\n\ts_barrier" ::: "memory");
+  for (int i = threadIdx.x; i < 1024; i += 512) d[i + 1024] = d[i] + 1;
+}
+
+// Breaks `poll-bits`: a wait that polls with a plain `global_load_dword` (no `sc0 sc1`: it may
+// read a stale cached copy forever), in assembly.
+extern "C" __global__ void __launch_bounds__(512, 1)
+planted_poll_plain(const uint32_t* peer_flag, uint32_t* d, int n) {
+  if (threadIdx.x == 0) {
+    uint32_t v;
+    for (;;) {
+      asm volatile("global_load_dword %0, %1, off\n\ts_waitcnt vmcnt(0)" : "=v"(v) : "v"(peer_flag) : "memory");
+      if (rcclx_epoch_geq(v, (uint32_t)n)) break;
+      rcclx_poll_pause();
+    }
+    rcclx_acquire_sys();
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < 1024; i += 512) d[i + 1024] = d[i] + 1;
+}
+
+// Breaks `poll-bits`: a wait that reads its flag through the scalar cache (`s_load_dword`), in
+// assembly.
+extern "C" __global__ void __launch_bounds__(512, 1)
+planted_poll_scalar(const uint32_t* peer_flag, uint32_t* d, int n) {
+  if (threadIdx.x == 0) {
+    uint32_t v;
+    for (;;) {
+      asm volatile("s_load_dword %0, %1, 0x0\n\ts_waitcnt lgkmcnt(0)" : "=s"(v) : "s"(peer_flag) : "memory");
+      if (rcclx_epoch_geq(v, (uint32_t)n)) break;
+      rcclx_poll_pause();
+    }
+    rcclx_acquire_sys();
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < 1024; i += 512) d[i + 1024] = d[i] + 1;
+}
+
 #endif
 
 // Breaks `scratch` (AMD) and `spill` (sm_90): an array indexed by a run-time value lives in
