@@ -9,6 +9,7 @@
 //! | `publish-without-wait` | gfx942, gfx950 | a vector memory instruction reaches the `s_barrier` before a block's release with no `s_waitcnt vmcnt(0)` |
 //! | `acquire-missing` | gfx942, gfx950 | a flag wait has an exit with no path to `buffer_inv sc0 sc1` before a vector load or `s_barrier`, or a `buffer_inv` reaches `s_barrier` before `s_waitcnt vmcnt(0)` |
 //! | `poll-bits` | gfx942, gfx950 | a wait (the loop around an `s_sleep`) loads without `sc0 sc1`, loads a 32-bit word through the scalar cache, or polls nothing |
+//! | `system-shape` | gfx942, gfx950 | a system-scope global or buffer store is not a flag (`dword`), an LL word (`dwordx2`) or an LL128 lane (`buffer_store_dwordx4`) |
 //! | `scratch` | gfx942, gfx950 | a kernel has a private segment (scratch) or a dynamic stack |
 //! | `spill` | sm_90 | a kernel has a stack frame or local memory |
 //!
@@ -38,6 +39,7 @@ pub enum Rule {
     ReleaseMissing,
     AcquireMissing,
     PollBits,
+    SystemShape,
     Scratch,
     Spill,
 }
@@ -56,6 +58,7 @@ impl Rule {
             Rule::ReleaseMissing => "release-missing",
             Rule::AcquireMissing => "acquire-missing",
             Rule::PollBits => "poll-bits",
+            Rule::SystemShape => "system-shape",
             Rule::Scratch => "scratch",
             Rule::Spill => "spill",
         }
@@ -617,6 +620,42 @@ pub fn release_missing(funcs: &[Function]) -> Vec<Finding> {
     out
 }
 
+/// The system-scope stores to global memory rcclx makes, by shape: a flag
+/// (`global_store_dword`, a release's store), an LL word (`global_store_dwordx2`: 8 bytes, its
+/// flag and payload one single-copy atomic access) and an LL128 lane (`buffer_store_dwordx4`:
+/// one 16-byte store per lane, the lanes of a line in one instruction).
+pub const SYSTEM_STORES: [&str; 3] = ["global_store_dword", "global_store_dwordx2", "buffer_store_dwordx4"];
+
+/// Rule `system-shape`: every system-scope (`sc0 sc1`) `global_store_*` or `buffer_store_*` is
+/// one of [`SYSTEM_STORES`]: an LL word written as two 4-byte stores or as part of a 16-byte
+/// one, or an LL128 lane split into halves or moved off the buffer instructions, breaks it.
+/// Stores only: the writer's instruction is the unit that arrives whole, and the compiler
+/// narrows a reader's LL128 load whose other half it does not use (`buffer_load_dwordx2`).
+/// `flat_store_*` is left out: with `sc0 sc1` it is a volatile store through a generic pointer
+/// (to shared memory in rcclx: `s_fail`, the bench's per-warp times), which no peer reads.
+pub fn system_shape(funcs: &[Function]) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for f in funcs {
+        for (i, inst) in f.insts.iter().enumerate() {
+            let m = mnemonic(inst);
+            if (m.starts_with("global_store") || m.starts_with("buffer_store"))
+                && system_scope(inst)
+                && !SYSTEM_STORES.contains(&m)
+            {
+                out.push(finding(
+                    &f.name,
+                    Rule::SystemShape,
+                    format!(
+                        "`{inst}` (instruction {i}) is none of rcclx's system-scope stores (flag `global_store_dword`, \
+                         LL word `global_store_dwordx2`, LL128 lane `buffer_store_dwordx4`)"
+                    ),
+                ));
+            }
+        }
+    }
+    out
+}
+
 /// Every memory-model rule over the functions of one AMD code object.
 pub fn memory_model(funcs: &[Function]) -> Vec<Finding> {
     let mut out = release_without_wait(funcs);
@@ -624,6 +663,7 @@ pub fn memory_model(funcs: &[Function]) -> Vec<Finding> {
     out.extend(release_missing(funcs));
     out.extend(acquire_missing(funcs));
     out.extend(poll_bits(funcs));
+    out.extend(system_shape(funcs));
     out
 }
 

@@ -174,10 +174,13 @@ fn planted_kernels_fail_their_rules() {
                     ("planted_acquire_unwaited", Rule::AcquireMissing),
                     ("planted_poll_plain", Rule::PollBits),
                     ("planted_poll_scalar", Rule::PollBits),
+                    ("planted_system_shape", Rule::SystemShape),
                 ] {
                     let found = rules_of(&c.findings, kernel);
                     assert!(!found.is_empty() && found.iter().all(|r| *r == rule), "{name} {kernel}: {found:?}");
                 }
+                // Two shapes planted: a 16-byte LL unit and a 2-byte store.
+                assert_eq!(rules_of(&c.findings, "planted_system_shape").len(), 2, "{name}");
             }
         }
     }

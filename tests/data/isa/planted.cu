@@ -116,6 +116,15 @@ planted_poll_scalar(const uint32_t* peer_flag, uint32_t* d, int n) {
   for (int i = threadIdx.x; i < 1024; i += 512) d[i + 1024] = d[i] + 1;
 }
 
+// Breaks `system-shape`: an LL unit stored as one 16-byte global store (not two single-copy
+// atomic 8-byte words), and a 2-byte system-scope store, in assembly.
+extern "C" __global__ void __launch_bounds__(512, 1)
+planted_system_shape(uint64_t* inbox, uint16_t* half, uint32_t flag) {
+  typedef uint32_t v4u __attribute__((ext_vector_type(4)));
+  const v4u unit = {threadIdx.x, flag, threadIdx.x + 1, flag};
+  asm volatile("global_store_dwordx4 %0, %1, off sc0 sc1" ::"v"(inbox + 2 * threadIdx.x), "v"(unit) : "memory");
+  asm volatile("global_store_short %0, %1, off sc0 sc1" ::"v"(half + threadIdx.x), "v"(flag) : "memory");
+}
 #endif
 
 // Breaks `scratch` (AMD) and `spill` (sm_90): an array indexed by a run-time value lives in
