@@ -16,9 +16,10 @@
 //! The flow rules read each kernel's branches, loops and waits; what they cannot tell from
 //! machine code alone, and how rcclx's primitives make it visible, is in docs/memory-model.md.
 //!
-//! What is read: gfx942, the code object itself (`llvm-objdump -d`, `llvm-readelf --notes`, LLVM
-//! 17 or later); gfx950, which LLVM 19 cannot disassemble, the assembly the compiler assembled into the
-//! code object (`-save-temps=obj`, `toolchain.rs`; gfx942 falls back to it too); sm_90,
+//! What is read: the AMD code object itself (`llvm-objdump -d`, `llvm-readelf --notes`: LLVM 17
+//! or later for gfx942, 20 or later for gfx950, which ci/install-toolchains.sh installs as
+//! Debian's llvm-22); where no such LLVM is found, the assembly the compiler assembled into the
+//! code object (`-save-temps=obj`, `toolchain.rs`); sm_90,
 //! `cuobjdump -res-usage` of the fatbin. Outside CI an AMD object it cannot read is left out
 //! (`enforce`) unless `RCCLX_ISA_CHECK=off`. The NVIDIA release needs no rule: ptxas emits it as
 //! `MEMBAR.*.SYS` (which itself waits) followed by the store, with nothing a compiler can drop.
@@ -750,7 +751,7 @@ pub fn sm90_spills(res_usage: &str) -> Vec<Finding> {
 }
 
 /// The metadata block of an AMD assembly file.
-fn assembly_metadata(asm: &str) -> &str {
+pub fn assembly_metadata(asm: &str) -> &str {
     let start = asm.find(".amdgpu_metadata").unwrap_or(asm.len());
     let end = asm[start..].find(".end_amdgpu_metadata").map(|e| start + e).unwrap_or(asm.len());
     &asm[start..end]
@@ -774,22 +775,31 @@ fn run(tool: &Path, args: &[&str], file: &Path) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// An LLVM tool (`llvm-objdump`, `llvm-readelf`) that knows gfx942: next to the clang that
-/// compiled it, versioned on PATH, then unversioned.
-pub fn llvm_tool(name: &str, compiler: Option<&Path>) -> Option<PathBuf> {
-    let mut candidates = Vec::new();
+/// The major version of an LLVM tool (`--version`: "LLVM version 22.1.8").
+fn llvm_major(tool: &Path) -> Option<u32> {
+    let out = Command::new(tool).arg("--version").output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v = text.split("LLVM version ").nth(1)?;
+    v.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+}
+
+/// An LLVM tool (`llvm-objdump`, `llvm-readelf`) of LLVM `min` or later (17 knows gfx942, 20
+/// gfx950): the versioned names on PATH (newest first), then the one next to the compiler that
+/// built the object, the unversioned ones on PATH and ROCm's.
+pub fn llvm_tool_from(name: &str, compiler: Option<&Path>, min: u32) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    for v in (min..=25).rev() {
+        candidates.extend(std::env::split_paths(&path).map(|d| d.join(format!("{name}-{v}"))));
+    }
     if let Some(dir) =
         compiler.and_then(|c| std::fs::canonicalize(c).ok()).and_then(|c| c.parent().map(Path::to_path_buf))
     {
         candidates.push(dir.join(name));
     }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    for v in (17..=25).rev() {
-        candidates.extend(std::env::split_paths(&path).map(|d| d.join(format!("{name}-{v}"))));
-    }
     candidates.extend(std::env::split_paths(&path).map(|d| d.join(name)));
     candidates.push(PathBuf::from(format!("/opt/rocm/llvm/bin/{name}")));
-    candidates.into_iter().find(|p| p.is_file())
+    candidates.into_iter().filter(|p| p.is_file()).find(|p| llvm_major(p).is_some_and(|v| v >= min))
 }
 
 /// `cuobjdump`: `RCCLX_CUOBJDUMP`, `.tools/` (ci/install-toolchains.sh), next to nvcc, PATH.
@@ -833,11 +843,14 @@ pub fn check(
             })
         }
         Target::Gfx942 | Target::Gfx950 => {
-            let objdump = llvm_tool("llvm-objdump", compiler);
-            let readelf = llvm_tool("llvm-readelf", compiler);
-            let (source, asm, metadata) = match (target, objdump, readelf) {
-                (Target::Gfx942, Some(objdump), Some(readelf)) => {
-                    let asm = run(&objdump, &["-d", "--mcpu=gfx942"], object)?;
+            // gfx950 needs LLVM 20 or later to disassemble (ci/install-toolchains.sh installs
+            // LLVM 22); without one it is read from the assembly clang assembled.
+            let min = if target == Target::Gfx950 { 20 } else { 17 };
+            let objdump = llvm_tool_from("llvm-objdump", compiler, min);
+            let readelf = llvm_tool_from("llvm-readelf", compiler, min);
+            let (source, asm, metadata) = match (objdump, readelf) {
+                (Some(objdump), Some(readelf)) => {
+                    let asm = run(&objdump, &["-d", &format!("--mcpu={}", target.name())], object)?;
                     let notes = run(&readelf, &["--notes"], object)?;
                     (format!("{} -d, {} --notes", objdump.display(), readelf.display()), asm, notes)
                 }
@@ -849,24 +862,41 @@ pub fn check(
                     (format!("{} (assembled into the code object)", path.display()), asm, metadata)
                 }
             };
-            let funcs = functions(&asm);
-            let kernels = amd_kernel_count(&metadata);
-            if funcs.is_empty() || kernels == 0 {
-                return Err(format!("{source}: no kernel found"));
-            }
-            // A listing cut short, or an assembly file of another build, lists other functions
-            // than the object's metadata names: what the rules saw would not be the object.
-            if funcs.len() != kernels {
-                return Err(format!(
-                    "{source}: {} functions listed, {kernels} kernels in the code object's metadata",
-                    funcs.len()
-                ));
-            }
-            let mut findings = memory_model(&funcs);
-            findings.extend(amd_scratch(&metadata));
-            Ok(Checked { target, source, kernels, findings })
+            check_listing(target, &asm, &metadata, source)
         }
     }
+}
+
+/// The AMD rules over one code object's listing (a disassembly or the assembly it was
+/// assembled from) and metadata; `source` says where they came from. Err: the listing is not
+/// the object's (no kernel, other functions than the metadata's kernels, a branch whose target
+/// it does not show).
+pub fn check_listing(target: Target, listing: &str, metadata: &str, source: String) -> Result<Checked, String> {
+    let funcs = functions(listing);
+    let kernels = amd_kernel_count(metadata);
+    if funcs.is_empty() || kernels == 0 {
+        return Err(format!("{source}: no kernel found"));
+    }
+    // A listing cut short, or an assembly file of another build, lists other functions than
+    // the object's metadata names: what the rules saw would not be the object.
+    if funcs.len() != kernels {
+        return Err(format!(
+            "{source}: {} functions listed, {kernels} kernels in the code object's metadata",
+            funcs.len()
+        ));
+    }
+    // The flow rules follow branches: one whose target is not known would cut a path.
+    for f in &funcs {
+        if let Some(i) = (0..f.insts.len()).find(|i| is_branch(mnemonic(&f.insts[*i])) && f.target[*i].is_none()) {
+            return Err(format!(
+                "{source}: {}: the target of `{}` (instruction {i}) is not in the listing",
+                f.name, f.insts[i]
+            ));
+        }
+    }
+    let mut findings = memory_model(&funcs);
+    findings.extend(amd_scratch(metadata));
+    Ok(Checked { target, source, kernels, findings })
 }
 
 /// The variable that, set to `off`, lets an AMD code object the check cannot read ship

@@ -3,6 +3,9 @@
 #
 #   .tools/cuda/nvidia/cu13/bin/nvcc   nvcc 13.0.x from PyPI  -> sm_90 cubin + compute_90 PTX
 #   clang++-19, lld-19, llvm-19        Debian apt             -> gfx942 (MI300) code object
+#   llvm-22                            Debian apt (bookworm-security) -> llvm-objdump-22 and
+#                                      llvm-readelf-22: the machine-code check reads the gfx950
+#                                      object itself (LLVM 19 cannot disassemble gfx950)
 #   .tools/zig/ziglang/zig             ziglang 0.17.1 (clang 22) from PyPI -> gfx950 (MI350), and
 #                                      the wheel's linker (glibc 2.28: python/zig-link.sh)
 #   .tools/zigbin/lld                  wrapper so clang's AMDGPU link step finds zig's lld
@@ -47,21 +50,23 @@ else
   installed+=("nvcc 13.0.88 -> $NVCC")
 fi
 
-# --- 2. clang-19 + lld-19 + llvm-19 (gfx942; llvm-readelf-19 for checks) ---------------------
+# --- 2. clang-19 + lld-19 + llvm-19 (gfx942; llvm-readelf-19 for checks), llvm-22 (gfx950's
+#        disassembler, build/isa_check.rs) ----------------------------------------------------
 if [ "$ONLY" = zig ]; then
   :
 elif [ "${SKIP_APT:-0}" = 1 ]; then
-  skipped+=("apt clang-19/lld-19/llvm-19 (SKIP_APT=1)")
+  skipped+=("apt clang-19/lld-19/llvm-19/llvm-22 (SKIP_APT=1)")
 elif command -v clang++-19 >/dev/null && command -v ld.lld-19 >/dev/null \
-     && command -v llvm-readelf-19 >/dev/null; then
-  skipped+=("clang-19/lld-19/llvm-19 ($(command -v clang++-19))")
+     && command -v llvm-readelf-19 >/dev/null && command -v llvm-objdump-22 >/dev/null \
+     && command -v llvm-readelf-22 >/dev/null; then
+  skipped+=("clang-19/lld-19/llvm-19/llvm-22 ($(command -v clang++-19), $(command -v llvm-objdump-22))")
 else
   SUDO=()
   if [ "$(id -u)" != 0 ]; then SUDO=(sudo); fi
   "${SUDO[@]}" apt-get update
   "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y --no-install-recommends clang-19 lld-19 llvm-19
-  installed+=("apt: clang-19 lld-19 llvm-19 -> $(command -v clang++-19)")
+    apt-get install -y --no-install-recommends clang-19 lld-19 llvm-19 llvm-22
+  installed+=("apt: clang-19 lld-19 llvm-19 llvm-22 -> $(command -v clang++-19), $(command -v llvm-objdump-22)")
 fi
 
 # --- 2b. cuobjdump (the machine-code check of sm_90, build/isa_check.rs) ----------------------
@@ -110,4 +115,5 @@ for s in "${installed[@]+"${installed[@]}"}"; do echo "  installed: $s"; done
 for s in "${skipped[@]+"${skipped[@]}"}"; do echo "  already present: $s"; done
 if [ -x "$NVCC" ]; then echo "  nvcc:  $("$NVCC" --version | tail -n 2 | head -n 1)"; fi
 if command -v clang++-19 >/dev/null; then echo "  clang: $(clang++-19 --version | head -n 1)"; fi
+if command -v llvm-objdump-22 >/dev/null; then echo "  llvm-objdump-22: $(llvm-objdump-22 --version | grep 'LLVM version')"; fi
 echo "  zig:   $("$ZIG" version) ($("$ZIG" cc --version 2>/dev/null | head -n 1))"

@@ -144,16 +144,30 @@ fn planted_kernels_fail_their_rules() {
         }
     }
     // An assembly listing that does not match its object (cut short, or of another build) is
-    // refused: the planted gfx950 assembly without one kernel's label.
+    // refused: the planted gfx950 assembly without one kernel's label. And gfx950 is read from
+    // its object where an LLVM of 20 or later is installed (CI: ci/install-toolchains.sh).
     for (target, outcome) in &outcomes {
-        if let (Target::Gfx950, Outcome::Built { tool, path, .. }) = (target, outcome) {
+        if let (Target::Gfx950, Outcome::Built { path, .. }) = (target, outcome) {
             let asm_path = toolchain::amd_assembly(&src, path, *target);
             let asm = std::fs::read_to_string(&asm_path).unwrap();
             assert!(asm.contains("\nplanted_scratch:"), "the listing names its kernels");
-            std::fs::write(&asm_path, asm.replacen("\nplanted_scratch:", "\n", 1)).unwrap();
-            match isa_check::check(*target, path, &src, Some(tool.path()), &repo) {
+            let cut = asm.replacen("\nplanted_scratch:", "\n", 1);
+            let metadata = isa_check::assembly_metadata(&asm);
+            match isa_check::check_listing(*target, &cut, metadata, "cut".into()) {
                 Err(e) => assert!(e.contains("functions listed"), "{e}"),
                 Ok(c) => panic!("a listing without a kernel passed: {} kernels, {:?}", c.kernels, c.findings),
+            }
+            // The same assembly whole: the same kernels and findings as the object.
+            let whole = isa_check::check_listing(*target, &asm, metadata, "whole".into()).unwrap();
+            let from_object = checked.iter().find(|c| c.target == Target::Gfx950).unwrap();
+            assert_eq!(whole.kernels, from_object.kernels);
+            assert_eq!(whole.findings.len(), from_object.findings.len(), "{:?}", from_object.findings);
+            if common::in_ci() {
+                assert!(
+                    from_object.source.contains("llvm-objdump"),
+                    "CI reads gfx950 from its object: {}",
+                    from_object.source
+                );
             }
         }
     }
