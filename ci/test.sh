@@ -2,7 +2,7 @@
 # THE test command of rcclx (README: `bash ci/test.sh`). Runs on a fresh Debian 12 machine with
 # no GPU: installs what it needs, then formats, builds, lints and tests.
 #
-#   1. bash ci/install-toolchains.sh   nvcc (PyPI), clang-19 (apt), zig (PyPI) into .tools/
+#   1. bash ci/install-toolchains.sh   nvcc (PyPI), clang-19 + llvm-22 (apt), zig (PyPI)
 #   2. bash ci/fetch-nccl.sh           the stock libnccl.so.2 2.28.9 and 2.32.3 (PyPI wheels)
 #   3. cargo fmt --all --check         (skipped with a note when rustfmt is not installed)
 #   4. cargo build --release --workspace
