@@ -571,7 +571,12 @@ pub fn ag_layout(
     }
     if count > body {
         for h in 0..hosts {
-            steps.push(AgLayout::RailBroadcast { count: count - body, from: At::Send(body), to: block(h, body), root: h });
+            steps.push(AgLayout::RailBroadcast {
+                count: count - body,
+                from: At::Send(body),
+                to: block(h, body),
+                root: h,
+            });
         }
     }
     if local > 1 {
@@ -639,16 +644,9 @@ fn all_gather_across_hosts(clique: &Clique, call: &CallDesc, codec: LowpCodec, b
                 dtype: call.dtype,
                 root: root as usize,
             }),
-            AgLayout::Host { count, stride, from, to } => Step::Kernel(host_step(
-                clique,
-                Coll::AllGather,
-                count,
-                stride,
-                call,
-                addr(from),
-                addr(to),
-                bufs,
-            )?),
+            AgLayout::Host { count, stride, from, to } => {
+                Step::Kernel(host_step(clique, Coll::AllGather, count, stride, call, addr(from), addr(to), bufs)?)
+            }
             AgLayout::Copy { count, from, to } => {
                 if addr(from) == addr(to) {
                     continue; // in place
@@ -1079,7 +1077,10 @@ mod tests {
                 for i in 0..count {
                     let (v, decoded) = mem[r as usize].recv[(q * count + i) as usize];
                     let coded = place(q).0 != place(r).0 && i < body;
-                    assert!(v == input(q, i) && decoded == coded, "{what}: rank {r}, block {q}, element {i}: {v} {decoded}");
+                    assert!(
+                        v == input(q, i) && decoded == coded,
+                        "{what}: rank {r}, block {q}, element {i}: {v} {decoded}"
+                    );
                 }
             }
         }

@@ -37,7 +37,8 @@ fn rcclx_route(
     lowp: bool,
     ll128_max: u64,
 ) -> String {
-    let mut cfg = Config { ll128_max_bytes: ll128_max, hier_exact: exact, hier_rs: exact, hier_ag: exact, ..Config::default() };
+    let mut cfg =
+        Config { ll128_max_bytes: ll128_max, hier_exact: exact, hier_rs: exact, hier_ag: exact, ..Config::default() };
     if lowp {
         cfg.lowp_enable = true;
         cfg.lowp_min_bytes = Some(0);

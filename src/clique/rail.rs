@@ -225,7 +225,10 @@ impl StockStep {
             StockStep::Broadcast { send, recv, count, dtype, root } => {
                 let g = f.ncclBroadcast.ok_or_else(|| missing("ncclBroadcast"))?;
                 // SAFETY: as above; only the root reads `send`.
-                ok(upstream::guarded(|| unsafe { g(p(send), p(recv), count, dtype, root as c_int, comm, stream) }), "Broadcast")
+                ok(
+                    upstream::guarded(|| unsafe { g(p(send), p(recv), count, dtype, root as c_int, comm, stream) }),
+                    "Broadcast",
+                )
             }
             StockStep::AllToAll { send, recv, bytes, nranks, rank } => {
                 let (Some(start), Some(end), Some(s), Some(r)) =
