@@ -48,6 +48,11 @@ set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
+# setuptools-rust runs cargo in python/: a relative target directory would land in python/ (a
+# second tree of build outputs, inside the working tree); anchor it to the repository.
+if [ -n "${CARGO_TARGET_DIR:-}" ] && [ "${CARGO_TARGET_DIR#/}" = "$CARGO_TARGET_DIR" ]; then
+  export CARGO_TARGET_DIR="$REPO/$CARGO_TARGET_DIR"
+fi
 START=$SECONDS
 PY="${PYTHON:-python3}"
 NCCL_VERSION=2.28.9
