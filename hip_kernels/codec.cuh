@@ -25,7 +25,8 @@
 // target (RCCLX_FP8_MAX, RCCLX_FP8_NAN in rcclx_port.h), the same on every rank of a node.
 //   amax  = max |x| over the block's finite elements (NaN and +-inf ignored);
 //   if !(amax >= 1e-30) (also: no finite element): scale = 0, inv = 0, so a finite x gets the
-//         code of x * 0, a zero of x's sign (fnuz: 0x00, it has no -0);
+//         code of x * 0, a zero of x's sign (fnuz: 0x00, it has no -0: rcclx_f32x2_to_e4m3x2
+//         turns a 0x80 from an input that is not NaN into 0x00, whatever the hardware gives);
 //   else  scale = amax / FP8_MAX, inv = FP8_MAX / amax (two IEEE divisions);
 //   code  = e4m3(x * inv): round to nearest even, saturating (|y| > max gives +-max); a NaN or
 //         +-inf input gets the NaN code (the block's other elements are unaffected);

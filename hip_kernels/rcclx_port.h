@@ -310,9 +310,17 @@ RCCLX_DEV float rcclx_fp8_clamp(float x) {
   return x > RCCLX_FP8_MAX ? RCCLX_FP8_MAX : (x < -RCCLX_FP8_MAX ? -RCCLX_FP8_MAX : x);
 }
 // order: n/a (pure). a -> low byte, b -> high byte; RNE, saturating (see rcclx_fp8_clamp).
+// E4M3FNUZ has no -0 and 0x80 is its NaN: a -0 or a negative value that rounds to zero must be
+// 0x00 (codec.cuh), so a 0x80 from an input that is not NaN becomes 0x00 here, whatever the
+// conversion gives (AMD documents no rule for it; a few ALU ops on gfx942 only).
 RCCLX_DEV uint16_t rcclx_f32x2_to_e4m3x2(float a, float b) {
-  return (uint16_t)__builtin_amdgcn_cvt_pk_fp8_f32(rcclx_fp8_clamp(a), rcclx_fp8_clamp(b), 0,
-                                                   false);
+  uint16_t c = (uint16_t)__builtin_amdgcn_cvt_pk_fp8_f32(rcclx_fp8_clamp(a), rcclx_fp8_clamp(b), 0,
+                                                         false);
+#if RCCLX_FP8_FNUZ
+  if ((c & 0xffu) == 0x80u && a == a) c &= 0xff00u;
+  if ((c >> 8) == 0x80u && b == b) c &= 0x00ffu;
+#endif
+  return c;
 }
 // order: n/a (pure). The float 2^23 + (byte e of u), i.e. bits 0x4B0000bb: a code byte as a
 // float without an int-to-float conversion. e in 0..3.
