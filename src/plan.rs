@@ -820,17 +820,65 @@ mod tests {
         }
     }
 
+    /// The ranks of `hosts` hosts of `local` each in rank order: hosts contiguous, or dealt
+    /// round-robin (`interleaved`); host `h`'s ranks are `firsts[h] + l x step`.
+    struct HostMap {
+        hosts: u64,
+        local: u64,
+        firsts: Vec<usize>,
+        step: u64,
+    }
+
+    impl HostMap {
+        fn new(hosts: u64, local: u64, interleaved: bool) -> HostMap {
+            let (firsts, step) = if interleaved {
+                ((0..hosts as usize).collect(), hosts)
+            } else {
+                ((0..hosts as usize).map(|h| h * local as usize).collect(), 1)
+            };
+            HostMap { hosts, local, firsts, step }
+        }
+
+        fn rank(&self, h: u64, l: u64) -> u64 {
+            self.firsts[h as usize] as u64 + l * self.step
+        }
+
+        /// Rank `r`'s host and local index.
+        fn place(&self, r: u64) -> (u64, u64) {
+            (0..self.hosts)
+                .flat_map(|h| (0..self.local).map(move |l| (h, l)))
+                .find(|&(h, l)| self.rank(h, l) == r)
+                .unwrap()
+        }
+    }
+
+    /// Every case of the layout tests: 2-4 hosts of each of `locals` ranks, counts around the
+    /// 512-element groups, windows of 512 and 1024, hosts contiguous and interleaved, in place
+    /// and out of place.
+    fn every_case(locals: &[u64], f: impl Fn(u64, u64, u64, bool, u64, bool)) {
+        for hosts in 2..=4u64 {
+            for &local in locals {
+                for count in [1, 511, 512, 513, 1024 + 7, 5 * 512] {
+                    for window in [512, 1024] {
+                        for interleaved in [false, true] {
+                            for in_place in [false, true] {
+                                f(count, hosts, local, interleaved, window, in_place);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// Runs every rank's ReduceScatter layout on the CPU as [`simulate`] does (codes carry exact
     /// values here), for host `h`'s ranks `firsts[h] + l x step`: every rank's output, its block
     /// summed over every rank.
     fn simulate_rs(count: u64, hosts: u64, local: u64, interleaved: bool, window: u64, in_place: bool) {
         let n = hosts * local;
-        let (firsts, step): (Vec<usize>, u64) = if interleaved {
-            ((0..hosts as usize).collect(), hosts)
-        } else {
-            ((0..hosts as usize).map(|h| h * local as usize).collect(), 1)
-        };
-        let rank = |h: u64, l: u64| firsts[h as usize] as u64 + l * step;
+        let map = HostMap::new(hosts, local, interleaved);
+        let (firsts, step) = (&map.firsts, map.step);
+        let (rank, place) = (|h, l| map.rank(h, l), |r| map.place(r));
         let input = |r: u64, i: u64| ((r * 131 + i * 7) % 17) as f64 - 8.0;
         // Per rank: the input (n blocks), the output (in place: the own block of the input), the
         // scratch's host sum and its slots (one per host).
@@ -850,10 +898,6 @@ mod tests {
                 slots: vec![Vec::new(); hosts as usize],
             })
             .collect();
-        let place = |r: u64| -> (u64, u64) {
-            let h = (0..hosts).find(|&h| (0..local).any(|l| rank(h, l) == r)).unwrap();
-            (h, (0..local).find(|&l| rank(h, l) == r).unwrap())
-        };
         let get = |m: &Rank, r: u64, at: At, j: u64| -> f64 {
             match at {
                 At::Send(i) => m.send[(i + j) as usize],
@@ -863,7 +907,7 @@ mod tests {
             }
         };
         let plans: Vec<Vec<RsLayout>> =
-            (0..n).map(|r| rs_layout(count, hosts, local, place(r).0, &firsts, step, window)).collect();
+            (0..n).map(|r| rs_layout(count, hosts, local, place(r).0, firsts, step, window)).collect();
         for p in &plans {
             assert_eq!(p.len(), plans[0].len(), "{what}: ranks with different step counts");
         }
@@ -963,16 +1007,9 @@ mod tests {
     /// rank's input, exact on its own host, decoded once elsewhere (whole groups; tails exact).
     fn simulate_ag(count: u64, hosts: u64, local: u64, interleaved: bool, window: u64, in_place: bool) {
         let n = hosts * local;
-        let (firsts, step): (Vec<usize>, u64) = if interleaved {
-            ((0..hosts as usize).collect(), hosts)
-        } else {
-            ((0..hosts as usize).map(|h| h * local as usize).collect(), 1)
-        };
-        let rank = |h: u64, l: u64| firsts[h as usize] as u64 + l * step;
-        let place = |r: u64| -> (u64, u64) {
-            let h = (0..hosts).find(|&h| (0..local).any(|l| rank(h, l) == r)).unwrap();
-            (h, (0..local).find(|&l| rank(h, l) == r).unwrap())
-        };
+        let map = HostMap::new(hosts, local, interleaved);
+        let (firsts, step) = (&map.firsts, map.step);
+        let (rank, place) = (|h, l| map.rank(h, l), |r| map.place(r));
         let input = |r: u64, i: u64| (r * 1000 + i) as f64;
         let what =
             format!("count {count} {hosts}x{local} interleaved {interleaved} window {window} in place {in_place}");
@@ -1005,7 +1042,7 @@ mod tests {
         let plans: Vec<Vec<AgLayout>> = (0..n)
             .map(|r| {
                 let (h, l) = place(r);
-                ag_layout(count, hosts, local, h, l, &firsts, step, window)
+                ag_layout(count, hosts, local, h, l, firsts, step, window)
             })
             .collect();
         for p in &plans {
@@ -1088,19 +1125,7 @@ mod tests {
 
     #[test]
     fn every_all_gather_layout_gives_every_block_once_coded_at_most() {
-        for hosts in 2..=4u64 {
-            for local in [1u64, 2, 3, 4] {
-                for count in [1, 511, 512, 513, 1024 + 7, 5 * 512] {
-                    for window in [512, 1024] {
-                        for interleaved in [false, true] {
-                            for in_place in [false, true] {
-                                simulate_ag(count, hosts, local, interleaved, window, in_place);
-                            }
-                        }
-                    }
-                }
-            }
-        }
+        every_case(&[1, 2, 3, 4], simulate_ag);
     }
 
     #[test]
@@ -1116,19 +1141,7 @@ mod tests {
 
     #[test]
     fn every_reduce_scatter_layout_sums_each_block_on_its_rank() {
-        for hosts in 2..=4u64 {
-            for local in [1u64, 2, 3, 4, 8] {
-                for count in [1, 511, 512, 513, 1024 + 7, 5 * 512] {
-                    for window in [512, 1024] {
-                        for interleaved in [false, true] {
-                            for in_place in [false, true] {
-                                simulate_rs(count, hosts, local, interleaved, window, in_place);
-                            }
-                        }
-                    }
-                }
-            }
-        }
+        every_case(&[1, 2, 3, 4, 8], simulate_rs);
     }
 
     #[test]
