@@ -271,6 +271,32 @@ fn predecessors(succ: &[Vec<usize>]) -> Vec<Vec<usize>> {
     pred
 }
 
+/// What a [`walk`] does at an instruction: go on to its neighbours, look no further on this
+/// path, or stop the whole walk there.
+enum Visit {
+    Go,
+    Prune,
+    Stop,
+}
+
+/// Visits every instruction reachable from `start` along `next` (the successors or the
+/// predecessors), each once; the instruction where `visit` stopped the walk, if it did.
+fn walk(start: &[usize], next: &[Vec<usize>], mut visit: impl FnMut(usize) -> Visit) -> Option<usize> {
+    let mut seen = vec![false; next.len()];
+    let mut stack = start.to_vec();
+    while let Some(x) = stack.pop() {
+        if std::mem::replace(&mut seen[x], true) {
+            continue;
+        }
+        match visit(x) {
+            Visit::Go => stack.extend(&next[x]),
+            Visit::Prune => {}
+            Visit::Stop => return Some(x),
+        }
+    }
+    None
+}
+
 /// The loops of a function: for each header, the instructions of its loop. A header is the
 /// target of a back edge (an edge to an instruction on the depth-first search's path from the
 /// start: the compiler's control flow is reducible); its loop is the header and every
@@ -452,25 +478,18 @@ pub fn acquire_missing(funcs: &[Function]) -> Vec<Finding> {
                 .flat_map(|x| succ[x].iter().filter(|y| !body[**y]).map(move |y| (x, *y)))
                 .collect();
             for (from, to) in exits {
-                let mut seen = vec![false; f.insts.len()];
-                let mut stack = vec![to];
-                let mut acquired = false;
-                while let Some(x) = stack.pop() {
-                    if std::mem::replace(&mut seen[x], true) {
-                        continue;
-                    }
+                let acquired = walk(&[to], &succ, |x| {
                     let inst = &f.insts[x];
                     let m = mnemonic(inst);
                     if (m == "buffer_inv" && system_scope(inst)) || m == "buffer_wbl2" {
-                        acquired = true;
-                        break;
+                        Visit::Stop
+                    } else if vmem_load(m) || m == "s_barrier" {
+                        Visit::Prune
+                    } else {
+                        Visit::Go
                     }
-                    if vmem_load(m) || m == "s_barrier" {
-                        continue;
-                    }
-                    stack.extend(&succ[x]);
-                }
-                if !acquired {
+                });
+                if acquired.is_none() {
                     out.push(finding(
                         &f.name,
                         Rule::AcquireMissing,
@@ -488,21 +507,23 @@ pub fn acquire_missing(funcs: &[Function]) -> Vec<Finding> {
             if mnemonic(inst) != "buffer_inv" || !system_scope(inst) {
                 continue;
             }
-            let mut seen = vec![false; f.insts.len()];
-            let mut stack = succ[i].clone();
-            while let Some(x) = stack.pop() {
-                if std::mem::replace(&mut seen[x], true) || waits_vmcnt0(&f.insts[x]) {
-                    continue;
+            let barrier = walk(&succ[i], &succ, |x| {
+                if waits_vmcnt0(&f.insts[x]) {
+                    Visit::Prune
+                } else if mnemonic(&f.insts[x]) == "s_barrier" {
+                    Visit::Stop
+                } else {
+                    Visit::Go
                 }
-                if mnemonic(&f.insts[x]) == "s_barrier" {
-                    out.push(finding(
-                        &f.name,
-                        Rule::AcquireMissing,
-                        format!("`{inst}` (instruction {i}) reaches `s_barrier` (instruction {x}) with no `s_waitcnt vmcnt(0)`"),
-                    ));
-                    break;
-                }
-                stack.extend(&succ[x]);
+            });
+            if let Some(x) = barrier {
+                out.push(finding(
+                    &f.name,
+                    Rule::AcquireMissing,
+                    format!(
+                        "`{inst}` (instruction {i}) reaches `s_barrier` (instruction {x}) with no `s_waitcnt vmcnt(0)`"
+                    ),
+                ));
             }
         }
     }
@@ -523,49 +544,44 @@ pub fn publish_without_wait(funcs: &[Function]) -> Vec<Finding> {
             if mnemonic(inst) != "buffer_wbl2" {
                 continue;
             }
-            let mut seen = vec![false; f.insts.len()];
-            let mut stack: Vec<usize> = pred[w].clone();
-            while let Some(x) = stack.pop() {
-                if std::mem::replace(&mut seen[x], true) {
-                    continue;
-                }
+            walk(&pred[w], &pred, |x| {
                 let m = mnemonic(&f.insts[x]);
                 let poll = vmem_load(m) && system_scope(&f.insts[x]);
                 if m == "s_barrier" {
                     if !barriers.iter().any(|(b, _)| *b == x) {
                         barriers.push((x, w));
                     }
+                    Visit::Prune
                 } else if !vmem_store(m) && !vmem_atomic(m) && !poll && m != "buffer_wbl2" && m != "s_sleep" {
-                    stack.extend(&pred[x]);
+                    Visit::Go
+                } else {
+                    Visit::Prune
                 }
-            }
+            });
         }
         for (b, w) in barriers {
-            let mut seen = vec![false; f.insts.len()];
-            let mut stack: Vec<usize> = pred[b].clone();
-            while let Some(x) = stack.pop() {
-                if std::mem::replace(&mut seen[x], true) {
-                    continue;
-                }
+            let unwaited = walk(&pred[b], &pred, |x| {
                 let inst = &f.insts[x];
                 // A release's own store (a flag store, after its `s_waitcnt vmcnt(0)`) needs no
                 // wait before a later barrier: the next release's wave waits for it.
                 if waits_vmcnt0(inst) || flag_store(inst) {
-                    continue;
+                    Visit::Prune
+                } else if vmem(mnemonic(inst)) {
+                    Visit::Stop
+                } else {
+                    Visit::Go
                 }
-                if vmem(mnemonic(inst)) {
-                    out.push(finding(
-                        &f.name,
-                        Rule::PublishWithoutWait,
-                        format!(
-                            "`{inst}` (instruction {x}) reaches the `s_barrier` (instruction {b}) before the release's `{}` \
-                             (instruction {w}) with no `s_waitcnt vmcnt(0)`",
-                            f.insts[w]
-                        ),
-                    ));
-                    break;
-                }
-                stack.extend(&pred[x]);
+            });
+            if let Some(x) = unwaited {
+                out.push(finding(
+                    &f.name,
+                    Rule::PublishWithoutWait,
+                    format!(
+                        "`{}` (instruction {x}) reaches the `s_barrier` (instruction {b}) before the release's `{}` \
+                         (instruction {w}) with no `s_waitcnt vmcnt(0)`",
+                        f.insts[x], f.insts[w]
+                    ),
+                ));
             }
         }
     }
@@ -584,29 +600,22 @@ pub fn release_missing(funcs: &[Function]) -> Vec<Finding> {
             if !flag_store(inst) {
                 continue;
             }
-            let mut seen = vec![false; f.insts.len()];
-            let mut stack: Vec<usize> = vec![s];
-            let mut bad: Option<String> = None;
-            while let Some(x) = stack.pop() {
-                if std::mem::replace(&mut seen[x], true) {
-                    continue;
+            let unreleased = walk(&[s], &pred, |x| {
+                if x != s && mnemonic(&f.insts[x]) == "buffer_wbl2" {
+                    Visit::Prune
+                } else if (x != s && flag_store(&f.insts[x])) || pred[x].is_empty() {
+                    Visit::Stop
+                } else {
+                    Visit::Go
                 }
-                if x != s {
-                    let m = mnemonic(&f.insts[x]);
-                    if m == "buffer_wbl2" {
-                        continue;
-                    }
-                    if flag_store(&f.insts[x]) {
-                        bad = Some(format!("after the flag store `{}` (instruction {x})", f.insts[x]));
-                        break;
-                    }
+            });
+            let bad = unreleased.map(|x| {
+                if x != s && flag_store(&f.insts[x]) {
+                    format!("after the flag store `{}` (instruction {x})", f.insts[x])
+                } else {
+                    "from the kernel's start".to_owned()
                 }
-                if pred[x].is_empty() {
-                    bad = Some("from the kernel's start".to_owned());
-                    break;
-                }
-                stack.extend(&pred[x]);
-            }
+            });
             if let Some(from) = bad {
                 out.push(finding(
                     &f.name,
